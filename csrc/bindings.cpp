@@ -1,0 +1,237 @@
+// pybind11 module pysharp._core: thin wrappers over the batched drivers.
+//
+// Arguments arrive already validated by the Python layer (pysharp/_validation.py);
+// the checks here only guard the interpreter against a direct misuse.
+// Every kernel runs with the GIL released.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu/batched.hpp"
+#include "pysharp/models/bn_linear_regression.hpp"
+#include "pysharp/models/bn_matrix_completion.hpp"
+#include "pysharp/models/toy3d.hpp"
+
+namespace py = pybind11;
+using namespace pysharp;
+
+template <class T>
+using carray = py::array_t<T, py::array::c_style | py::array::forcecast>;
+using flags = py::array_t<std::uint8_t>;
+
+namespace {
+
+template <class T>
+std::vector<T> to_vector(const carray<T>& a) {
+  return std::vector<T>(a.data(), a.data() + a.size());
+}
+
+void require(bool cond, const std::string& what) {
+  if (!cond) throw std::invalid_argument(what);
+}
+
+// Owners keep the model's arrays alive; the model itself is a view of them
+// (the same POD struct a CUDA kernel receives).
+template <class Real>
+struct BNLinRegCore {
+  std::vector<Real> Xc, u;
+  BNLinearRegression<Real> model;
+  BNLinRegCore(const carray<Real>& Xc_, const carray<Real>& u_, double scale)
+      : Xc(to_vector(Xc_)), u(to_vector(u_)) {
+    require(Xc_.ndim() == 2 && u_.ndim() == 1 && u_.shape(0) == Xc_.shape(0),
+            "Xc must be (n, d) and u (n,)");
+    model = {Xc.data(), u.data(), static_cast<Real>(scale),
+             static_cast<int>(Xc_.shape(0)), static_cast<int>(Xc_.shape(1))};
+  }
+  BNLinRegCore(const BNLinRegCore&) = delete;
+};
+
+template <class Real>
+struct BNMatrixCompletionCore {
+  std::vector<int> rows, cols;
+  std::vector<Real> u;
+  BNMatrixCompletion<Real> model;
+  BNMatrixCompletionCore(const carray<int>& rows_, const carray<int>& cols_,
+                         const carray<Real>& u_, double scale, int m1, int m2, int r)
+      : rows(to_vector(rows_)), cols(to_vector(cols_)), u(to_vector(u_)) {
+    require(rows.size() == u.size() && cols.size() == u.size(),
+            "rows, cols and u must have one entry per observation");
+    for (std::size_t k = 0; k < rows.size(); ++k)
+      require(rows[k] >= 0 && rows[k] < m1 && cols[k] >= 0 && cols[k] < m2,
+              "observation index out of range");
+    model = {rows.data(), cols.data(), u.data(), static_cast<Real>(scale),
+             static_cast<int>(u.size()), m1, m2, r};
+  }
+  BNMatrixCompletionCore(const BNMatrixCompletionCore&) = delete;
+};
+
+template <class Real>
+struct Toy3DCore {
+  Toy3D<Real> model;
+  explicit Toy3DCore(double c) : model{static_cast<Real>(c)} {}
+};
+
+template <class Core>
+std::int64_t checked_batch(const Core& core, const py::array& W, const char* name) {
+  require(W.ndim() == 2 && W.shape(1) == core.model.dim(),
+          std::string(name) + " must be (B, " + std::to_string(core.model.dim()) + ")");
+  return W.shape(0);
+}
+
+template <class Core, class Real>
+void add_kernels(py::class_<Core>& cls) {
+  cls.def_property_readonly("dim", [](const Core& c) { return c.model.dim(); });
+  cls.def(
+      "loss_grad",
+      [](const Core& c, const carray<Real>& W) {
+        const std::int64_t B = checked_batch(c, W, "W");
+        carray<Real> loss(B), G({B, static_cast<std::int64_t>(c.model.dim())});
+        flags ok(B);
+        {
+          py::gil_scoped_release nogil;
+          cpu::loss_grad(c.model, W.data(), B, loss.mutable_data(), G.mutable_data(),
+                         ok.mutable_data());
+        }
+        return py::make_tuple(loss, G, ok);
+      },
+      py::arg("W"), "(B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)");
+  auto directional = [](auto order) {
+    return [](const Core& c, const carray<Real>& W, const carray<Real>& V) {
+      const std::int64_t B = checked_batch(c, W, "W");
+      require(checked_batch(c, V, "V") == B, "W and V must have the same shape");
+      carray<Real> out({B, static_cast<std::int64_t>(c.model.dim())});
+      flags ok(B);
+      {
+        py::gil_scoped_release nogil;
+        cpu::directional<decltype(order)::value>(c.model, W.data(), V.data(), B,
+                                                 out.mutable_data(), ok.mutable_data());
+      }
+      return py::make_tuple(out, ok);
+    };
+  };
+  cls.def("hvp", directional(std::integral_constant<int, 1>{}), py::arg("W"),
+          py::arg("V"), "(B, D), (B, D) -> (H v (B, D), ok (B,))");
+  cls.def("third", directional(std::integral_constant<int, 2>{}), py::arg("W"),
+          py::arg("V"), "(B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))");
+  cls.def(
+      "hessian",
+      [](const Core& c, const carray<Real>& W) {
+        const std::int64_t B = checked_batch(c, W, "W");
+        const std::int64_t D = c.model.dim();
+        carray<Real> H({B, D, D});
+        flags ok(B);
+        {
+          py::gil_scoped_release nogil;
+          cpu::hessian(c.model, W.data(), B, H.mutable_data(), ok.mutable_data());
+        }
+        return py::make_tuple(H, ok);
+      },
+      py::arg("W"), "(B, D) -> (H (B, D, D), ok (B,))");
+}
+
+template <class Real>
+void bind_dtype(py::module_& m, const std::string& suffix) {
+  py::class_<BNLinRegCore<Real>> linreg(m, ("BNLinearRegression" + suffix).c_str());
+  linreg.def(py::init<const carray<Real>&, const carray<Real>&, double>(),
+             py::arg("Xc"), py::arg("u"), py::arg("scale"));
+  add_kernels<BNLinRegCore<Real>, Real>(linreg);
+
+  using MC = BNMatrixCompletionCore<Real>;
+  py::class_<MC> mc(m, ("BNMatrixCompletion" + suffix).c_str());
+  mc.def(py::init<const carray<int>&, const carray<int>&, const carray<Real>&, double,
+                  int, int, int>(),
+         py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
+         py::arg("m2"), py::arg("rank"));
+  add_kernels<MC, Real>(mc);
+  mc.def(
+      "test_loss",
+      [](const MC& c, const carray<Real>& W, const carray<int>& rows,
+         const carray<int>& cols, const carray<Real>& values, double value_mean,
+         double value_std) {
+        const std::int64_t B = checked_batch(c, W, "W");
+        const int Nt = static_cast<int>(values.size());
+        require(rows.size() == Nt && cols.size() == Nt,
+                "rows, cols and values must have one entry per held-out observation");
+        for (int k = 0; k < Nt; ++k)
+          require(rows.data()[k] >= 0 && rows.data()[k] < c.model.m1 &&
+                      cols.data()[k] >= 0 && cols.data()[k] < c.model.m2,
+                  "held-out index out of range");
+        carray<Real> loss(B);
+        flags ok(B);
+        {
+          py::gil_scoped_release nogil;
+          const std::int64_t D = c.model.dim();
+#pragma omp parallel
+          {
+            std::vector<Real> work(std::max(c.model.N, Nt) + 1);
+#pragma omp for schedule(static)
+            for (std::int64_t b = 0; b < B; ++b)
+              ok.mutable_data()[b] = bn_mc_test_loss(
+                  c.model, W.data() + b * D, rows.data(), cols.data(), values.data(), Nt,
+                  static_cast<Real>(value_mean), static_cast<Real>(value_std),
+                  loss.mutable_data() + b, work.data());
+          }
+        }
+        return py::make_tuple(loss, ok);
+      },
+      py::arg("W"), py::arg("rows"), py::arg("cols"), py::arg("values"),
+      py::arg("value_mean"), py::arg("value_std"));
+
+  py::class_<Toy3DCore<Real>> toy(m, ("Toy3D" + suffix).c_str());
+  toy.def(py::init<double>(), py::arg("c"));
+  add_kernels<Toy3DCore<Real>, Real>(toy);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "pysharp compiled core: batched model kernels (see pysharp.models).";
+  bind_dtype<double>(m, "_f64");
+  bind_dtype<float>(m, "_f32");
+
+  m.def("build_info", []() {
+    py::dict info;
+#ifdef _OPENMP
+    info["openmp"] = true;
+#else
+    info["openmp"] = false;
+#endif
+    info["cuda"] = false;  // no CUDA kernels are linked yet
+#ifdef PYSHARP_DEVICE_HEADERS_CHECKED
+    info["device_headers_checked"] = true;
+#else
+    info["device_headers_checked"] = false;
+#endif
+#ifdef PYSHARP_NATIVE
+    info["native"] = true;
+#else
+    info["native"] = false;
+#endif
+    info["compiler"] = std::string(__VERSION__);
+    return info;
+  });
+  m.def("max_threads", []() {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+  });
+  m.def(
+      "set_num_threads",
+      [](int n) {
+        require(n >= 1, "num_threads must be >= 1");
+#ifdef _OPENMP
+        omp_set_num_threads(n);
+#endif
+      },
+      py::arg("n"));
+}

@@ -1,0 +1,45 @@
+// The loss every BatchNorm model here reduces to.
+//
+// A predictor z (n outputs) normalised by batch statistics, with the BN scale
+// and shift fixed to the targets' std and mean, has square loss
+//     L(z) = 2 var(y) (1 - cos(z - mean z, y - mean y))
+//          = (scale / 2) || zc / ||zc|| - u ||^2,
+// with zc = z - mean(z), u = (y - mean y) / ||y - mean y|| and
+// scale = 2 var(y). The second form is the one computed: it keeps full
+// relative accuracy near interpolation, where 1 - cos cancels.
+#pragma once
+
+#include "pysharp/core/config.hpp"
+
+namespace pysharp {
+
+// Writes L into *loss and dL/dz into g (g may alias z). Returns false, leaving
+// *loss and g unspecified, when zc = 0 (BatchNorm is undefined there).
+template <class S, class Real>
+PYSHARP_HD bool bn_cosine_loss_grad(const S* z, const Real* u, Real scale, int n,
+                                    S* loss, S* g) {
+  S mean = Real(0);
+  for (int i = 0; i < n; ++i) mean += z[i];
+  mean = mean * (Real(1) / Real(n));
+  S r2 = Real(0);
+  for (int i = 0; i < n; ++i) {
+    g[i] = z[i] - mean;
+    r2 += g[i] * g[i];
+  }
+  if (!(value_of(r2) > Real(0))) return false;
+  const S inv_r = Real(1) / sqrt_(r2);
+  S cos_zu = Real(0);
+  S err2 = Real(0);
+  for (int i = 0; i < n; ++i) {
+    g[i] = g[i] * inv_r;  // now the unit, centred direction of z
+    cos_zu += g[i] * u[i];
+    const S e = g[i] - u[i];
+    err2 += e * e;
+  }
+  *loss = err2 * (Real(0.5) * scale);
+  // dL/dz = -scale (u - cos * zhat) / ||zc||, already centred.
+  for (int i = 0; i < n; ++i) g[i] = (cos_zu * g[i] - u[i]) * inv_r * scale;
+  return true;
+}
+
+}  // namespace pysharp

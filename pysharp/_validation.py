@@ -1,0 +1,72 @@
+"""Input checks shared by the public API; they run before any kernel."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+def as_float_array(x, name: str, dtype=None) -> np.ndarray:
+    """Return ``x`` as a C-contiguous float32/float64 array, or raise.
+
+    Integers are converted to float64 (or to ``dtype``); booleans, complex and
+    object arrays are rejected. Non-finite entries raise ValueError.
+    """
+    a = np.asarray(x)
+    if a.dtype.kind == "b" or a.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a real floating or integer array, got dtype {a.dtype}")
+    if dtype is None:
+        dtype = a.dtype if a.dtype in FLOAT_DTYPES else np.dtype(np.float64)
+    a = np.ascontiguousarray(a, dtype=dtype)
+    if not np.all(np.isfinite(a)):
+        bad = np.argwhere(~np.isfinite(a))[0]
+        raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
+    return a
+
+
+def as_batch(w, dim: int, name: str = "w", dtype=None) -> tuple[np.ndarray, bool]:
+    """Validate parameters of shape (D,) or (B, D).
+
+    Returns
+    -------
+    batch : ndarray, shape (B, D)
+        C-contiguous float32 or float64 (float64 for integer input).
+    was_single : bool
+        True when ``w`` was (D,), so results drop the batch axis.
+    """
+    a = as_float_array(w, name, dtype)
+    if a.ndim == 1 and a.shape[0] == dim:
+        return a[None, :], True
+    if a.ndim == 2 and a.shape[1] == dim and a.shape[0] >= 1:
+        return a, False
+    raise ValueError(f"{name} must have shape ({dim},) or (B, {dim}) with B >= 1, got {a.shape}")
+
+
+def check_nonzero_rows(w: np.ndarray, name: str = "w") -> None:
+    """Scale-invariant losses are undefined at w = 0."""
+    zero = ~np.any(w != 0, axis=-1)
+    if np.any(zero):
+        raise ValueError(f"{name}[{int(np.argmax(zero))}] is the zero vector; "
+                         "a scale-invariant loss is undefined at w = 0")
+
+
+def as_positive_int(x, name: str, minimum: int = 1) -> int:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(x).__name__}")
+    if x < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {x}")
+    return int(x)
+
+
+def as_real(x, name: str, *, minimum: float | None = None, strict: bool = False) -> float:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__}")
+    v = float(x)
+    if not np.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {v}")
+    if minimum is not None and (v <= minimum if strict else v < minimum):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum}, got {v}")
+    return v

@@ -1,0 +1,12 @@
+"""The scale-invariant models: BN linear regression, BN matrix completion, a 3-D toy.
+
+Each exposes batched, exact ``loss``, ``grad``, ``loss_and_grad``, ``hvp``,
+``third`` (D^3L[v, v]) and ``hessian`` kernels from the compiled core.
+"""
+
+from ._base import ScaleInvariantModel
+from ._bn_linear_regression import BNLinearRegression
+from ._bn_matrix_completion import BNMatrixCompletion
+from ._toy3d import Toy3D
+
+__all__ = ["ScaleInvariantModel", "BNLinearRegression", "BNMatrixCompletion", "Toy3D"]

@@ -1,0 +1,143 @@
+"""The interface every scale-invariant model offers, over the compiled core."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+from .._backend import core
+from .._validation import as_batch, as_positive_int, check_nonzero_rows
+
+
+class ScaleInvariantModel(abc.ABC):
+    """A scale-invariant loss L(w) = L(c w), c > 0, with batched kernels.
+
+    Every method takes ``w`` of shape (D,) or (B, D), float64 or float32
+    (integers become float64); the computation runs in that precision and
+    results have the matching leading shape: ``loss`` gives () or (B,), the
+    vector-valued methods give (D,) or (B, D).
+    """
+
+    #: Human-readable cause of an undefined loss, used in error messages.
+    _undefined_reason = "the loss is undefined"
+
+    def __init__(self) -> None:
+        self._cores: dict[np.dtype, Any] = {}
+
+    # -- what subclasses provide ------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def dim(self) -> int:
+        """Number of parameters D."""
+
+    @abc.abstractmethod
+    def _make_core(self, suffix: str) -> Any:
+        """Build the ``pysharp._core`` model object for dtype suffix '_f64' or '_f32'."""
+
+    @abc.abstractmethod
+    def spec(self) -> dict:
+        """Plain-data description from which the model can be rebuilt."""
+
+    # -- plumbing ---------------------------------------------------------------
+    def _core(self, dtype: np.dtype) -> Any:
+        dtype = np.dtype(dtype)
+        if dtype not in self._cores:
+            self._cores[dtype] = self._make_core("_f64" if dtype == np.float64 else "_f32")
+        return self._cores[dtype]
+
+    def _batch(self, w, name: str = "w") -> tuple[np.ndarray, bool]:
+        W, single = as_batch(w, self.dim, name)
+        check_nonzero_rows(W, name)
+        return W, single
+
+    def _pair(self, w, v) -> tuple[np.ndarray, np.ndarray, bool]:
+        W, single_w = self._batch(w)
+        V, single_v = as_batch(v, self.dim, "v", dtype=W.dtype)
+        if W.shape[0] != V.shape[0]:
+            if W.shape[0] == 1:
+                W = np.repeat(W, V.shape[0], axis=0)
+            elif V.shape[0] == 1:
+                V = np.repeat(V, W.shape[0], axis=0)
+            else:
+                raise ValueError(f"w has {W.shape[0]} rows but v has {V.shape[0]}; "
+                                 "they must match or one of them must be a single vector")
+        return W, V, single_w and single_v
+
+    def _checked(self, ok: np.ndarray) -> None:
+        if not np.all(ok):
+            raise ValueError(f"w[{int(np.argmin(ok))}]: {self._undefined_reason}")
+
+    @staticmethod
+    def _shape(x: np.ndarray, single: bool) -> np.ndarray:
+        return x[0] if single else x
+
+    # -- the kernels ------------------------------------------------------------
+    def loss_and_grad(self, w) -> tuple[np.ndarray, np.ndarray]:
+        """Loss L(w) and gradient grad L(w).
+
+        Returns
+        -------
+        loss : ndarray, shape () or (B,)
+        grad : ndarray, shape (D,) or (B, D)
+        """
+        W, single = self._batch(w)
+        loss, G, ok = self._core(W.dtype).loss_grad(W)
+        self._checked(ok)
+        return self._shape(loss, single), self._shape(G, single)
+
+    def loss(self, w) -> np.ndarray:
+        """Loss L(w), shape () or (B,)."""
+        return self.loss_and_grad(w)[0]
+
+    def grad(self, w) -> np.ndarray:
+        """Gradient grad L(w), shape of ``w``. Orthogonal to w (scale invariance)."""
+        return self.loss_and_grad(w)[1]
+
+    def hvp(self, w, v) -> np.ndarray:
+        """Hessian-vector product H(w) v, exact (forward-mode jets, no finite step).
+
+        ``v`` is (D,) or (B, D); a single vector broadcasts against a batch.
+        """
+        W, V, single = self._pair(w, v)
+        out, ok = self._core(W.dtype).hvp(W, V)
+        self._checked(ok)
+        return self._shape(out, single)
+
+    def third(self, w, v) -> np.ndarray:
+        """Third-order contraction D^3L(w)[v, v]: the vector d/dt H(w + t v) v at t = 0.
+
+        With v the unit top eigenvector of H(w) this is grad lambda_1(w), the
+        driving term of the sharpness-reduction flow.
+        """
+        W, V, single = self._pair(w, v)
+        out, ok = self._core(W.dtype).third(W, V)
+        self._checked(ok)
+        return self._shape(out, single)
+
+    def hessian(self, w) -> np.ndarray:
+        """Dense Hessian, shape (D, D) or (B, D, D), from D HVPs per point.
+
+        Costs D HVPs and D^2 memory per point: for D beyond a few thousand use
+        ``hvp`` with an iterative eigensolver instead.
+        """
+        W, single = self._batch(w)
+        H, ok = self._core(W.dtype).hessian(W)
+        self._checked(ok)
+        return self._shape(H, single)
+
+    def random_point(self, batch: int | None = None, *, seed: int = 0, norm: float = 1.0,
+                     dtype=np.float64) -> np.ndarray:
+        """Gaussian random parameters rescaled to ``norm``, shape (D,) or (batch, D)."""
+        rng = np.random.default_rng(seed)
+        n = 1 if batch is None else as_positive_int(batch, "batch")
+        w = rng.standard_normal((n, self.dim))
+        w *= norm / np.linalg.norm(w, axis=1, keepdims=True)
+        w = w.astype(dtype)
+        return w[0] if batch is None else w
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.spec().items()
+                           if k != "model" and np.isscalar(v))
+        return f"{type(self).__name__}({params}, dim={self.dim})"

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import core
+from .._validation import as_float_array, as_positive_int
+from ._base import ScaleInvariantModel
+
+
+class BNLinearRegression(ScaleInvariantModel):
+    """Linear regression through a BatchNorm layer with fixed scale and shift.
+
+    With centred data Xc = X - mean_rows(X) and z = Xc w, the prediction is
+    p_i = std(y) z_i / sigma(w) + mean(y), sigma(w) = ||z|| / sqrt(n), and
+    L(w) = mean_i (p_i - y_i)^2 = 2 var(y) (1 - cos(Xc w, y - mean y)).
+    All means and standard deviations are population ones (divide by n).
+
+    Parameters
+    ----------
+    X : array_like, shape (n, d)
+        Inputs, n >= 2 samples of dimension d; not all rows equal.
+    y : array_like, shape (n,)
+        Targets, not all equal.
+
+    Notes
+    -----
+    ``dim`` is d. The loss is undefined where Xc w = 0 (for n <= d that is
+    only w = 0 in general position); such a w raises ValueError.
+    """
+
+    _undefined_reason = "Xc @ w is zero, so BatchNorm (and the loss) is undefined"
+
+    def __init__(self, X, y) -> None:
+        super().__init__()
+        X = as_float_array(X, "X", np.float64)
+        y = as_float_array(y, "y", np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D (n, d), got shape {X.shape}")
+        if y.shape != (X.shape[0],):
+            raise ValueError(f"y must have shape ({X.shape[0]},) to match X, got {y.shape}")
+        if X.shape[0] < 2:
+            raise ValueError(f"need n >= 2 samples for batch statistics, got n = {X.shape[0]}")
+        if X.shape[1] < 1:
+            raise ValueError("X must have at least one column")
+        if np.ptp(y) == 0:
+            raise ValueError("y is constant: std(y) = 0, so the BN prediction is undefined")
+        Xc = X - X.mean(axis=0)
+        if not np.any(Xc):
+            raise ValueError("all rows of X are equal: the centred data Xc is zero")
+        yc = y - y.mean()
+        self.X, self.y = X, y
+        self.X.flags.writeable = self.y.flags.writeable = False
+        self._Xc = Xc
+        self._u = yc / np.linalg.norm(yc)
+        self._scale = 2.0 * float(y.var())
+
+    @property
+    def dim(self) -> int:
+        return self.X.shape[1]
+
+    @property
+    def n(self) -> int:
+        """Number of samples."""
+        return self.X.shape[0]
+
+    def _make_core(self, suffix):
+        dtype = np.float64 if suffix == "_f64" else np.float32
+        cls = getattr(core(), "BNLinearRegression" + suffix)
+        return cls(self._Xc.astype(dtype), self._u.astype(dtype), self._scale)
+
+    def spec(self) -> dict:
+        return {"model": "bn_linear_regression", "X": self.X, "y": self.y}
+
+    def effective_predictor(self, w) -> tuple[np.ndarray, np.ndarray]:
+        """The affine predictor x -> wt . x + bt that the BN network computes.
+
+        Returns
+        -------
+        wt : ndarray, shape (d,) or (B, d)
+            std(y) w / sigma(w).
+        bt : ndarray, shape () or (B,)
+            mean(y) - wt . mean_rows(X).
+        """
+        W, single = self._batch(w)
+        sigma = np.linalg.norm(W @ self._Xc.T.astype(W.dtype), axis=1) / np.sqrt(self.n)
+        self._checked(sigma != 0)
+        wt = (self.y.std() / sigma)[:, None] * W
+        bt = self.y.mean() - wt @ self.X.mean(axis=0)
+        return self._shape(wt, single), self._shape(bt, single)
+
+    @classmethod
+    def synthetic(cls, d: int = 40, n: int = 20, seed: int = 0,
+                  noise: float = 0.0) -> "BNLinearRegression":
+        """The paper's setting: x ~ N(0, I_d), y = x . w_true (+ noise), ||w_true|| = 1.
+
+        Parameters
+        ----------
+        d, n : int
+            Input dimension and number of samples (paper: d = 40, n = 20).
+        seed : int
+            Seed of numpy's default_rng.
+        noise : float
+            Standard deviation of additive Gaussian label noise.
+
+        The ground truth is kept as ``model.w_true`` (d,).
+        """
+        d = as_positive_int(d, "d")
+        n = as_positive_int(n, "n", minimum=2)
+        rng = np.random.default_rng(seed)
+        w_true = rng.standard_normal(d)
+        w_true /= np.linalg.norm(w_true)
+        X = rng.standard_normal((n, d))
+        y = X @ w_true + noise * rng.standard_normal(n)
+        model = cls(X, y)
+        model.w_true = w_true
+        return model

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import core
+from .._validation import as_real
+from ._base import ScaleInvariantModel
+
+
+class Toy3D(ScaleInvariantModel):
+    """The 3-D toy scale-invariant loss L(w) = (1 + c z^2)(x - y)^2, (x, y, z) = w/||w||.
+
+    Its minimisers on the unit sphere form the great circle Gamma = {x = y};
+    on Gamma the spherical sharpness is 4 (1 + c z^2), smallest at
+    (1/sqrt 2, 1/sqrt 2, 0), where the sharpness-reduction flow ends.
+
+    Parameters
+    ----------
+    c : float, >= 0
+        Strength of the sharpness variation along Gamma.
+    """
+
+    _undefined_reason = "w is zero, where the loss is undefined"
+
+    def __init__(self, c: float = 10.0) -> None:
+        super().__init__()
+        self.c = as_real(c, "c", minimum=0.0)
+
+    @property
+    def dim(self) -> int:
+        return 3
+
+    def _make_core(self, suffix):
+        return getattr(core(), "Toy3D" + suffix)(self.c)
+
+    def spec(self) -> dict:
+        return {"model": "toy3d", "c": self.c}
