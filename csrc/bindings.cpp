@@ -5,8 +5,12 @@
 // Every kernel runs with the GIL released.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +20,7 @@
 #endif
 
 #include "cpu/batched.hpp"
+#include "cpu/engine.hpp"
 #include "pysharp/models/bn_linear_regression.hpp"
 #include "pysharp/models/bn_matrix_completion.hpp"
 #include "pysharp/models/toy3d.hpp"
@@ -36,6 +41,27 @@ std::vector<T> to_vector(const carray<T>& a) {
 
 void require(bool cond, const std::string& what) {
   if (!cond) throw std::invalid_argument(what);
+}
+
+LanczosOptions lanczos_options(int D, int k, int max_iter, int min_iter, double tol,
+                               std::uint64_t seed) {
+  require(k >= 1 && k <= D, "k must be in [1, D]");
+  require(max_iter >= k && max_iter <= D && max_iter <= 1024,
+          "max_iter must be in [k, min(D, 1024)]");
+  LanczosOptions o;
+  o.k = k;
+  o.max_iter = max_iter;
+  o.min_iter = min_iter;
+  o.tol = tol;
+  o.seed = seed;
+  return o;
+}
+
+template <class Real>
+carray<Real> optional_output(bool wanted, std::vector<py::ssize_t> shape) {
+  if (!wanted)
+    for (auto& s : shape) s = 0;
+  return carray<Real>(shape);
 }
 
 // Owners keep the model's arrays alive; the model itself is a view of them
@@ -137,12 +163,133 @@ void add_kernels(py::class_<Core>& cls) {
       py::arg("W"), "(B, D) -> (H (B, D, D), ok (B,))");
 }
 
+template <class Core, class Real>
+void add_engine(py::class_<Core>& cls) {
+  cls.def(
+      "run",
+      [](const Core& c, const carray<Real>& W0, const carray<Real>& lr, const carray<Real>& wd,
+         int method, long long steps, long long record_every, long long sharpness_every,
+         long long theta_every, double jitter, std::uint64_t seed, long long offset,
+         double rms_beta, double rms_eps, int lanczos_max_iter, int lanczos_min_iter,
+         double lanczos_tol) {
+        const std::int64_t B = checked_batch(c, W0, "w0");
+        const int D = c.model.dim();
+        require(lr.size() == B && wd.size() == B, "lr and wd must have one entry per trajectory");
+        require(method >= 0 && method <= 3, "unknown method");
+        require(steps >= 0 && record_every >= 1 && sharpness_every >= 0 && theta_every >= 0,
+                "steps >= 0, record_every >= 1, sharpness_every >= 0, theta_every >= 0");
+        EngineConfig cfg;
+        cfg.method = static_cast<Method>(method);
+        cfg.steps = steps;
+        cfg.record_every = record_every;
+        cfg.sharpness_every = sharpness_every;
+        cfg.theta_every = theta_every;
+        cfg.jitter = jitter;
+        cfg.seed = seed;
+        cfg.rms_beta = rms_beta;
+        cfg.rms_eps = rms_eps;
+        cfg.lanczos = lanczos_options(D, 1, lanczos_max_iter, lanczos_min_iter, lanczos_tol, seed);
+        const py::ssize_t nrec = n_records(steps, record_every);
+        const py::ssize_t nsh = n_records(steps, sharpness_every);
+        const py::ssize_t nth = n_records(steps, theta_every);
+        const bool sharp = sharpness_every > 0;
+        carray<Real> loss({nrec, (py::ssize_t)B}), norm2({nrec, (py::ssize_t)B}),
+            eff_lr({nrec, (py::ssize_t)B}), grad_norm({nrec, (py::ssize_t)B});
+        auto top_grad = optional_output<Real>(sharp, {nrec, (py::ssize_t)B});
+        carray<Real> sharpness({nsh, (py::ssize_t)B}), eos_ratio({nsh, (py::ssize_t)B});
+        flags sh_conv({nsh, (py::ssize_t)B});
+        carray<Real> theta({nth, (py::ssize_t)B, (py::ssize_t)D});
+        carray<Real> w({(py::ssize_t)B, (py::ssize_t)D});
+        flags diverged(B);
+        py::array_t<long long> diverged_step(B);
+        cpu::BatchRecords<Real> out{loss.mutable_data(), norm2.mutable_data(),
+                                    eff_lr.mutable_data(), grad_norm.mutable_data(),
+                                    sharp ? top_grad.mutable_data() : nullptr,
+                                    sharpness.mutable_data(), eos_ratio.mutable_data(),
+                                    sh_conv.mutable_data(),
+                                    nth ? theta.mutable_data() : nullptr, w.mutable_data(),
+                                    diverged.mutable_data(), diverged_step.mutable_data()};
+        {
+          py::gil_scoped_release nogil;
+          cpu::run_batch(c.model, cfg, W0.data(), lr.data(), wd.data(), B, offset, out);
+        }
+        py::dict r;
+        r["loss"] = loss;
+        r["norm2"] = norm2;
+        r["eff_lr"] = eff_lr;
+        r["grad_norm"] = grad_norm;
+        r["top_grad"] = top_grad;
+        r["sharpness"] = sharpness;
+        r["eos_ratio"] = eos_ratio;
+        r["sharpness_converged"] = sh_conv;
+        r["theta"] = theta;
+        r["w"] = w;
+        r["diverged"] = diverged;
+        r["diverged_step"] = diverged_step;
+        return r;
+      },
+      py::arg("w0"), py::arg("lr"), py::arg("wd"), py::arg("method"), py::arg("steps"),
+      py::arg("record_every"), py::arg("sharpness_every"), py::arg("theta_every"),
+      py::arg("jitter"), py::arg("seed"), py::arg("offset"), py::arg("rms_beta"),
+      py::arg("rms_eps"), py::arg("lanczos_max_iter"), py::arg("lanczos_min_iter"),
+      py::arg("lanczos_tol"));
+  cls.def(
+      "lanczos",
+      [](const Core& c, const carray<Real>& W, int k, int max_iter, int min_iter, double tol,
+         std::uint64_t seed, std::optional<carray<Real>> start) {
+        const std::int64_t B = checked_batch(c, W, "W");
+        const int D = c.model.dim();
+        const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed);
+        if (start) require(checked_batch(c, *start, "start") == B, "start must match W");
+        carray<Real> evals({(py::ssize_t)B, (py::ssize_t)k}),
+            evecs({(py::ssize_t)B, (py::ssize_t)k, (py::ssize_t)D}),
+            resid({(py::ssize_t)B, (py::ssize_t)k});
+        py::array_t<int> iters(B);
+        flags conv(B), ok(B);
+        {
+          py::gil_scoped_release nogil;
+          cpu::lanczos_batch(c.model, o, W.data(), start ? start->data() : nullptr, B,
+                             evals.mutable_data(), evecs.mutable_data(), resid.mutable_data(),
+                             iters.mutable_data(), conv.mutable_data(), ok.mutable_data());
+        }
+        return py::make_tuple(evals, evecs, resid, iters, conv, ok);
+      },
+      py::arg("W"), py::arg("k"), py::arg("max_iter"), py::arg("min_iter"), py::arg("tol"),
+      py::arg("seed"), py::arg("start") = py::none());
+}
+
+// Lanczos on a Python callable: the same C++ recurrence, the GIL held while
+// the callable runs. Its result is anything numpy.asarray accepts.
+py::tuple lanczos_callable(const py::function& matvec, int D, int k, int max_iter, int min_iter,
+                           double tol, std::uint64_t seed, std::optional<carray<double>> start) {
+  const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed);
+  if (start) require(start->size() == D, "start must have shape (dim,)");
+  std::vector<double> scratch(lanczos_scratch_size(D, o));
+  carray<double> evals(k), evecs({k, D}), resid(k);
+  auto apply = [&](const double* x, double* y) {
+    carray<double> xa(D);
+    std::copy(x, x + D, xa.mutable_data());
+    py::object r = matvec(xa);
+    auto ya = py::cast<carray<double>>(py::module_::import("numpy").attr("asarray")(r));
+    require(ya.size() == D, "matvec must return a vector of length dim");
+    std::copy(ya.data(), ya.data() + D, y);
+    for (int i = 0; i < D; ++i)
+      if (!std::isfinite(y[i])) throw std::domain_error("matvec returned a non-finite value");
+    return true;
+  };
+  const LanczosReport rep = lanczos(apply, D, o, start ? start->data() : nullptr,
+                                    evals.mutable_data(), evecs.mutable_data(),
+                                    resid.mutable_data(), scratch.data());
+  return py::make_tuple(evals, evecs, resid, rep.iterations, rep.converged);
+}
+
 template <class Real>
 void bind_dtype(py::module_& m, const std::string& suffix) {
   py::class_<BNLinRegCore<Real>> linreg(m, ("BNLinearRegression" + suffix).c_str());
   linreg.def(py::init<const carray<Real>&, const carray<Real>&, double>(),
              py::arg("Xc"), py::arg("u"), py::arg("scale"));
   add_kernels<BNLinRegCore<Real>, Real>(linreg);
+  add_engine<BNLinRegCore<Real>, Real>(linreg);
 
   using MC = BNMatrixCompletionCore<Real>;
   py::class_<MC> mc(m, ("BNMatrixCompletion" + suffix).c_str());
@@ -151,6 +298,7 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
          py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
          py::arg("m2"), py::arg("rank"));
   add_kernels<MC, Real>(mc);
+  add_engine<MC, Real>(mc);
   mc.def(
       "test_loss",
       [](const MC& c, const carray<Real>& W, const carray<int>& rows,
@@ -188,6 +336,7 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
   py::class_<Toy3DCore<Real>> toy(m, ("Toy3D" + suffix).c_str());
   toy.def(py::init<double>(), py::arg("c"));
   add_kernels<Toy3DCore<Real>, Real>(toy);
+  add_engine<Toy3DCore<Real>, Real>(toy);
 }
 
 }  // namespace
@@ -196,6 +345,9 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "pysharp compiled core: batched model kernels (see pysharp.models).";
   bind_dtype<double>(m, "_f64");
   bind_dtype<float>(m, "_f32");
+  m.def("lanczos_callable", &lanczos_callable, py::arg("matvec"), py::arg("dim"), py::arg("k"),
+        py::arg("max_iter"), py::arg("min_iter"), py::arg("tol"), py::arg("seed"),
+        py::arg("start") = py::none());
 
   m.def("build_info", []() {
     py::dict info;

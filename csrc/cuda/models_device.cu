@@ -1,15 +1,17 @@
-// Device compilation of the model headers.
+// Device compilation of the model and engine headers.
 //
 // Until the CUDA engine lands (issue: GPU backends), this translation unit
 // only proves that every model's loss, gradient, HVP and third-order
-// contraction compile as __device__ code from the very headers the CPU
-// drivers use. Nothing here is launched yet.
+// contraction, and the whole trajectory engine with its Lanczos, compile as
+// __device__ code from the very headers the CPU drivers use. Nothing here is
+// launched yet.
 #include <cstdint>
 
 #include "pysharp/models/bn_linear_regression.hpp"
 #include "pysharp/models/bn_matrix_completion.hpp"
 #include "pysharp/models/derivatives.hpp"
 #include "pysharp/models/toy3d.hpp"
+#include "pysharp/engine/trajectory.hpp"
 
 namespace pysharp::cuda_check {
 
@@ -34,7 +36,21 @@ __global__ void derivative_rows(Model m, const Real* W, const Real* V, int B, Re
           third_contraction(m, W + b * D, V + b * D, t3 + b * D, s2 + b * scratch_stride);
 }
 
+template <class Model, class Real>
+__global__ void trajectory_rows(Model m, EngineConfig c, const Real* W0, const Real* lr,
+                                const Real* wd, int B, TrajectoryRecords<Real> out,
+                                Real* scratch, long long stride, Jet<Real, 1>* jets,
+                                int jet_stride) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= B) return;
+  run_trajectory(m, c, b, W0 + b * m.dim(), lr[b], wd[b], out, scratch + b * stride,
+                 jets + b * jet_stride);
+}
+
 #define PYSHARP_INSTANTIATE(MODEL, REAL)                                                \
+  template __global__ void trajectory_rows<MODEL<REAL>, REAL>(                         \
+      MODEL<REAL>, EngineConfig, const REAL*, const REAL*, const REAL*, int,           \
+      TrajectoryRecords<REAL>, REAL*, long long, Jet<REAL, 1>*, int);                  \
   template __global__ void loss_grad_rows<MODEL<REAL>, REAL>(                          \
       MODEL<REAL>, const REAL*, int, REAL*, REAL*, REAL*, int, std::uint8_t*);         \
   template __global__ void derivative_rows<MODEL<REAL>, REAL>(                         \

@@ -1,0 +1,283 @@
+"""Batched optimisation trajectories on scale-invariant models, run in the core.
+
+A whole batch (all steps, all metrics, periodic sharpness by Lanczos) is one
+call into C++; Python only validates the inputs and labels the regimes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._hyper import broadcast_batch, per_trajectory
+from ._validation import as_positive_int, as_real, check_nonzero_rows
+from .models import ScaleInvariantModel
+
+STABLE, EOS, UNSTABLE = 0, 1, 2
+REGIME_NAMES = ("stable", "eos", "unstable")
+
+_METHODS = {"gd_wd": 0, "pgd": 1, "pgd_adaptive": 2, "scalar_rmsprop": 3}
+_SINGLE_ARRAYS = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad", "sharpness",
+                  "eos_ratio", "sharpness_converged", "regime")
+
+
+@dataclass
+class Trajectory:
+    """Recorded metrics of a batch of B trajectories.
+
+    Recorded arrays are (records, B), or (records,) for an unbatched run:
+    ``loss`` L(w_t), ``norm2`` ||w_t||^2, ``eff_lr`` the effective LR on the
+    sphere, ``grad_norm`` ||grad L(theta_t)||, ``top_grad`` <v1, grad L(theta_t)>
+    with v1 the latest top Hessian eigenvector (sign kept continuous; it
+    alternates sign under the period-two EoS oscillation), all at ``steps``.
+    ``sharpness`` S(theta_t) = lambda_1(H(theta_t)), ``eos_ratio``
+    eff_lr * S and ``regime`` (STABLE, EOS or UNSTABLE, see ``REGIME_NAMES``)
+    are (sharpness records, B) at ``sharpness_steps``.
+    Per trajectory (B,): ``eos_entry_step`` (first sharpness step with
+    eos_ratio >= 2 (1 - eos_tol), -1 if none), ``diverged`` and
+    ``diverged_step`` (-1 if not). ``w`` is the final iterate (B, D); a
+    diverged trajectory keeps its last finite iterate and its later records
+    are NaN. ``theta`` (snapshots, B, D) at ``theta_steps`` when requested.
+    """
+
+    w: np.ndarray
+    steps: np.ndarray
+    loss: np.ndarray
+    norm2: np.ndarray
+    eff_lr: np.ndarray
+    grad_norm: np.ndarray
+    top_grad: np.ndarray | None
+    sharpness_steps: np.ndarray
+    sharpness: np.ndarray
+    eos_ratio: np.ndarray
+    sharpness_converged: np.ndarray
+    regime: np.ndarray
+    eos_entry_step: np.ndarray
+    diverged: np.ndarray
+    diverged_step: np.ndarray
+    theta_steps: np.ndarray
+    theta: np.ndarray | None
+    lr: np.ndarray
+    wd: np.ndarray
+    method: str
+    eos_tol: float
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def theta_final(self) -> np.ndarray:
+        """Direction of the final iterate, w / ||w||."""
+        return self.w / np.linalg.norm(self.w, axis=-1, keepdims=True)
+
+
+def label_regimes(eos_ratio: np.ndarray, eos_tol: float) -> np.ndarray:
+    """Regime codes from eff_lr * sharpness: STABLE below 2(1 - tol), EOS within
+    2 tol of 2, UNSTABLE above 2(1 + tol); NaN (not reached) counts as STABLE."""
+    regime = np.full(eos_ratio.shape, STABLE, dtype=np.int8)
+    regime[eos_ratio >= 2 * (1 - eos_tol)] = EOS
+    regime[eos_ratio > 2 * (1 + eos_tol)] = UNSTABLE
+    return regime
+
+
+def first_eos_step(regime: np.ndarray, sharpness_steps: np.ndarray) -> np.ndarray:
+    """First sharpness step at or beyond the edge per trajectory, -1 if none."""
+    reached = regime >= EOS
+    first = np.where(reached.any(axis=0), sharpness_steps[np.argmax(reached, axis=0)]
+                     if len(sharpness_steps) else -1, -1)
+    return first.astype(np.int64)
+
+
+def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
+         sharpness_every, theta_every, jitter, seed, dtype, backend, eos_tol, lanczos_tol,
+         lanczos_max_iter, rms_beta=0.99, rms_eps=1e-12, offset=0) -> Trajectory:
+    if not isinstance(model, ScaleInvariantModel):
+        raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
+    if backend not in ("auto", "cpp"):
+        raise ValueError(f"backend {backend!r} is not available for trajectories; "
+                         "use 'auto' or 'cpp'")
+    steps = as_positive_int(steps, "steps", minimum=0)
+    record_every = as_positive_int(record_every if record_every is not None
+                                   else max(1, steps // 1000), "record_every")
+    sharpness_every = as_positive_int(sharpness_every if sharpness_every is not None
+                                      else max(1, steps // 20), "sharpness_every", minimum=0)
+    theta_every = as_positive_int(theta_every or 0, "theta_every", minimum=0)
+    jitter = as_real(jitter, "jitter", minimum=0.0)
+    seed = as_positive_int(seed, "seed", minimum=0)
+    eos_tol = as_real(eos_tol, "eos_tol", minimum=0.0)
+    lanczos_tol = as_real(lanczos_tol, "lanczos_tol", minimum=0.0, strict=True)
+    if dtype is not None and np.dtype(dtype) not in (np.float32, np.float64):
+        raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+    lr_a = per_trajectory(lr, "lr", positive=True)
+    wd_a = per_trajectory(wd, "wd")
+    if np.any(lr_a * wd_a >= 1):
+        raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
+    W0, hyper, single = broadcast_batch(w0, model.dim, dtype, lr=lr_a, wd=wd_a)
+    check_nonzero_rows(W0, "w0")
+    D = model.dim
+    max_iter = min(D, 1024) if lanczos_max_iter is None else as_positive_int(
+        lanczos_max_iter, "lanczos_max_iter")
+    if max_iter > min(D, 1024):
+        raise ValueError(f"lanczos_max_iter must be <= min(D, 1024) = {min(D, 1024)}")
+    max_iter = min(max_iter, 128) if lanczos_max_iter is None else max_iter
+    raw = model._core(W0.dtype).run(
+        W0, hyper["lr"], hyper["wd"], _METHODS[method], steps, record_every, sharpness_every,
+        theta_every, jitter, seed, offset, rms_beta, rms_eps, max_iter, min(D, 8), lanczos_tol)
+
+    sharpness_steps = np.arange(0, steps + 1, sharpness_every) if sharpness_every else \
+        np.zeros(0, dtype=np.int64)
+    regime = label_regimes(raw["eos_ratio"], eos_tol)
+    traj = Trajectory(
+        w=raw["w"], steps=np.arange(0, steps + 1, record_every),
+        loss=raw["loss"], norm2=raw["norm2"], eff_lr=raw["eff_lr"], grad_norm=raw["grad_norm"],
+        top_grad=raw["top_grad"] if sharpness_every else None,
+        sharpness_steps=sharpness_steps, sharpness=raw["sharpness"], eos_ratio=raw["eos_ratio"],
+        sharpness_converged=raw["sharpness_converged"].astype(bool), regime=regime,
+        eos_entry_step=first_eos_step(regime, sharpness_steps),
+        diverged=raw["diverged"].astype(bool), diverged_step=raw["diverged_step"],
+        theta_steps=np.arange(0, steps + 1, theta_every) if theta_every else
+        np.zeros(0, dtype=np.int64),
+        theta=raw["theta"] if theta_every else None,
+        lr=hyper["lr"], wd=hyper["wd"], method=method, eos_tol=eos_tol,
+        meta={"model": type(model).__name__, "jitter": jitter, "seed": seed, "dtype": str(W0.dtype)},
+    )
+    if single:
+        for name in _SINGLE_ARRAYS:
+            a = getattr(traj, name)
+            if a is not None:
+                setattr(traj, name, a[:, 0])
+        traj.w = traj.w[0]
+        if traj.theta is not None:
+            traj.theta = traj.theta[:, 0]
+        for name in ("eos_entry_step", "diverged", "diverged_step", "lr", "wd"):
+            setattr(traj, name, getattr(traj, name)[0])
+    return traj
+
+
+_COMMON_DOC = """
+    steps : int
+        Number of updates; metrics are recorded at steps 0, record_every, ... <= steps.
+    record_every : int, optional
+        Record interval (default: steps // 1000, at least 1).
+    sharpness_every : int, optional
+        Spherical sharpness (Lanczos on the HVP, warm-started) every this many
+        steps (default: steps // 20, at least 1); 0 turns it off, and with it
+        ``top_grad`` and the regime labels.
+    theta_every : int, optional
+        Also store theta_t = w_t / ||w_t|| every this many steps (0: never).
+    jitter : float
+        sigma >= 0: each update adds sigma ||w_t|| xi_t, xi_t ~ N(0, I/D), from a
+        counter-based RNG keyed by (seed, trajectory, step).
+    seed : int
+        Key of the jitter and of Lanczos' random starts.
+    dtype : float32 or float64, optional
+        Precision of the run (default: that of ``w0``, float64 for integers).
+    backend : {"auto", "cpp"}
+        Only the compiled CPU engine runs trajectories so far.
+    eos_tol : float
+        Relative tolerance of the Edge of Stability: |eff_lr S - 2| <= 2 eos_tol.
+    lanczos_tol, lanczos_max_iter
+        Relative residual tolerance and Krylov dimension cap (default min(D, 128)).
+
+    Returns
+    -------
+    Trajectory
+"""
+
+
+def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
+              record_every: int | None = None, sharpness_every: int | None = None,
+              theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
+              backend: str = "auto", eos_tol: float = 0.05, lanczos_tol: float = 1e-10,
+              lanczos_max_iter: int | None = None) -> Trajectory:
+    """Gradient descent with weight decay, w+ = (1 - lr wd) w - lr grad L(w).
+
+    Parameters
+    ----------
+    model : ScaleInvariantModel
+    w0 : array_like, shape (D,) or (B, D)
+        Starting points, none zero.
+    lr, wd : float or array_like, shape (B,)
+        Learning rate (> 0) and weight decay (>= 0) per trajectory, lr wd < 1;
+        a (D,) w0 broadcasts against them, so an lr x wd grid is one call.
+    """
+    return _run(model, w0, lr, wd, steps, method="gd_wd", record_every=record_every,
+                sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
+                seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
+                lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter)
+
+
+def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, wd=None,
+            record_every: int | None = None, sharpness_every: int | None = None,
+            theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
+            backend: str = "auto", eos_tol: float = 0.05, lanczos_tol: float = 1e-10,
+            lanczos_max_iter: int | None = None) -> Trajectory:
+    """Projected GD on the unit sphere, theta+ = Pi(theta - eta_t grad L(theta)).
+
+    With only ``eff_lr`` the effective LR eta_t is constant. With ``lr`` and
+    ``wd`` too, eta_0 = eff_lr and eta_t follows the GD+WD recursion
+    1/eta_{t+1} = (1 - lr wd)^2 (1/eta_t + eta_t ||grad L(theta_t)||^2), so the
+    run reproduces the directions of GD+WD from any w0 with
+    eff_lr = lr / ((1 - lr wd) ||w0||^2) (Lemma 3.1).
+
+    Parameters
+    ----------
+    theta0 : array_like, shape (D,) or (B, D)
+        Starting directions (normalised on entry).
+    eff_lr : float or array_like, shape (B,)
+        The (initial) effective learning rate, > 0.
+    """
+    if (lr is None) != (wd is None):
+        raise ValueError("give both lr and wd (adaptive effective LR) or neither (constant)")
+    if lr is None:
+        return _run(model, theta0, eff_lr, 0.0, steps, method="pgd", record_every=record_every,
+                    sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
+                    seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
+                    lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter)
+    # The engine's pgd_adaptive takes eta_0 through its lr slot and lr * wd
+    # through the decay factor: pass lr' = eta_0 and wd' = lr wd / eta_0.
+    eta0 = per_trajectory(eff_lr, "eff_lr", positive=True)
+    lr_a = per_trajectory(lr, "lr", positive=True)
+    wd_a = per_trajectory(wd, "wd")
+    if np.any(lr_a * wd_a >= 1):
+        raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
+    return _run(model, theta0, eta0, lr_a * wd_a / eta0, steps, method="pgd_adaptive",
+                record_every=record_every, sharpness_every=sharpness_every,
+                theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype, backend=backend,
+                eos_tol=eos_tol, lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter)
+
+
+def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
+                       beta: float = 0.99, eps: float = 1e-12,
+                       record_every: int | None = None, sharpness_every: int | None = None,
+                       theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
+                       backend: str = "auto", eos_tol: float = 0.05,
+                       lanczos_tol: float = 1e-10,
+                       lanczos_max_iter: int | None = None) -> Trajectory:
+    """RMSprop with one scalar second moment (the paper's Appendix B variant).
+
+    v_t = beta v_{t-1} + (1 - beta) ||grad L(w_t)||^2 (v_{-1} = 0),
+    w+ = (1 - lr wd) w - lr grad L(w) / (sqrt(v_t) + eps).
+    ``eff_lr`` records lr / ((sqrt(v_t) + eps)(1 - lr wd) ||w_t||^2).
+
+    Parameters
+    ----------
+    model, w0, lr, wd
+        As in ``run_gd_wd``.
+    beta : float in [0, 1)
+        Decay of the second-moment average.
+    eps : float >= 0
+        Added to sqrt(v_t).
+    """
+    beta = as_real(beta, "beta", minimum=0.0)
+    if beta >= 1:
+        raise ValueError(f"beta must be < 1, got {beta}")
+    eps = as_real(eps, "eps", minimum=0.0)
+    return _run(model, w0, lr, wd, steps, method="scalar_rmsprop", record_every=record_every,
+                sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
+                seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
+                lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
+                rms_beta=beta, rms_eps=eps)
+
+
+for _f in (run_gd_wd, run_pgd, run_scalar_rmsprop):
+    _f.__doc__ = _f.__doc__.rstrip() + "\n" + _COMMON_DOC
