@@ -89,7 +89,7 @@ def first_eos_step(regime: np.ndarray, sharpness_steps: np.ndarray) -> np.ndarra
 
 def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
          sharpness_every, theta_every, jitter, seed, dtype, backend, eos_tol, lanczos_tol,
-         lanczos_max_iter, rms_beta=0.99, rms_eps=1e-12, offset=0) -> Trajectory:
+         lanczos_max_iter, first_trajectory=0, rms_beta=0.99, rms_eps=1e-12) -> Trajectory:
     if not isinstance(model, ScaleInvariantModel):
         raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
     if backend not in ("auto", "cpp"):
@@ -103,15 +103,16 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     theta_every = as_positive_int(theta_every or 0, "theta_every", minimum=0)
     jitter = as_real(jitter, "jitter", minimum=0.0)
     seed = as_positive_int(seed, "seed", minimum=0)
+    first_trajectory = as_positive_int(first_trajectory, "first_trajectory", minimum=0)
     eos_tol = as_real(eos_tol, "eos_tol", minimum=0.0)
     lanczos_tol = as_real(lanczos_tol, "lanczos_tol", minimum=0.0, strict=True)
     if dtype is not None and np.dtype(dtype) not in (np.float32, np.float64):
         raise TypeError(f"dtype must be float32 or float64, got {dtype}")
     lr_a = per_trajectory(lr, "lr", positive=True)
     wd_a = per_trajectory(wd, "wd")
-    if np.any(lr_a * wd_a >= 1):
-        raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
     W0, hyper, single = broadcast_batch(w0, model.dim, dtype, lr=lr_a, wd=wd_a)
+    if np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
+        raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
     check_nonzero_rows(W0, "w0")
     D = model.dim
     max_iter = min(D, 1024) if lanczos_max_iter is None else as_positive_int(
@@ -121,7 +122,7 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     max_iter = min(max_iter, 128) if lanczos_max_iter is None else max_iter
     raw = model._core(W0.dtype).run(
         W0, hyper["lr"], hyper["wd"], _METHODS[method], steps, record_every, sharpness_every,
-        theta_every, jitter, seed, offset, rms_beta, rms_eps, max_iter, min(D, 8), lanczos_tol)
+        theta_every, jitter, seed, first_trajectory, rms_beta, rms_eps, max_iter, min(D, 8), lanczos_tol)
 
     sharpness_steps = np.arange(0, steps + 1, sharpness_every) if sharpness_every else \
         np.zeros(0, dtype=np.int64)
@@ -177,6 +178,10 @@ _COMMON_DOC = """
         Relative tolerance of the Edge of Stability: |eff_lr S - 2| <= 2 eos_tol.
     lanczos_tol, lanczos_max_iter
         Relative residual tolerance and Krylov dimension cap (default min(D, 128)).
+    first_trajectory : int
+        Global index of the first trajectory: it keys the random streams, so
+        chunks of a large batch, each given its offset, reproduce the whole
+        batch bit for bit.
 
     Returns
     -------
@@ -188,7 +193,7 @@ def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
               record_every: int | None = None, sharpness_every: int | None = None,
               theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
               backend: str = "auto", eos_tol: float = 0.05, lanczos_tol: float = 1e-10,
-              lanczos_max_iter: int | None = None) -> Trajectory:
+              lanczos_max_iter: int | None = None, first_trajectory: int = 0) -> Trajectory:
     """Gradient descent with weight decay, w+ = (1 - lr wd) w - lr grad L(w).
 
     Parameters
@@ -203,14 +208,15 @@ def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
     return _run(model, w0, lr, wd, steps, method="gd_wd", record_every=record_every,
                 sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
                 seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
-                lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter)
+                lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
+                first_trajectory=first_trajectory)
 
 
 def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, wd=None,
             record_every: int | None = None, sharpness_every: int | None = None,
             theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
             backend: str = "auto", eos_tol: float = 0.05, lanczos_tol: float = 1e-10,
-            lanczos_max_iter: int | None = None) -> Trajectory:
+            lanczos_max_iter: int | None = None, first_trajectory: int = 0) -> Trajectory:
     """Projected GD on the unit sphere, theta+ = Pi(theta - eta_t grad L(theta)).
 
     With only ``eff_lr`` the effective LR eta_t is constant. With ``lr`` and
@@ -232,18 +238,24 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
         return _run(model, theta0, eff_lr, 0.0, steps, method="pgd", record_every=record_every,
                     sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
                     seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
-                    lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter)
+                    lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
+                first_trajectory=first_trajectory)
     # The engine's pgd_adaptive takes eta_0 through its lr slot and lr * wd
     # through the decay factor: pass lr' = eta_0 and wd' = lr wd / eta_0.
     eta0 = per_trajectory(eff_lr, "eff_lr", positive=True)
     lr_a = per_trajectory(lr, "lr", positive=True)
     wd_a = per_trajectory(wd, "wd")
-    if np.any(lr_a * wd_a >= 1):
+    try:
+        np.broadcast_shapes(eta0.shape, lr_a.shape, wd_a.shape)
+    except ValueError:
+        raise ValueError("eff_lr, lr and wd must have equal lengths (or be scalars)") from None
+    if np.any(np.multiply(lr_a, wd_a) >= 1):
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
     return _run(model, theta0, eta0, lr_a * wd_a / eta0, steps, method="pgd_adaptive",
                 record_every=record_every, sharpness_every=sharpness_every,
                 theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype, backend=backend,
-                eos_tol=eos_tol, lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter)
+                eos_tol=eos_tol, lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
+                first_trajectory=first_trajectory)
 
 
 def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
@@ -252,7 +264,8 @@ def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
                        theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
                        backend: str = "auto", eos_tol: float = 0.05,
                        lanczos_tol: float = 1e-10,
-                       lanczos_max_iter: int | None = None) -> Trajectory:
+                       lanczos_max_iter: int | None = None,
+                       first_trajectory: int = 0) -> Trajectory:
     """RMSprop with one scalar second moment (the paper's Appendix B variant).
 
     v_t = beta v_{t-1} + (1 - beta) ||grad L(w_t)||^2 (v_{-1} = 0),
@@ -276,7 +289,7 @@ def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
                 sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
                 seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
                 lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                rms_beta=beta, rms_eps=eps)
+                first_trajectory=first_trajectory, rms_beta=beta, rms_eps=eps)
 
 
 for _f in (run_gd_wd, run_pgd, run_scalar_rmsprop):
