@@ -129,8 +129,12 @@ class ScaleInvariantModel(abc.ABC):
 
     def random_point(self, batch: int | None = None, *, seed: int = 0, norm: float = 1.0,
                      dtype=np.float64) -> np.ndarray:
-        """Gaussian random parameters rescaled to ``norm``, shape (D,) or (batch, D)."""
-        rng = np.random.default_rng(seed)
+        """Gaussian random parameters rescaled to ``norm``, shape (D,) or (batch, D).
+
+        Drawn from a stream of its own, so ``random_point(seed=0)`` is not the
+        ground truth of a ``synthetic(seed=0)`` model.
+        """
+        rng = np.random.default_rng([as_positive_int(seed, "seed", minimum=0), 0x5EED])
         n = 1 if batch is None else as_positive_int(batch, "batch")
         w = rng.standard_normal((n, self.dim))
         w *= norm / np.linalg.norm(w, axis=1, keepdims=True)
