@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -68,14 +69,30 @@ carray<Real> optional_output(bool wanted, std::vector<py::ssize_t> shape) {
 // (the same POD struct a CUDA kernel receives).
 template <class Real>
 struct BNLinRegCore {
-  std::vector<Real> Xc, u;
+  std::vector<Real> Xc, u, sigma, inv_sigma, sigma2, ut, V;
   BNLinearRegression<Real> model;
-  BNLinRegCore(const carray<Real>& Xc_, const carray<Real>& u_, double scale)
-      : Xc(to_vector(Xc_)), u(to_vector(u_)) {
+  BNLinRegSpectral<Real> spectral;  // the reduced form used by the engine
+  BNLinRegCore(const carray<Real>& Xc_, const carray<Real>& u_, double scale,
+               const carray<Real>& sigma_, const carray<Real>& ut_, const carray<Real>& V_,
+               double uperp2)
+      : Xc(to_vector(Xc_)), u(to_vector(u_)), sigma(to_vector(sigma_)), ut(to_vector(ut_)),
+        V(to_vector(V_)) {
     require(Xc_.ndim() == 2 && u_.ndim() == 1 && u_.shape(0) == Xc_.shape(0),
             "Xc must be (n, d) and u (n,)");
-    model = {Xc.data(), u.data(), static_cast<Real>(scale),
-             static_cast<int>(Xc_.shape(0)), static_cast<int>(Xc_.shape(1))};
+    const int n = static_cast<int>(Xc_.shape(0)), d = static_cast<int>(Xc_.shape(1));
+    const int r = static_cast<int>(sigma.size());
+    require(r >= 1 && ut.size() == sigma.size() && V_.ndim() == 2 && V_.shape(0) == d &&
+                V_.shape(1) == r,
+            "sigma and ut must be (r,), V (d, r)");
+    for (Real sv : sigma) {
+      require(sv > Real(0), "sigma must be positive");
+      inv_sigma.push_back(Real(1) / sv);
+      sigma2.push_back(sv * sv);
+    }
+    model = {Xc.data(), u.data(), static_cast<Real>(scale), n, d};
+    spectral = {sigma.data(), inv_sigma.data(), sigma2.data(), ut.data(), V.data(),
+                static_cast<Real>(uperp2),
+                static_cast<Real>(scale), r, d};
   }
   BNLinRegCore(const BNLinRegCore&) = delete;
 };
@@ -171,7 +188,7 @@ void add_engine(py::class_<Core>& cls) {
          int method, long long steps, long long record_every, long long sharpness_every,
          long long theta_every, double jitter, std::uint64_t seed, long long offset,
          double rms_beta, double rms_eps, int lanczos_max_iter, int lanczos_min_iter,
-         double lanczos_tol) {
+         double lanczos_tol, bool reduced) {
         const std::int64_t B = checked_batch(c, W0, "w0");
         const int D = c.model.dim();
         require(lr.size() == B && wd.size() == B, "lr and wd must have one entry per trajectory");
@@ -209,9 +226,23 @@ void add_engine(py::class_<Core>& cls) {
                                     sh_conv.mutable_data(),
                                     nth ? theta.mutable_data() : nullptr, w.mutable_data(),
                                     diverged.mutable_data(), diverged_step.mutable_data()};
+        constexpr bool has_reduced = std::is_same_v<Core, BNLinRegCore<Real>>;
+        require(!reduced || (has_reduced && jitter == 0 &&
+                             (cfg.method == Method::gd_wd || cfg.method == Method::scalar_rmsprop)),
+                "the reduced update exists for BN linear regression, GD+WD or scalar RMSprop, "
+                "without jitter");
         {
           py::gil_scoped_release nogil;
-          cpu::run_batch(c.model, cfg, W0.data(), lr.data(), wd.data(), B, offset, out);
+          if constexpr (has_reduced) {
+            if (reduced) {
+              cpu::run_batch_spectral(c.model, c.spectral, cfg, W0.data(), lr.data(), wd.data(),
+                                      B, offset, out);
+            } else {
+              cpu::run_batch(c.model, cfg, W0.data(), lr.data(), wd.data(), B, offset, out);
+            }
+          } else {
+            cpu::run_batch(c.model, cfg, W0.data(), lr.data(), wd.data(), B, offset, out);
+          }
         }
         py::dict r;
         r["loss"] = loss;
@@ -232,7 +263,7 @@ void add_engine(py::class_<Core>& cls) {
       py::arg("record_every"), py::arg("sharpness_every"), py::arg("theta_every"),
       py::arg("jitter"), py::arg("seed"), py::arg("offset"), py::arg("rms_beta"),
       py::arg("rms_eps"), py::arg("lanczos_max_iter"), py::arg("lanczos_min_iter"),
-      py::arg("lanczos_tol"));
+      py::arg("lanczos_tol"), py::arg("reduced") = false);
   cls.def(
       "lanczos",
       [](const Core& c, const carray<Real>& W, int k, int max_iter, int min_iter, double tol,
@@ -286,8 +317,10 @@ py::tuple lanczos_callable(const py::function& matvec, int D, int k, int max_ite
 template <class Real>
 void bind_dtype(py::module_& m, const std::string& suffix) {
   py::class_<BNLinRegCore<Real>> linreg(m, ("BNLinearRegression" + suffix).c_str());
-  linreg.def(py::init<const carray<Real>&, const carray<Real>&, double>(),
-             py::arg("Xc"), py::arg("u"), py::arg("scale"));
+  linreg.def(py::init<const carray<Real>&, const carray<Real>&, double, const carray<Real>&,
+                      const carray<Real>&, const carray<Real>&, double>(),
+             py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("sigma"), py::arg("ut"),
+             py::arg("V"), py::arg("uperp2"));
   add_kernels<BNLinRegCore<Real>, Real>(linreg);
   add_engine<BNLinRegCore<Real>, Real>(linreg);
 

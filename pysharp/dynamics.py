@@ -12,7 +12,7 @@ import numpy as np
 
 from ._hyper import broadcast_batch, per_trajectory
 from ._validation import as_positive_int, as_real, check_nonzero_rows
-from .models import ScaleInvariantModel
+from .models import BNLinearRegression, ScaleInvariantModel
 
 STABLE, EOS, UNSTABLE = 0, 1, 2
 REGIME_NAMES = ("stable", "eos", "unstable")
@@ -89,7 +89,8 @@ def first_eos_step(regime: np.ndarray, sharpness_steps: np.ndarray) -> np.ndarra
 
 def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
          sharpness_every, theta_every, jitter, seed, dtype, backend, eos_tol, lanczos_tol,
-         lanczos_max_iter, first_trajectory=0, rms_beta=0.99, rms_eps=1e-12) -> Trajectory:
+         lanczos_max_iter, first_trajectory=0, reduced=None, rms_beta=0.99,
+         rms_eps=1e-12) -> Trajectory:
     if not isinstance(model, ScaleInvariantModel):
         raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
     if backend not in ("auto", "cpp"):
@@ -111,6 +112,14 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     lr_a = per_trajectory(lr, "lr", positive=True)
     wd_a = per_trajectory(wd, "wd")
     W0, hyper, single = broadcast_batch(w0, model.dim, dtype, lr=lr_a, wd=wd_a)
+    if method in ("pgd", "pgd_adaptive"):
+        W0 = W0 / np.linalg.norm(W0, axis=1, keepdims=True)
+    can_reduce = (isinstance(model, BNLinearRegression) and jitter == 0
+                  and method in ("gd_wd", "scalar_rmsprop"))
+    if reduced and not can_reduce:
+        raise ValueError("reduced=True needs BNLinearRegression, GD+WD or scalar RMSprop, "
+                         "and jitter = 0")
+    reduced = can_reduce if reduced is None else bool(reduced)
     if np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
     check_nonzero_rows(W0, "w0")
@@ -122,7 +131,8 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     max_iter = min(max_iter, 128) if lanczos_max_iter is None else max_iter
     raw = model._core(W0.dtype).run(
         W0, hyper["lr"], hyper["wd"], _METHODS[method], steps, record_every, sharpness_every,
-        theta_every, jitter, seed, first_trajectory, rms_beta, rms_eps, max_iter, min(D, 8), lanczos_tol)
+        theta_every, jitter, seed, first_trajectory, rms_beta, rms_eps, max_iter, min(D, 8), lanczos_tol,
+        reduced)
 
     sharpness_steps = np.arange(0, steps + 1, sharpness_every) if sharpness_every else \
         np.zeros(0, dtype=np.int64)
@@ -139,7 +149,8 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
         np.zeros(0, dtype=np.int64),
         theta=raw["theta"] if theta_every else None,
         lr=hyper["lr"], wd=hyper["wd"], method=method, eos_tol=eos_tol,
-        meta={"model": type(model).__name__, "jitter": jitter, "seed": seed, "dtype": str(W0.dtype)},
+        meta={"model": type(model).__name__, "jitter": jitter, "seed": seed, "dtype": str(W0.dtype),
+              "reduced": reduced},
     )
     if single:
         for name in _SINGLE_ARRAYS:
@@ -193,7 +204,8 @@ def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
               record_every: int | None = None, sharpness_every: int | None = None,
               theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
               backend: str = "auto", eos_tol: float = 0.05, lanczos_tol: float = 1e-10,
-              lanczos_max_iter: int | None = None, first_trajectory: int = 0) -> Trajectory:
+              lanczos_max_iter: int | None = None, first_trajectory: int = 0,
+              reduced: bool | None = None) -> Trajectory:
     """Gradient descent with weight decay, w+ = (1 - lr wd) w - lr grad L(w).
 
     Parameters
@@ -204,12 +216,16 @@ def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
     lr, wd : float or array_like, shape (B,)
         Learning rate (> 0) and weight decay (>= 0) per trajectory, lr wd < 1;
         a (D,) w0 broadcasts against them, so an lr x wd grid is one call.
+    reduced : bool, optional
+        BN linear regression only: carry the update in the singular basis of
+        Xc (O(rank) per step instead of O(n d); exact algebra, equal to the
+        direct update up to rounding). Default: whenever possible (jitter = 0).
     """
     return _run(model, w0, lr, wd, steps, method="gd_wd", record_every=record_every,
                 sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
                 seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
                 lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                first_trajectory=first_trajectory)
+                first_trajectory=first_trajectory, reduced=reduced)
 
 
 def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, wd=None,

@@ -246,3 +246,20 @@ def test_theorem_4_2_holds_on_a_run():
     assert thm.applicable and thm.T0 > 0
     tr = ps.run_gd_wd(model, w0, lr, wd, thm.T0, record_every=1, sharpness_every=0)
     assert 0 <= thm.witness(tr) <= thm.T0
+
+
+def test_reduced_update_equals_direct_update():
+    """The singular-basis shortcut for BN linear regression is the same GD+WD."""
+    for n, d in ((20, 40), (30, 10)):  # overparameterised and not
+        model = ps.BNLinearRegression.synthetic(d=d, n=n, seed=2)
+        W0 = model.random_point(8, seed=3, norm=3.0)
+        kw = dict(record_every=1, sharpness_every=100, theta_every=500)
+        direct = ps.run_gd_wd(model, W0, 0.5, 2e-4, 2000, reduced=False, **kw)
+        fast = ps.run_gd_wd(model, W0, 0.5, 2e-4, 2000, reduced=True, **kw)
+        assert fast.meta["reduced"] and not direct.meta["reduced"]
+        assert np.max(np.abs(fast.w - direct.w)) <= 1e-10 * np.max(np.abs(direct.w))
+        for name in ("loss", "norm2", "eff_lr", "grad_norm", "sharpness", "top_grad", "theta"):
+            a, b = getattr(fast, name), getattr(direct, name)
+            assert np.max(np.abs(a - b)) <= 1e-10 * max(np.max(np.abs(b)), 1e-300), name
+    with pytest.raises(ValueError, match="reduced=True"):
+        ps.run_gd_wd(model, W0, 0.5, 2e-4, 10, reduced=True, jitter=1e-3)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "pysharp/engine/bn_linreg_spectral.hpp"
 #include "pysharp/engine/lanczos.hpp"
 #include "pysharp/engine/trajectory.hpp"
 
@@ -31,21 +32,50 @@ struct BatchRecords {
 };
 
 // Runs B trajectories; trajectory b uses global index offset + b for its
-// random streams and hyperparameters lr[b], wd[b].
-template <class Model, class Real>
-void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real* lr,
-               const Real* wd, long long B, long long offset, const BatchRecords<Real>& out) {
+// random streams and hyperparameters lr[b], wd[b]. make_state(w0, scratch)
+// builds the trajectory's state in state_reals of scratch.
+template <class Model, class Real, class MakeState>
+void run_batch_with(const Model& m, const EngineConfig& c, const Real* W0, const Real* lr,
+                    const Real* wd, long long B, long long offset,
+                    const BatchRecords<Real>& out, long long state_reals,
+                    MakeState&& make_state) {
   const int D = m.dim();
 #pragma omp parallel
   {
-    std::vector<Real> scratch(trajectory_scratch_reals(m, c));
+    std::vector<Real> state_scratch(state_reals);
+    std::vector<Real> scratch(trajectory_scratch_reals(D, c));
     std::vector<Jet<Real, 1>> jets(jet_scratch_size(m));
     // Dynamic: diverging trajectories finish early; the schedule never changes bits.
 #pragma omp for schedule(dynamic, 4)
-    for (long long b = 0; b < B; ++b)
-      run_trajectory(m, c, offset + b, W0 + b * D, lr[b], wd[b], out.row(b, B, D),
+    for (long long b = 0; b < B; ++b) {
+      auto state = make_state(W0 + b * D, state_scratch.data());
+      run_trajectory(m, c, offset + b, state, lr[b], wd[b], out.row(b, B, D),
                      scratch.data(), jets.data());
+    }
   }
+}
+
+// Any model, any method: the iterate is stored in full.
+template <class Model, class Real>
+void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real* lr,
+               const Real* wd, long long B, long long offset, const BatchRecords<Real>& out) {
+  run_batch_with(m, c, W0, lr, wd, B, offset, out,
+                 FullSpaceState<Model, Real>::scratch_size(m),
+                 [&m](const Real* w0, Real* scratch) {
+                   return FullSpaceState<Model, Real>(m, w0, scratch);
+                 });
+}
+
+// BN linear regression, GD+WD or scalar RMSprop without jitter: the exact
+// reduced update in the singular basis of Xc.
+template <class Real>
+void run_batch_spectral(const BNLinearRegression<Real>& m, const BNLinRegSpectral<Real>& sp,
+                        const EngineConfig& c, const Real* W0, const Real* lr, const Real* wd,
+                        long long B, long long offset, const BatchRecords<Real>& out) {
+  run_batch_with(m, c, W0, lr, wd, B, offset, out, SpectralState<Real>::scratch_size(sp),
+                 [&sp](const Real* w0, Real* scratch) {
+                   return SpectralState<Real>(sp, w0, scratch);
+                 });
 }
 
 // Top-k eigenpairs of H(w) for each row of W (B, D). start: (B, D) or nullptr.

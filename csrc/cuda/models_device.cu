@@ -43,7 +43,8 @@ __global__ void trajectory_rows(Model m, EngineConfig c, const Real* W0, const R
                                 int jet_stride) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= B) return;
-  run_trajectory(m, c, b, W0 + b * m.dim(), lr[b], wd[b], out, scratch + b * stride,
+  FullSpaceState<Model, Real> state(m, W0 + b * m.dim(), scratch + b * stride);
+  run_trajectory(m, c, b, state, lr[b], wd[b], out, scratch + b * stride + state.scratch_size(m),
                  jets + b * jet_stride);
 }
 

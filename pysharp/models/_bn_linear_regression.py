@@ -66,7 +66,14 @@ class BNLinearRegression(ScaleInvariantModel):
     def _make_core(self, suffix):
         dtype = np.float64 if suffix == "_f64" else np.float32
         cls = getattr(core(), "BNLinearRegression" + suffix)
-        return cls(self._Xc.astype(dtype), self._u.astype(dtype), self._scale)
+        # The engine's exact reduced update works in the singular basis of Xc.
+        U, sigma, Vt = np.linalg.svd(self._Xc, full_matrices=False)
+        keep = sigma > sigma[0] * max(self._Xc.shape) * np.finfo(float).eps
+        U, sigma, V = U[:, keep], sigma[keep], Vt[keep].T
+        ut = U.T @ self._u
+        uperp2 = float(np.sum((self._u - U @ ut) ** 2))
+        return cls(self._Xc.astype(dtype), self._u.astype(dtype), self._scale,
+                   sigma.astype(dtype), ut.astype(dtype), np.ascontiguousarray(V, dtype), uperp2)
 
     def spec(self) -> dict:
         return {"model": "bn_linear_regression", "X": self.X, "y": self.y}

@@ -49,14 +49,6 @@ PYSHARP_HD inline long long n_records(long long steps, long long every) {
   return every > 0 ? steps / every + 1 : 0;
 }
 
-template <class Model>
-PYSHARP_HD long long trajectory_scratch_reals(const Model& m, const EngineConfig& c) {
-  const int D = m.dim();
-  // w, g (also the next w), v1, the new eigenvector, model work, Lanczos scratch,
-  // and its two scalar outputs (eigenvalue, residual).
-  return 4LL * D + m.work_size() + 1 + lanczos_scratch_size(D, c.lanczos) + 2;
-}
-
 template <class Real>
 PYSHARP_HD bool all_finite(const Real* x, int n) {
   for (int i = 0; i < n; ++i)
@@ -69,30 +61,86 @@ PYSHARP_HD bool is_finite(Real x) {
   return x - x == Real(0);
 }
 
-// traj: the trajectory's global index (keys its random streams, so a batch
-// split into chunks gives the same bits when each chunk passes its offset).
-// jets: jet_scratch_size(m) order-1 jets for the HVPs of Lanczos.
+// How the engine sees an iterate. FullSpaceState stores w itself; other
+// states (bn_linreg_spectral.hpp) carry an exact reduced representation.
+// A state provides:
+//   bool evaluate(Real& loss, Real& norm2, Real& gnorm2)  L, ||w||^2, ||grad L(w)||^2
+//   const Real* point()                                   w (length D)
+//   Real grad_dot(const Real* v)                          v . grad L(w)
+//   bool advance(bool sphere, Real decay, Real step, Real norm, Real jitter_amp,
+//                std::uint64_t seed, long long traj, long long t)
+//       w+ = decay w - step grad L(w) + noise, or on the sphere
+//       w+ = Pi(w / norm - step grad L(w) + noise); false if w+ is not finite
+//       (the state then keeps w).
 template <class Model, class Real>
+struct FullSpaceState {
+  const Model& m;
+  Real* w;
+  Real* g;  // gradient, then the next iterate
+  Real* work;
+
+  // Scratch: 2 D + work_size + 1 Reals.
+  PYSHARP_HD FullSpaceState(const Model& model, const Real* w0, Real* scratch)
+      : m(model), w(scratch), g(scratch + model.dim()), work(scratch + 2 * model.dim()) {
+    for (int i = 0; i < m.dim(); ++i) w[i] = w0[i];
+  }
+  PYSHARP_HD static long long scratch_size(const Model& model) {
+    return 2LL * model.dim() + model.work_size() + 1;
+  }
+  PYSHARP_HD bool evaluate(Real& loss, Real& norm2, Real& gnorm2) {
+    const bool ok = m.loss_grad(w, &loss, g, work);
+    norm2 = detail::dot(w, w, m.dim());
+    gnorm2 = detail::dot(g, g, m.dim());
+    return ok;
+  }
+  PYSHARP_HD const Real* point() const { return w; }
+  PYSHARP_HD Real grad_dot(const Real* v) const { return detail::dot(v, g, m.dim()); }
+  PYSHARP_HD bool advance(bool sphere, Real decay, Real step, Real norm, Real jitter_amp,
+                          std::uint64_t seed, long long traj, long long t) {
+    const int D = m.dim();
+    if (sphere)
+      for (int i = 0; i < D; ++i) g[i] = w[i] / norm - step * g[i];
+    else
+      for (int i = 0; i < D; ++i) g[i] = decay * w[i] - step * g[i];
+    if (jitter_amp > Real(0))
+      for (int i = 0; i < D; ++i)
+        g[i] += jitter_amp * static_cast<Real>(normal(seed, static_cast<std::uint64_t>(traj),
+                                                      static_cast<std::uint64_t>(t), i));
+    if (sphere) {
+      const Real n_next = sqrt_(detail::dot(g, g, D));
+      for (int i = 0; i < D; ++i) g[i] /= n_next;
+    }
+    if (!all_finite(g, D)) return false;
+    Real* swap = w;
+    w = g;
+    g = swap;
+    return true;
+  }
+};
+
+// Scratch (Reals) of run_trajectory besides the state's own: v1, the new
+// eigenvector, Lanczos scratch and its two scalar outputs.
+PYSHARP_HD inline long long trajectory_scratch_reals(int D, const EngineConfig& c) {
+  return 2LL * D + lanczos_scratch_size(D, c.lanczos) + 2;
+}
+
+// Runs one trajectory from the state's initial point. m supplies the HVPs of
+// Lanczos at state.point(). traj: the trajectory's global index (keys its
+// random streams, so a batch split into chunks gives the same bits when each
+// chunk passes its offset). jets: jet_scratch_size(m) order-1 jets.
+template <class Model, class State, class Real>
 PYSHARP_HD void run_trajectory(const Model& m, const EngineConfig& c, long long traj,
-                               const Real* w0, Real lr, Real wd,
+                               State& state, Real lr, Real wd,
                                const TrajectoryRecords<Real>& out, Real* scratch,
                                Jet<Real, 1>* jets) {
   const int D = m.dim();
-  Real* w = scratch;
-  Real* g = w + D;
-  Real* v1 = g + D;
+  Real* v1 = scratch;
   Real* v_new = v1 + D;
-  Real* work = v_new + D;
-  Real* lz = work + m.work_size() + 1;
+  Real* lz = v_new + D;
   Real* lz_eval = lz + lanczos_scratch_size(D, c.lanczos);
   Real* lz_resid = lz_eval + 1;
-  for (int i = 0; i < D; ++i) w[i] = w0[i];
 
   const bool on_sphere = c.method == Method::pgd || c.method == Method::pgd_adaptive;
-  if (on_sphere) {  // start exactly on the sphere
-    const Real n0 = sqrt_(detail::dot(w, w, D));
-    for (int i = 0; i < D; ++i) w[i] /= n0;
-  }
   Real eta = lr;         // PGD: the effective LR
   Real rms_v = Real(0);  // scalar RMSprop: running mean of ||grad L(w)||^2
   const Real decay = Real(1) - lr * wd;
@@ -103,10 +151,8 @@ PYSHARP_HD void run_trajectory(const Model& m, const EngineConfig& c, long long 
   const long long S = out.stride;
 
   for (long long t = 0; t <= c.steps; ++t) {
-    Real loss = Real(0);
-    const bool defined = m.loss_grad(w, &loss, g, work);
-    const Real norm2 = detail::dot(w, w, D);
-    const Real gnorm2 = detail::dot(g, g, D);
+    Real loss = Real(0), norm2 = Real(0), gnorm2 = Real(0);
+    const bool defined = state.evaluate(loss, norm2, gnorm2);
     if (!defined || !is_finite(loss) || !is_finite(gnorm2) || !is_finite(norm2)) {
       *out.diverged = 1;
       *out.diverged_step = t;
@@ -129,6 +175,7 @@ PYSHARP_HD void run_trajectory(const Model& m, const EngineConfig& c, long long 
       lo.k = 1;
       lo.stream = static_cast<std::uint64_t>(traj);
       lo.counter = static_cast<std::uint64_t>(t);
+      const Real* w = state.point();
       auto apply = [&](const Real* x, Real* y) { return hvp(m, w, x, y, jets); };
       const LanczosReport rep = lanczos(apply, D, lo, have_v1 ? v1 : nullptr, lz_eval,
                                         v_new, lz_resid, lz);
@@ -153,46 +200,32 @@ PYSHARP_HD void run_trajectory(const Model& m, const EngineConfig& c, long long 
       out.eff_lr[rec * S] = eff;
       out.grad_norm[rec * S] = norm * sqrt_(gnorm2);  // ||grad L(theta)|| = ||w|| ||grad L(w)||
       if (out.top_grad)
-        out.top_grad[rec * S] = have_v1 ? norm * detail::dot(v1, g, D) : Real(0) / Real(0);
+        out.top_grad[rec * S] = have_v1 ? norm * state.grad_dot(v1) : Real(0) / Real(0);
       ++rec;
     }
     if (c.theta_every > 0 && t % c.theta_every == 0) {
+      const Real* w = state.point();
       Real* dst = out.theta + th * S * D;
       for (int i = 0; i < D; ++i) dst[i] = w[i] / norm;
       ++th;
     }
     if (t == c.steps) break;
 
-    // The next iterate is built in g, then swapped in if it is finite.
-    if (on_sphere) {
-      const Real step = eta * norm;  // theta - eta grad L(theta), grad L(theta) = ||w|| g
-      for (int i = 0; i < D; ++i) g[i] = w[i] / norm - step * g[i];
-    } else {
-      const Real step = c.method == Method::scalar_rmsprop
-                            ? lr / (sqrt_(rms_v) + Real(c.rms_eps))
-                            : lr;
-      for (int i = 0; i < D; ++i) g[i] = decay * w[i] - step * g[i];
-    }
-    if (c.jitter > 0) {
-      const Real amp = Real(c.jitter) * norm / sqrt_(Real(D));
-      for (int i = 0; i < D; ++i)
-        g[i] += amp * static_cast<Real>(normal(c.seed, static_cast<std::uint64_t>(traj),
-                                               static_cast<std::uint64_t>(t), i));
-    }
-    if (on_sphere) {
-      const Real n_next = sqrt_(detail::dot(g, g, D));
-      for (int i = 0; i < D; ++i) g[i] /= n_next;
-      if (c.method == Method::pgd_adaptive)  // 1/eta+ = (1 - lr wd)^2 (1/eta + eta ||grad L(theta)||^2)
-        eta = Real(1) / (decay * decay * (Real(1) / eta + eta * norm2 * gnorm2));
-    }
-    if (!all_finite(g, D)) {
+    Real step;  // the coefficient of grad L(w) in the update
+    if (on_sphere)
+      step = eta * norm;  // theta - eta grad L(theta), grad L(theta) = ||w|| grad L(w)
+    else if (c.method == Method::scalar_rmsprop)
+      step = lr / (sqrt_(rms_v) + Real(c.rms_eps));
+    else
+      step = lr;
+    const Real amp = c.jitter > 0 ? Real(c.jitter) * norm / sqrt_(Real(D)) : Real(0);
+    if (!state.advance(on_sphere, decay, step, norm, amp, c.seed, traj, t)) {
       *out.diverged = 1;
       *out.diverged_step = t + 1;
       break;
     }
-    Real* swap = w;
-    w = g;
-    g = swap;
+    if (c.method == Method::pgd_adaptive)  // 1/eta+ = (1 - lr wd)^2 (1/eta + eta ||grad L(theta)||^2)
+      eta = Real(1) / (decay * decay * (Real(1) / eta + eta * norm2 * gnorm2));
   }
 
   // A diverged trajectory is frozen: its last finite iterate is kept and the
@@ -212,6 +245,7 @@ PYSHARP_HD void run_trajectory(const Model& m, const EngineConfig& c, long long 
   }
   for (; th < nth; ++th)
     for (int i = 0; i < D; ++i) out.theta[th * S * D + i] = nan;
+  const Real* w = state.point();
   for (int i = 0; i < D; ++i) out.w_final[i] = w[i];
 }
 

@@ -1,0 +1,118 @@
+// GD+WD on BN linear regression in the singular basis of Xc: an exact
+// reduced form of the same update, O(r) per step instead of O(n d).
+//
+// With the thin SVD Xc = U diag(sigma) V^T of rank r, split
+// w = V a + w_perp (w_perp in the null space of Xc) and set b = sigma * a,
+// so that z = Xc w = U b and, with ut = U^T u, the loss and its gradient in b are
+//     L = (scale/2) (||b/||b|| - ut||^2 + ||u_perp||^2),
+//     grad_b L = scale (cos b/||b|| - ut) / ||b||,   cos = ut . b / ||b||,
+// and grad L(w) = V (sigma * grad_b L). GD+WD therefore maps to
+//     b+ = decay b - step sigma^2 * grad_b L,   w_perp+ = decay w_perp,
+// with ||w||^2 = ||b / sigma||^2 + c^2 ||w_perp(0)||^2, c = decay^t.
+// The reduced loss is the BN cosine loss (core/bn_cosine.hpp) restricted to
+// the column space of Xc, written out so that no n-vector is ever formed.
+#pragma once
+
+#include "pysharp/engine/trajectory.hpp"
+#include "pysharp/models/bn_linear_regression.hpp"
+
+namespace pysharp {
+
+template <class Real>
+struct BNLinRegSpectral {
+  const Real* sigma;  // (r,) singular values of Xc, all > 0
+  const Real* inv_sigma;  // (r,) 1 / sigma
+  const Real* sigma2;     // (r,) sigma^2
+  const Real* ut;     // (r,) U^T u
+  const Real* V;      // (d, r) row-major right singular vectors
+  Real uperp2;        // ||u - U ut||^2, the part of the target no w can fit
+  Real scale;         // 2 var(y)
+  int r;
+  int d;
+};
+
+template <class Real>
+struct SpectralState {
+  const BNLinRegSpectral<Real>& s;
+  Real* b;       // (r,)
+  Real* gb;      // (r,) grad_b L at b
+  Real* wperp0;  // (d,) null-space part of w0
+  Real* w;       // (d,) w, rebuilt on demand by point()
+  Real c = Real(1);
+  Real perp2;    // ||w_perp(0)||^2
+
+  PYSHARP_HD static long long scratch_size(const BNLinRegSpectral<Real>& sp) {
+    return 2LL * sp.r + 2LL * sp.d;
+  }
+  PYSHARP_HD SpectralState(const BNLinRegSpectral<Real>& sp, const Real* w0, Real* scratch)
+      : s(sp), b(scratch), gb(scratch + sp.r), wperp0(scratch + 2 * sp.r),
+        w(scratch + 2 * sp.r + sp.d) {
+    for (int i = 0; i < s.d; ++i) wperp0[i] = w0[i];
+    for (int k = 0; k < s.r; ++k) {
+      Real a = Real(0);
+      for (int i = 0; i < s.d; ++i) a += s.V[i * s.r + k] * w0[i];
+      b[k] = s.sigma[k] * a;
+      for (int i = 0; i < s.d; ++i) wperp0[i] -= s.V[i * s.r + k] * a;
+    }
+    perp2 = detail::dot(wperp0, wperp0, s.d);
+  }
+  PYSHARP_HD bool evaluate(Real& loss, Real& norm2, Real& gnorm2) {
+    Real r2 = Real(0), dot_ub = Real(0), a2 = Real(0);
+    for (int k = 0; k < s.r; ++k) {
+      r2 += b[k] * b[k];
+      dot_ub += s.ut[k] * b[k];
+      const Real a = b[k] * s.inv_sigma[k];
+      a2 += a * a;
+    }
+    if (!(r2 > Real(0))) return false;  // Xc w = 0: BatchNorm undefined
+    const Real inv_r = Real(1) / sqrt_(r2);
+    const Real cos_zu = dot_ub * inv_r;
+    Real err2 = s.uperp2, g2 = Real(0);
+    for (int k = 0; k < s.r; ++k) {
+      const Real bh = b[k] * inv_r;
+      const Real e = bh - s.ut[k];
+      err2 += e * e;
+      gb[k] = (cos_zu * bh - s.ut[k]) * inv_r * s.scale;
+      const Real ga = s.sigma[k] * gb[k];
+      g2 += ga * ga;
+    }
+    loss = err2 * (Real(0.5) * s.scale);
+    norm2 = a2 + c * c * perp2;
+    gnorm2 = g2;
+    return true;
+  }
+  PYSHARP_HD const Real* point() const {
+    for (int i = 0; i < s.d; ++i) {
+      Real acc = c * wperp0[i];
+      for (int k = 0; k < s.r; ++k) acc += s.V[i * s.r + k] * (b[k] * s.inv_sigma[k]);
+      w[i] = acc;
+    }
+    return w;
+  }
+  PYSHARP_HD Real grad_dot(const Real* v) const {  // v . V (sigma * gb)
+    Real acc = Real(0);
+    for (int k = 0; k < s.r; ++k) {
+      Real vk = Real(0);
+      for (int i = 0; i < s.d; ++i) vk += v[i] * s.V[i * s.r + k];
+      acc += vk * s.sigma[k] * gb[k];
+    }
+    return acc;
+  }
+  // Jitter and the sphere methods need the full space; callers choose
+  // FullSpaceState for those (the Python layer does).
+  PYSHARP_HD bool advance(bool /*sphere*/, Real decay, Real step, Real /*norm*/,
+                          Real /*jitter_amp*/, std::uint64_t, long long, long long) {
+    bool finite = true;
+    for (int k = 0; k < s.r; ++k) {
+      const Real nb = decay * b[k] - step * s.sigma2[k] * gb[k];
+      finite = finite && is_finite(nb);
+      gb[k] = nb;
+    }
+    if (!finite) return false;
+    for (int k = 0; k < s.r; ++k) b[k] = gb[k];
+    c *= decay;
+    return true;
+  }
+};
+
+}  // namespace pysharp
