@@ -10,11 +10,18 @@
 
 namespace pysharp::cpu {
 
+// Threads pay off only above some work: waking a team costs microseconds, and
+// far more when the cores are busy. `rows` evaluations of a model.
+template <class Model>
+bool worth_threads(const Model& m, std::int64_t rows) {
+  return rows > 1 && rows * static_cast<std::int64_t>(m.dim()) * (m.work_size() + 1) >= 20000;
+}
+
 template <class Model, class Real>
 void loss_grad(const Model& m, const Real* W, std::int64_t B, Real* loss, Real* G,
                std::uint8_t* ok) {
   const std::int64_t D = m.dim();
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(m, B))
   {
     std::vector<Real> work(m.work_size() + 1);
 #pragma omp for schedule(static)
@@ -28,7 +35,7 @@ template <int Order, class Model, class Real>
 void directional(const Model& m, const Real* W, const Real* V, std::int64_t B,
                  Real* out, std::uint8_t* ok) {
   const std::int64_t D = m.dim();
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(m, 3 * B))
   {
     std::vector<Jet<Real, Order>> scratch(jet_scratch_size(m));
 #pragma omp for schedule(static)
@@ -47,7 +54,7 @@ template <class Model, class Real>
 void hessian(const Model& m, const Real* W, std::int64_t B, Real* H, std::uint8_t* ok) {
   const std::int64_t D = m.dim();
   const std::int64_t total = B * D;
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(m, 3 * total))
   {
     std::vector<Jet<Real, 1>> scratch(jet_scratch_size(m));
     std::vector<Real> e(D, Real(0)), col(D);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "pysharp/engine/bn_linreg_spectral.hpp"
+#include "cpu/batched.hpp"
 #include "pysharp/engine/lanczos.hpp"
 #include "pysharp/engine/trajectory.hpp"
 
@@ -40,7 +41,7 @@ void run_batch_with(const Model& m, const EngineConfig& c, const Real* W0, const
                     const BatchRecords<Real>& out, long long state_reals,
                     MakeState&& make_state) {
   const int D = m.dim();
-#pragma omp parallel
+#pragma omp parallel if (B > 1)
   {
     std::vector<Real> state_scratch(state_reals);
     std::vector<Real> scratch(trajectory_scratch_reals(D, c));
@@ -85,7 +86,7 @@ void lanczos_batch(const Model& m, const LanczosOptions& o, const Real* W, const
                    std::uint8_t* converged, std::uint8_t* ok) {
   const int D = m.dim();
   const int k = o.k;
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(m, B * o.max_iter))
   {
     std::vector<Real> scratch(lanczos_scratch_size(D, o));
     std::vector<Jet<Real, 1>> jets(jet_scratch_size(m));
