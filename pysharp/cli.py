@@ -1,4 +1,4 @@
-"""The ``pysharp`` command line: ``pysharp demo`` and ``pysharp info``."""
+"""The ``pysharp`` command line: ``demo``, ``reproduce`` and ``info``."""
 
 from __future__ import annotations
 
@@ -80,6 +80,21 @@ def _demo(args) -> int:
     return 0
 
 
+def _reproduce(args) -> int:
+    from . import reproduce
+
+    if args.name == "all":
+        results = reproduce.run_all(args.out, quick=args.quick)
+        print(f"ran {len(results)} experiments; index at {Path(args.out) / 'index.md'}")
+        return 0
+    summary = reproduce.run(args.name, args.out, quick=args.quick)
+    for key, value in summary.items():
+        if not isinstance(value, (list, dict)):
+            print(f"  {key}: {value}")
+    print(f"figures: {', '.join(summary.get('figures', []))} in {args.out}")
+    return 0
+
+
 def _info(args) -> int:
     import pysharp as ps
 
@@ -96,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="pysharp-demo", help="folder for demo.json / demo.png")
     demo.set_defaults(func=_demo)
+    rep = sub.add_parser("reproduce", help="the theory's predictions as figures and numbers")
+    rep.add_argument("name", help="experiment name, or 'all'")
+    rep.add_argument("--out", default="pysharp-figures", help="output folder")
+    rep.add_argument("--quick", action="store_true", help="seconds instead of minutes")
+    rep.set_defaults(func=_reproduce)
     info = sub.add_parser("info", help="how the compiled core was built")
     info.set_defaults(func=_info)
     args = parser.parse_args(argv)
