@@ -119,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     info = sub.add_parser("info", help="how the compiled core was built")
     info.set_defaults(func=_info)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ImportError, ValueError) as exc:  # missing extra or bad argument: no traceback
+        print(f"pysharp {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

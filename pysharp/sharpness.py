@@ -76,6 +76,7 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, tol: float
     if not isinstance(model, ScaleInvariantModel):
         raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
     W, single = model._batch(w)
+    W = model._unit_scale(W)[0]  # the result depends on the direction only
     D = model.dim
     k = as_positive_int(k, "k")
     if k > D:

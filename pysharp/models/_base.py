@@ -65,6 +65,27 @@ class ScaleInvariantModel(abc.ABC):
                                  "they must match or one of them must be a single vector")
         return W, V, single_w and single_v
 
+    @staticmethod
+    def _unit_scale(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows rescaled by a power of two to max |entry| in [0.5, 1), and the factors.
+
+        Scale invariance makes the loss of the rescaled rows exact, and
+        derivatives scale back as powers of the factor, so kernels never form
+        a squared norm that overflows or underflows although the result is an
+        ordinary float. Power-of-two factors make the round trip exact.
+        """
+        peak = np.max(np.abs(W), axis=1)
+        factor = np.ldexp(1.0, -np.frexp(peak.astype(np.float64))[1])
+        scaled = np.where(peak[:, None] > 0, W.astype(np.float64) * factor[:, None], W)
+        return np.ascontiguousarray(scaled, dtype=W.dtype), np.where(peak > 0, factor, 1.0)
+
+    @staticmethod
+    def _scaled_back(x: np.ndarray, factor: np.ndarray, power: int) -> np.ndarray:
+        """x * factor^power per row (float64 arithmetic), in x's dtype."""
+        f = factor.reshape((-1,) + (1,) * (x.ndim - 1)) ** power
+        with np.errstate(over="ignore", under="ignore"):
+            return (x * f).astype(x.dtype)
+
     def _checked(self, ok: np.ndarray) -> None:
         if not np.all(ok):
             raise ValueError(f"w[{int(np.argmin(ok))}]: {self._undefined_reason}")
@@ -83,9 +104,10 @@ class ScaleInvariantModel(abc.ABC):
         grad : ndarray, shape (D,) or (B, D)
         """
         W, single = self._batch(w)
-        loss, G, ok = self._core(W.dtype).loss_grad(W)
+        Ws, f = self._unit_scale(W)
+        loss, G, ok = self._core(W.dtype).loss_grad(Ws)
         self._checked(ok)
-        return self._shape(loss, single), self._shape(G, single)
+        return self._shape(loss, single), self._shape(self._scaled_back(G, f, 1), single)
 
     def loss(self, w) -> np.ndarray:
         """Loss L(w), shape () or (B,)."""
@@ -95,15 +117,22 @@ class ScaleInvariantModel(abc.ABC):
         """Gradient grad L(w), shape of ``w``. Orthogonal to w (scale invariance)."""
         return self.loss_and_grad(w)[1]
 
+    def _directional(self, w, v, kernel: str, power: int) -> np.ndarray:
+        W, V, single = self._pair(w, v)
+        Ws, f = self._unit_scale(W)
+        Vs, g = self._unit_scale(V)
+        out, ok = getattr(self._core(W.dtype), kernel)(Ws, Vs)
+        self._checked(ok)
+        # Order `power` in v: a factor g^-1 on v comes out as g^-power; w adds f^(power + 1).
+        out = self._scaled_back(out, f ** (power + 1) * g ** -power, 1)
+        return self._shape(out, single)
+
     def hvp(self, w, v) -> np.ndarray:
         """Hessian-vector product H(w) v, exact (forward-mode jets, no finite step).
 
         ``v`` is (D,) or (B, D); a single vector broadcasts against a batch.
         """
-        W, V, single = self._pair(w, v)
-        out, ok = self._core(W.dtype).hvp(W, V)
-        self._checked(ok)
-        return self._shape(out, single)
+        return self._directional(w, v, "hvp", 1)
 
     def third(self, w, v) -> np.ndarray:
         """Third-order contraction D^3L(w)[v, v]: the vector d/dt H(w + t v) v at t = 0.
@@ -111,10 +140,7 @@ class ScaleInvariantModel(abc.ABC):
         With v the unit top eigenvector of H(w) this is grad lambda_1(w), the
         driving term of the sharpness-reduction flow.
         """
-        W, V, single = self._pair(w, v)
-        out, ok = self._core(W.dtype).third(W, V)
-        self._checked(ok)
-        return self._shape(out, single)
+        return self._directional(w, v, "third", 2)
 
     def hessian(self, w) -> np.ndarray:
         """Dense Hessian, shape (D, D) or (B, D, D), from D HVPs per point.
@@ -123,9 +149,10 @@ class ScaleInvariantModel(abc.ABC):
         ``hvp`` with an iterative eigensolver instead.
         """
         W, single = self._batch(w)
-        H, ok = self._core(W.dtype).hessian(W)
+        Ws, f = self._unit_scale(W)
+        H, ok = self._core(W.dtype).hessian(Ws)
         self._checked(ok)
-        return self._shape(H, single)
+        return self._shape(self._scaled_back(H, f, 2), single)
 
     def random_point(self, batch: int | None = None, *, seed: int = 0, norm: float = 1.0,
                      dtype=np.float64) -> np.ndarray:

@@ -32,8 +32,9 @@ class BNLinearRegression(ScaleInvariantModel):
 
     def __init__(self, X, y) -> None:
         super().__init__()
-        X = as_float_array(X, "X", np.float64)
-        y = as_float_array(y, "y", np.float64)
+        # Own copies: the model freezes them, and must not alias the caller's arrays.
+        X = as_float_array(X, "X", np.float64).copy()
+        y = as_float_array(y, "y", np.float64).copy()
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D (n, d), got shape {X.shape}")
         if y.shape != (X.shape[0],):
@@ -89,6 +90,7 @@ class BNLinearRegression(ScaleInvariantModel):
             mean(y) - wt . mean_rows(X).
         """
         W, single = self._batch(w)
+        W = self._unit_scale(W)[0]  # wt and bt depend on the direction only
         sigma = np.linalg.norm(W @ self._Xc.T.astype(W.dtype), axis=1) / np.sqrt(self.n)
         self._checked(sigma != 0)
         wt = (self.y.std() / sigma)[:, None] * W

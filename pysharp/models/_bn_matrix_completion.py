@@ -22,7 +22,7 @@ def _entries(rows, cols, values, shape, label: str) -> tuple[np.ndarray, np.ndar
                 raise TypeError(f"{name} must hold integer indices, got dtype {a.dtype}")
         idx.append(a.astype(np.int64))
     r, c = idx
-    v = as_float_array(values, names[2], np.float64)
+    v = as_float_array(values, names[2], np.float64).copy()  # never alias the caller's array
     if not (r.shape == c.shape == v.shape):
         raise ValueError(f"{names[0]}, {names[1]} and {names[2]} must have equal lengths, "
                          f"got {r.shape[0]}, {c.shape[0]}, {v.shape}")
@@ -126,6 +126,7 @@ class BNMatrixCompletion(ScaleInvariantModel):
         if self.test is None:
             raise ValueError("this model has no held-out entries; pass test=(rows, cols, values)")
         W, single = self._batch(w)
+        W = self._unit_scale(W)[0]  # scale invariant
         rows, cols, values = self.test
         loss, ok = self._core(W.dtype).test_loss(
             W, rows, cols, values.astype(W.dtype), float(self.values.mean()), float(self.values.std()))

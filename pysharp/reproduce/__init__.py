@@ -15,7 +15,14 @@ import time
 from pathlib import Path
 
 #: experiment name -> module under pysharp.reproduce
-REGISTRY: dict[str, str] = {}
+REGISTRY: dict[str, str] = {
+    "toy3d": "toy3d",
+    "bn-linreg-periodic": "bn_linreg_periodic",
+    "bn-linreg-minnorm": "bn_linreg_minnorm",
+    "matrix-completion": "matrix_completion",
+    "tracking": "tracking",
+    "ablation": "ablation",
+}
 
 
 def names() -> list[str]:
@@ -29,6 +36,7 @@ def run(name: str, out, quick: bool = False) -> dict:
     """
     if name not in REGISTRY:
         raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(names()) or 'none'}")
+    plt()  # fail before any work when matplotlib is missing
     module = importlib.import_module(f"pysharp.reproduce.{REGISTRY[name]}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
