@@ -124,129 +124,178 @@ PYSHARP_HD inline long long trajectory_scratch_reals(int D, const EngineConfig& 
   return 2LL * D + lanczos_scratch_size(D, c.lanczos) + 2;
 }
 
-// Runs one trajectory from the state's initial point. m supplies the HVPs of
-// Lanczos at state.point(). traj: the trajectory's global index (keys its
-// random streams, so a batch split into chunks gives the same bits when each
-// chunk passes its offset). jets: jet_scratch_size(m) order-1 jets.
+// One trajectory as a sequence of observe(t) (measure and record step t) and
+// step(t) (apply the update of step t) calls, so that drivers may advance
+// several trajectories in lockstep between observations. m supplies the
+// HVPs of Lanczos at state.point(). traj: the trajectory's global index (keys
+// its random streams, so a batch split into chunks gives the same bits when
+// each chunk passes its offset). scratch: trajectory_scratch_reals(D, c)
+// Reals; jets: jet_scratch_size(m) order-1 jets.
+template <class Model, class State, class Real>
+class TrajectoryRunner {
+ public:
+  PYSHARP_HD TrajectoryRunner(const Model& m, const EngineConfig& c, long long traj,
+                              State& state, Real lr, Real wd,
+                              const TrajectoryRecords<Real>& out, Real* scratch,
+                              Jet<Real, 1>* jets)
+      : m_(m), c_(c), traj_(traj), state_(state), lr_(lr), decay_(Real(1) - lr * wd),
+        eta_(lr), out_(out), v1_(scratch), v_new_(scratch + m.dim()),
+        lz_(scratch + 2 * m.dim()), jets_(jets) {
+    lz_eval_ = lz_ + lanczos_scratch_size(m.dim(), c.lanczos);
+    lz_resid_ = lz_eval_ + 1;
+    on_sphere_ = c.method == Method::pgd || c.method == Method::pgd_adaptive;
+    *out.diverged = 0;
+    *out.diverged_step = -1;
+  }
+
+  PYSHARP_HD bool diverged() const { return *out_.diverged != 0; }
+
+  // Marks the trajectory diverged at step t (its state is kept as it is).
+  PYSHARP_HD void flag(long long t) {
+    *out_.diverged = 1;
+    *out_.diverged_step = t;
+  }
+
+  PYSHARP_HD bool observe(long long t) {
+    const int D = m_.dim();
+    const long long S = out_.stride;
+    const bool defined = state_.evaluate(loss_, norm2_, gnorm2_);
+    if (!defined || !is_finite(loss_) || !is_finite(gnorm2_) || !is_finite(norm2_)) {
+      flag(t);
+      return false;
+    }
+    norm_ = sqrt_(norm2_);
+    // Effective LR of this step on the sphere: theta+ = Pi(theta - eff grad L(theta)).
+    if (on_sphere_) {
+      eff_ = eta_;
+    } else if (c_.method == Method::scalar_rmsprop) {
+      rms_v_ = Real(c_.rms_beta) * rms_v_ + Real(1 - c_.rms_beta) * gnorm2_;
+      eff_ = lr_ / ((sqrt_(rms_v_) + Real(c_.rms_eps)) * decay_ * norm2_);
+    } else {
+      eff_ = lr_ / (decay_ * norm2_);
+    }
+    if (c_.sharpness_every > 0 && t % c_.sharpness_every == 0) {
+      LanczosOptions lo = c_.lanczos;
+      lo.k = 1;
+      lo.stream = static_cast<std::uint64_t>(traj_);
+      lo.counter = static_cast<std::uint64_t>(t);
+      const Real* w = state_.point();
+      Jet<Real, 1>* jets = jets_;
+      const Model& m = m_;
+      auto apply = [&](const Real* x, Real* y) { return hvp(m, w, x, y, jets); };
+      const LanczosReport rep = lanczos(apply, D, lo, have_v1_ ? v1_ : nullptr, lz_eval_,
+                                        v_new_, lz_resid_, lz_);
+      if (!rep.ok || !is_finite(*lz_eval_)) {
+        flag(t);
+        return false;
+      }
+      // Keep the eigenvector's sign continuous so top_grad shows the oscillation.
+      const Real flip =
+          (have_v1_ && detail::dot(v_new_, v1_, D) < Real(0)) ? Real(-1) : Real(1);
+      for (int i = 0; i < D; ++i) v1_[i] = flip * v_new_[i];
+      have_v1_ = true;
+      const Real sharp = *lz_eval_ * norm2_;  // S(w) = ||w||^2 lambda_1(H(w))
+      out_.sharpness[sh_ * S] = sharp;
+      out_.eos_ratio[sh_ * S] = eff_ * sharp;
+      out_.sharpness_converged[sh_ * S] = rep.converged;
+      ++sh_;
+    }
+    if (t % c_.record_every == 0) {
+      out_.loss[rec_ * S] = loss_;
+      out_.norm2[rec_ * S] = norm2_;
+      out_.eff_lr[rec_ * S] = eff_;
+      out_.grad_norm[rec_ * S] = norm_ * sqrt_(gnorm2_);  // ||grad L(theta)|| = ||w|| ||grad L(w)||
+      if (out_.top_grad)
+        out_.top_grad[rec_ * S] = have_v1_ ? norm_ * state_.grad_dot(v1_) : Real(0) / Real(0);
+      ++rec_;
+    }
+    if (c_.theta_every > 0 && t % c_.theta_every == 0) {
+      const Real* w = state_.point();
+      Real* dst = out_.theta + th_ * S * D;
+      for (int i = 0; i < D; ++i) dst[i] = w[i] / norm_;
+      ++th_;
+    }
+    return true;
+  }
+
+  // The update of step t, after observe(t).
+  PYSHARP_HD bool step(long long t) {
+    Real step;  // the coefficient of grad L(w) in the update
+    if (on_sphere_)
+      step = eta_ * norm_;  // theta - eta grad L(theta), grad L(theta) = ||w|| grad L(w)
+    else if (c_.method == Method::scalar_rmsprop)
+      step = lr_ / (sqrt_(rms_v_) + Real(c_.rms_eps));
+    else
+      step = lr_;
+    const Real amp =
+        c_.jitter > 0 ? Real(c_.jitter) * norm_ / sqrt_(Real(m_.dim())) : Real(0);
+    if (!state_.advance(on_sphere_, decay_, step, norm_, amp, c_.seed, traj_, t)) {
+      flag(t + 1);
+      return false;
+    }
+    if (c_.method == Method::pgd_adaptive)  // 1/eta+ = (1 - lr wd)^2 (1/eta + eta ||grad L(theta)||^2)
+      eta_ = Real(1) / (decay_ * decay_ * (Real(1) / eta_ + eta_ * norm2_ * gnorm2_));
+    return true;
+  }
+
+  // A diverged trajectory is frozen: its last finite iterate is kept and the
+  // records it never reached are NaN.
+  PYSHARP_HD void finish() {
+    const int D = m_.dim();
+    const long long S = out_.stride;
+    const Real nan = Real(0) / Real(0);
+    const long long nrec = n_records(c_.steps, c_.record_every);
+    const long long nsh = n_records(c_.steps, c_.sharpness_every);
+    const long long nth = n_records(c_.steps, c_.theta_every);
+    for (; rec_ < nrec; ++rec_) {
+      out_.loss[rec_ * S] = out_.norm2[rec_ * S] = out_.eff_lr[rec_ * S] = nan;
+      out_.grad_norm[rec_ * S] = nan;
+      if (out_.top_grad) out_.top_grad[rec_ * S] = nan;
+    }
+    for (; sh_ < nsh; ++sh_) {
+      out_.sharpness[sh_ * S] = out_.eos_ratio[sh_ * S] = nan;
+      out_.sharpness_converged[sh_ * S] = 0;
+    }
+    for (; th_ < nth; ++th_)
+      for (int i = 0; i < D; ++i) out_.theta[th_ * S * D + i] = nan;
+    const Real* w = state_.point();
+    for (int i = 0; i < D; ++i) out_.w_final[i] = w[i];
+  }
+
+ private:
+  const Model& m_;
+  const EngineConfig& c_;
+  long long traj_;
+  State& state_;
+  Real lr_, decay_, eta_;  // eta_: PGD's effective LR
+  Real rms_v_ = Real(0);   // scalar RMSprop: running mean of ||grad L(w)||^2
+  const TrajectoryRecords<Real>& out_;
+  Real *v1_, *v_new_, *lz_, *lz_eval_ = nullptr, *lz_resid_ = nullptr;
+  Jet<Real, 1>* jets_;
+  bool on_sphere_ = false, have_v1_ = false;
+  long long rec_ = 0, sh_ = 0, th_ = 0;  // records written so far
+  Real loss_ = Real(0), norm2_ = Real(0), gnorm2_ = Real(0), norm_ = Real(0), eff_ = Real(0);
+};
+
+// The steps at which anything is recorded: observations between them are
+// not needed by the plain GD+WD update (which depends on w alone).
+PYSHARP_HD inline bool is_event(const EngineConfig& c, long long t) {
+  return t == c.steps || t % c.record_every == 0 ||
+         (c.sharpness_every > 0 && t % c.sharpness_every == 0) ||
+         (c.theta_every > 0 && t % c.theta_every == 0);
+}
+
+// Runs one trajectory from the state's initial point, step by step.
 template <class Model, class State, class Real>
 PYSHARP_HD void run_trajectory(const Model& m, const EngineConfig& c, long long traj,
                                State& state, Real lr, Real wd,
                                const TrajectoryRecords<Real>& out, Real* scratch,
                                Jet<Real, 1>* jets) {
-  const int D = m.dim();
-  Real* v1 = scratch;
-  Real* v_new = v1 + D;
-  Real* lz = v_new + D;
-  Real* lz_eval = lz + lanczos_scratch_size(D, c.lanczos);
-  Real* lz_resid = lz_eval + 1;
-
-  const bool on_sphere = c.method == Method::pgd || c.method == Method::pgd_adaptive;
-  Real eta = lr;         // PGD: the effective LR
-  Real rms_v = Real(0);  // scalar RMSprop: running mean of ||grad L(w)||^2
-  const Real decay = Real(1) - lr * wd;
-  bool have_v1 = false;
-  long long rec = 0, sh = 0, th = 0;  // records written so far
-  *out.diverged = 0;
-  *out.diverged_step = -1;
-  const long long S = out.stride;
-
+  TrajectoryRunner<Model, State, Real> runner(m, c, traj, state, lr, wd, out, scratch, jets);
   for (long long t = 0; t <= c.steps; ++t) {
-    Real loss = Real(0), norm2 = Real(0), gnorm2 = Real(0);
-    const bool defined = state.evaluate(loss, norm2, gnorm2);
-    if (!defined || !is_finite(loss) || !is_finite(gnorm2) || !is_finite(norm2)) {
-      *out.diverged = 1;
-      *out.diverged_step = t;
-      break;
-    }
-    const Real norm = sqrt_(norm2);
-    // Effective LR of this step on the sphere: theta+ = Pi(theta - eff grad L(theta)).
-    Real eff;
-    if (on_sphere) {
-      eff = eta;
-    } else if (c.method == Method::scalar_rmsprop) {
-      rms_v = Real(c.rms_beta) * rms_v + Real(1 - c.rms_beta) * gnorm2;
-      eff = lr / ((sqrt_(rms_v) + Real(c.rms_eps)) * decay * norm2);
-    } else {
-      eff = lr / (decay * norm2);
-    }
-
-    if (c.sharpness_every > 0 && t % c.sharpness_every == 0) {
-      LanczosOptions lo = c.lanczos;
-      lo.k = 1;
-      lo.stream = static_cast<std::uint64_t>(traj);
-      lo.counter = static_cast<std::uint64_t>(t);
-      const Real* w = state.point();
-      auto apply = [&](const Real* x, Real* y) { return hvp(m, w, x, y, jets); };
-      const LanczosReport rep = lanczos(apply, D, lo, have_v1 ? v1 : nullptr, lz_eval,
-                                        v_new, lz_resid, lz);
-      if (!rep.ok || !is_finite(*lz_eval)) {
-        *out.diverged = 1;
-        *out.diverged_step = t;
-        break;
-      }
-      // Keep the eigenvector's sign continuous so top_grad shows the oscillation.
-      const Real flip = (have_v1 && detail::dot(v_new, v1, D) < Real(0)) ? Real(-1) : Real(1);
-      for (int i = 0; i < D; ++i) v1[i] = flip * v_new[i];
-      have_v1 = true;
-      const Real sharp = *lz_eval * norm2;  // S(w) = ||w||^2 lambda_1(H(w))
-      out.sharpness[sh * S] = sharp;
-      out.eos_ratio[sh * S] = eff * sharp;
-      out.sharpness_converged[sh * S] = rep.converged;
-      ++sh;
-    }
-    if (t % c.record_every == 0) {
-      out.loss[rec * S] = loss;
-      out.norm2[rec * S] = norm2;
-      out.eff_lr[rec * S] = eff;
-      out.grad_norm[rec * S] = norm * sqrt_(gnorm2);  // ||grad L(theta)|| = ||w|| ||grad L(w)||
-      if (out.top_grad)
-        out.top_grad[rec * S] = have_v1 ? norm * state.grad_dot(v1) : Real(0) / Real(0);
-      ++rec;
-    }
-    if (c.theta_every > 0 && t % c.theta_every == 0) {
-      const Real* w = state.point();
-      Real* dst = out.theta + th * S * D;
-      for (int i = 0; i < D; ++i) dst[i] = w[i] / norm;
-      ++th;
-    }
-    if (t == c.steps) break;
-
-    Real step;  // the coefficient of grad L(w) in the update
-    if (on_sphere)
-      step = eta * norm;  // theta - eta grad L(theta), grad L(theta) = ||w|| grad L(w)
-    else if (c.method == Method::scalar_rmsprop)
-      step = lr / (sqrt_(rms_v) + Real(c.rms_eps));
-    else
-      step = lr;
-    const Real amp = c.jitter > 0 ? Real(c.jitter) * norm / sqrt_(Real(D)) : Real(0);
-    if (!state.advance(on_sphere, decay, step, norm, amp, c.seed, traj, t)) {
-      *out.diverged = 1;
-      *out.diverged_step = t + 1;
-      break;
-    }
-    if (c.method == Method::pgd_adaptive)  // 1/eta+ = (1 - lr wd)^2 (1/eta + eta ||grad L(theta)||^2)
-      eta = Real(1) / (decay * decay * (Real(1) / eta + eta * norm2 * gnorm2));
+    if (!runner.observe(t) || t == c.steps || !runner.step(t)) break;
   }
-
-  // A diverged trajectory is frozen: its last finite iterate is kept and the
-  // records it never reached are NaN.
-  const Real nan = Real(0) / Real(0);
-  const long long nrec = n_records(c.steps, c.record_every);
-  const long long nsh = n_records(c.steps, c.sharpness_every);
-  const long long nth = n_records(c.steps, c.theta_every);
-  for (; rec < nrec; ++rec) {
-    out.loss[rec * S] = out.norm2[rec * S] = out.eff_lr[rec * S] = nan;
-    out.grad_norm[rec * S] = nan;
-    if (out.top_grad) out.top_grad[rec * S] = nan;
-  }
-  for (; sh < nsh; ++sh) {
-    out.sharpness[sh * S] = out.eos_ratio[sh * S] = nan;
-    out.sharpness_converged[sh * S] = 0;
-  }
-  for (; th < nth; ++th)
-    for (int i = 0; i < D; ++i) out.theta[th * S * D + i] = nan;
-  const Real* w = state.point();
-  for (int i = 0; i < D; ++i) out.w_final[i] = w[i];
+  runner.finish();
 }
 
 }  // namespace pysharp
