@@ -89,9 +89,11 @@ struct BNLinRegCore {
       inv_sigma.push_back(Real(1) / sv);
       sigma2.push_back(sv * sv);
     }
-    model = {Xc.data(), u.data(), static_cast<Real>(scale), n, d};
+    double fro2 = 0;
+    for (Real x : Xc) fro2 += double(x) * double(x);
+    model = {Xc.data(), u.data(), static_cast<Real>(scale), static_cast<Real>(fro2), n, d};
     spectral = {sigma.data(), inv_sigma.data(), sigma2.data(), ut.data(), V.data(),
-                static_cast<Real>(uperp2),
+                static_cast<Real>(uperp2), static_cast<Real>(fro2),
                 static_cast<Real>(scale), r, d};
   }
   BNLinRegCore(const BNLinRegCore&) = delete;

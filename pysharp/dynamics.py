@@ -123,6 +123,7 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     if np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
     check_nonzero_rows(W0, "w0")
+    model.loss(W0)  # a start where the loss is undefined is refused, not run
     D = model.dim
     max_iter = min(D, 1024) if lanczos_max_iter is None else as_positive_int(
         lanczos_max_iter, "lanczos_max_iter")

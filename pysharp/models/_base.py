@@ -67,24 +67,24 @@ class ScaleInvariantModel(abc.ABC):
 
     @staticmethod
     def _unit_scale(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Rows rescaled by a power of two to max |entry| in [0.5, 1), and the factors.
+        """Rows rescaled by 2^-e to max |entry| in [0.5, 1), and the exponents e (B,).
 
         Scale invariance makes the loss of the rescaled rows exact, and
-        derivatives scale back as powers of the factor, so kernels never form
-        a squared norm that overflows or underflows although the result is an
-        ordinary float. Power-of-two factors make the round trip exact.
+        derivatives scale back as powers of 2^-e, so kernels never form a
+        squared norm that overflows or underflows although the result is an
+        ordinary float. Power-of-two factors (applied with ldexp, never as a
+        float that could itself overflow) make the round trip exact.
         """
-        peak = np.max(np.abs(W), axis=1)
-        factor = np.ldexp(1.0, -np.frexp(peak.astype(np.float64))[1])
-        scaled = np.where(peak[:, None] > 0, W.astype(np.float64) * factor[:, None], W)
-        return np.ascontiguousarray(scaled, dtype=W.dtype), np.where(peak > 0, factor, 1.0)
+        peak = np.max(np.abs(W), axis=1).astype(np.float64)
+        e = np.where(peak > 0, np.frexp(peak)[1], 0)
+        return np.ascontiguousarray(np.ldexp(W.astype(np.float64), -e[:, None]), W.dtype), e
 
     @staticmethod
-    def _scaled_back(x: np.ndarray, factor: np.ndarray, power: int) -> np.ndarray:
-        """x * factor^power per row (float64 arithmetic), in x's dtype."""
-        f = factor.reshape((-1,) + (1,) * (x.ndim - 1)) ** power
+    def _scaled_back(x: np.ndarray, e: np.ndarray, power: int) -> np.ndarray:
+        """x * 2^(-e power) per row, exactly unless the result leaves the dtype's range."""
+        k = (-e * power).reshape((-1,) + (1,) * (x.ndim - 1))
         with np.errstate(over="ignore", under="ignore"):
-            return (x * f).astype(x.dtype)
+            return np.ldexp(x, k).astype(x.dtype)
 
     def _checked(self, ok: np.ndarray) -> None:
         if not np.all(ok):
@@ -119,12 +119,12 @@ class ScaleInvariantModel(abc.ABC):
 
     def _directional(self, w, v, kernel: str, power: int) -> np.ndarray:
         W, V, single = self._pair(w, v)
-        Ws, f = self._unit_scale(W)
-        Vs, g = self._unit_scale(V)
+        Ws, ew = self._unit_scale(W)
+        Vs, ev = self._unit_scale(V)
         out, ok = getattr(self._core(W.dtype), kernel)(Ws, Vs)
         self._checked(ok)
-        # Order `power` in v: a factor g^-1 on v comes out as g^-power; w adds f^(power + 1).
-        out = self._scaled_back(out, f ** (power + 1) * g ** -power, 1)
+        # w = Ws 2^ew, v = Vs 2^ev: order power+1 in 1/w and power in v, one combined exponent.
+        out = self._scaled_back(out, (power + 1) * ew - power * ev, 1)
         return self._shape(out, single)
 
     def hvp(self, w, v) -> np.ndarray:
@@ -169,6 +169,5 @@ class ScaleInvariantModel(abc.ABC):
         return w[0] if batch is None else w
 
     def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in self.spec().items()
-                           if k != "model" and np.isscalar(v))
-        return f"{type(self).__name__}({params}, dim={self.dim})"
+        params = [f"{k}={v!r}" for k, v in self.spec().items() if k != "model" and np.isscalar(v)]
+        return f"{type(self).__name__}({', '.join(params + [f'dim={self.dim}'])})"

@@ -69,9 +69,12 @@ class BNMatrixCompletion(ScaleInvariantModel):
     def __init__(self, rows, cols, values, shape, rank, *, test=None) -> None:
         super().__init__()
         try:
-            m1, m2 = (as_positive_int(s, "shape entry") for s in shape)
-        except TypeError as exc:
-            raise TypeError(f"shape must be a pair of positive integers: {exc}") from None
+            pair = tuple(shape)
+        except TypeError:
+            raise TypeError(f"shape must be a pair (m1, m2) of positive integers, got {shape!r}") from None
+        if len(pair) != 2:
+            raise ValueError(f"shape must be a pair (m1, m2), got {len(pair)} entries: {shape!r}")
+        m1, m2 = (as_positive_int(s, "shape entry") for s in pair)
         self.shape = (m1, m2)
         self.rank = as_positive_int(rank, "rank")
         self.rows, self.cols, self.values = _entries(rows, cols, values, self.shape, "")

@@ -14,19 +14,26 @@
 namespace pysharp {
 
 // Writes L into *loss and dL/dz into g (g may alias z). Returns false, leaving
-// *loss and g unspecified, when zc = 0 (BatchNorm is undefined there).
+// *loss and g unspecified, when zc is zero to working precision (BatchNorm is
+// undefined there): ||zc||^2 <= floor2, the caller's bound on the rounding
+// error of z itself, or ||zc|| within a few ulps of ||z|| (centring noise).
 template <class S, class Real>
 PYSHARP_HD bool bn_cosine_loss_grad(const S* z, const Real* u, Real scale, int n,
-                                    S* loss, S* g) {
+                                    Real floor2, S* loss, S* g) {
   S mean = Real(0);
-  for (int i = 0; i < n; ++i) mean += z[i];
+  Real z2 = Real(0);
+  for (int i = 0; i < n; ++i) {
+    mean += z[i];
+    z2 += value_of(z[i]) * value_of(z[i]);
+  }
   mean = mean * (Real(1) / Real(n));
   S r2 = Real(0);
   for (int i = 0; i < n; ++i) {
     g[i] = z[i] - mean;
     r2 += g[i] * g[i];
   }
-  if (!(value_of(r2) > Real(0))) return false;
+  const Real noise = Real(8) * Real(n) * machine_eps<Real>();
+  if (!(value_of(r2) > floor2 && value_of(r2) > noise * noise * z2)) return false;
   const S inv_r = Real(1) / sqrt_(r2);
   S cos_zu = Real(0);
   S err2 = Real(0);

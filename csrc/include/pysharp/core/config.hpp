@@ -24,4 +24,11 @@ PYSHARP_HD inline float sqrt_(float x) { return sqrtf(x); }
 PYSHARP_HD inline double value_of(double x) { return x; }
 PYSHARP_HD inline float value_of(float x) { return x; }
 
+// Unit roundoff of a real type (numeric_limits is not usable in device code
+// without relaxed constexpr).
+template <class Real>
+PYSHARP_HD constexpr Real machine_eps() {
+  return sizeof(Real) == 8 ? Real(2.220446049250313e-16) : Real(1.1920929e-7);
+}
+
 }  // namespace pysharp

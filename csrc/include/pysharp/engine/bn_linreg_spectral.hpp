@@ -26,6 +26,7 @@ struct BNLinRegSpectral {
   const Real* ut;     // (r,) U^T u
   const Real* V;      // (d, r) row-major right singular vectors
   Real uperp2;        // ||u - U ut||^2, the part of the target no w can fit
+  Real xc_fro2;       // ||Xc||_F^2 = sum sigma^2
   Real scale;         // 2 var(y)
   int r;
   int d;
@@ -64,7 +65,9 @@ struct SpectralState {
       const Real a = b[k] * s.inv_sigma[k];
       a2 += a * a;
     }
-    if (!(r2 > Real(0))) return false;  // Xc w = 0: BatchNorm undefined
+    // Xc w = 0 to working precision: BatchNorm undefined (as in the direct model).
+    const Real err = Real(s.d) * machine_eps<Real>();
+    if (!(r2 > err * err * s.xc_fro2 * (a2 + c * c * perp2))) return false;
     const Real inv_r = Real(1) / sqrt_(r2);
     const Real cos_zu = dot_ub * inv_r;
     Real err2 = s.uperp2, g2 = Real(0);

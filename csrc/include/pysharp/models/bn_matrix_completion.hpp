@@ -38,11 +38,12 @@ struct BNMatrixCompletion {
   }
 
   // L(w) into *loss, grad L(w) into g; work holds N scalars.
-  // Returns false where all observed scores are equal (BatchNorm undefined).
+  // Returns false where all observed scores are equal to working precision
+  // (BatchNorm undefined).
   template <class S>
   PYSHARP_HD bool loss_grad(const S* w, S* loss, S* g, S* work) const {
     scores(w, work);
-    if (!bn_cosine_loss_grad(work, u, scale, N, loss, work)) return false;
+    if (!bn_cosine_loss_grad(work, u, scale, N, Real(0), loss, work)) return false;
     const S* U = w;
     const S* V = w + m1 * r;
     S* gU = g;
@@ -79,7 +80,8 @@ PYSHARP_HD bool bn_mc_test_loss(const BNMatrixCompletion<Real>& m, const Real* w
   Real var = 0;
   for (int k = 0; k < m.N; ++k) var += (work[k] - mu) * (work[k] - mu);
   var /= Real(m.N);
-  if (!(var > Real(0))) return false;
+  const Real noise = Real(8) * Real(m.N) * machine_eps<Real>();
+  if (!(var > noise * noise * (var + mu * mu))) return false;
   const Real gain = value_std / sqrt_(var);
   BNMatrixCompletion<Real> test = m;
   test.rows = rows_t;
