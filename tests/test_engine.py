@@ -263,3 +263,20 @@ def test_reduced_update_equals_direct_update():
             assert np.max(np.abs(a - b)) <= 1e-10 * max(np.max(np.abs(b)), 1e-300), name
     with pytest.raises(ValueError, match="reduced=True"):
         ps.run_gd_wd(model, W0, 0.5, 2e-4, 10, reduced=True, jitter=1e-3)
+
+
+def test_reduced_lockstep_is_independent_of_grouping():
+    """Lanes of 8 advance in lockstep: a trajectory's bits must not depend on its lane."""
+    model = ps.BNLinearRegression.synthetic()
+    W0 = model.random_point(11, seed=5, norm=3.0)
+    lr = np.linspace(0.2, 0.6, 11)
+    kw = dict(record_every=7, sharpness_every=300, theta_every=450)
+    full = ps.run_gd_wd(model, W0, lr, 2e-4, 3000, **kw)
+    assert full.meta["reduced"]
+    part = ps.run_gd_wd(model, W0[3:], lr[3:], 2e-4, 3000, first_trajectory=3, **kw)
+    one = ps.run_gd_wd(model, W0[9], lr[9], 2e-4, 3000, first_trajectory=9, **kw)
+    np.testing.assert_array_equal(part.w, full.w[3:])
+    np.testing.assert_array_equal(part.loss, full.loss[:, 3:])
+    np.testing.assert_array_equal(part.sharpness, full.sharpness[:, 3:])
+    np.testing.assert_array_equal(one.w, full.w[9])
+    np.testing.assert_array_equal(one.theta, full.theta[:, 9])

@@ -2,6 +2,7 @@
 // (or one point) per OpenMP iteration, scratch allocated once per thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -67,16 +68,99 @@ void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real
                  });
 }
 
-// BN linear regression, GD+WD or scalar RMSprop without jitter: the exact
-// reduced update in the singular basis of Xc.
+// BN linear regression without jitter: the exact reduced update in the
+// singular basis of Xc. Plain GD+WD advances blocks of kLanes trajectories in
+// lockstep between observations (spectral_gd_wd_lanes); scalar RMSprop, whose
+// step depends on every gradient norm, runs trajectory by trajectory.
 template <class Real>
 void run_batch_spectral(const BNLinearRegression<Real>& m, const BNLinRegSpectral<Real>& sp,
                         const EngineConfig& c, const Real* W0, const Real* lr, const Real* wd,
                         long long B, long long offset, const BatchRecords<Real>& out) {
-  run_batch_with(m, c, W0, lr, wd, B, offset, out, SpectralState<Real>::scratch_size(sp),
-                 [&sp](const Real* w0, Real* scratch) {
-                   return SpectralState<Real>(sp, w0, scratch);
-                 });
+  using State = SpectralState<Real>;
+  if (c.method != Method::gd_wd) {
+    run_batch_with(m, c, W0, lr, wd, B, offset, out, State::scratch_size(sp),
+                   [&sp](const Real* w0, Real* scratch) { return State(sp, w0, scratch); });
+    return;
+  }
+  constexpr int kLanes = 8;
+  const int D = m.dim(), r = sp.r;
+  const long long blocks = (B + kLanes - 1) / kLanes;
+#pragma omp parallel if (blocks > 1)
+  {
+    std::vector<Real> state_scratch(kLanes * State::scratch_size(sp));
+    std::vector<Real> scratch(kLanes * trajectory_scratch_reals(D, c));
+    std::vector<Jet<Real, 1>> jets(jet_scratch_size(m));
+    std::vector<Real> b(r * kLanes), b_start(r * kLanes), b_try(r * kLanes);
+    Real cf[kLanes], cf_start[kLanes], cf_try[kLanes], decay[kLanes], rate[kLanes];
+#pragma omp for schedule(dynamic, 1)
+    for (long long blk = 0; blk < blocks; ++blk) {
+      const long long first = blk * kLanes;
+      const int lanes = static_cast<int>(std::min<long long>(kLanes, B - first));
+      std::vector<State> states;
+      std::vector<TrajectoryRunner<BNLinearRegression<Real>, State, Real>> runners;
+      states.reserve(kLanes);
+      runners.reserve(kLanes);
+      bool alive[kLanes];
+      for (int l = 0; l < kLanes; ++l) {
+        // Padding lanes repeat the block's first trajectory and are never read back.
+        const long long j = first + (l < lanes ? l : 0);
+        states.emplace_back(sp, W0 + j * D, state_scratch.data() + l * State::scratch_size(sp));
+        decay[l] = Real(1) - lr[j] * wd[j];
+        rate[l] = lr[j];
+        alive[l] = l < lanes;
+      }
+      for (int l = 0; l < lanes; ++l)
+        runners.emplace_back(m, c, offset + first + l, states[l], lr[first + l], wd[first + l],
+                             out.row(first + l, B, D),
+                             scratch.data() + l * trajectory_scratch_reals(D, c), jets.data());
+      auto gather = [&](Real* dst, Real* cdst) {
+        for (int l = 0; l < kLanes; ++l) {
+          for (int k = 0; k < r; ++k) dst[k * kLanes + l] = states[l].b[k];
+          cdst[l] = states[l].c;
+        }
+      };
+      long long t = 0;
+      while (true) {
+        for (int l = 0; l < lanes; ++l)
+          if (alive[l] && !runners[l].observe(t)) alive[l] = false;
+        if (t == c.steps) break;
+        long long next = t + 1;
+        while (!is_event(c, next)) ++next;
+        gather(b.data(), cf);
+        std::copy(b.begin(), b.end(), b_start.begin());
+        std::copy(cf, cf + kLanes, cf_start);
+        spectral_gd_wd_lanes<kLanes>(sp, b.data(), cf, decay, rate, next - t);
+        for (int l = 0; l < lanes; ++l) {
+          if (!alive[l]) continue;
+          bool finite = is_finite(cf[l]);
+          for (int k = 0; k < r; ++k) finite = finite && is_finite(b[k * kLanes + l]);
+          if (finite) {
+            for (int k = 0; k < r; ++k) states[l].b[k] = b[k * kLanes + l];
+            states[l].c = cf[l];
+            continue;
+          }
+          // Replay the segment one step at a time (the same lane arithmetic) to
+          // freeze this lane at its last finite iterate.
+          std::copy(b_start.begin(), b_start.end(), b_try.begin());
+          std::copy(cf_start, cf_start + kLanes, cf_try);
+          for (long long s = t; s < next; ++s) {
+            spectral_gd_wd_lanes<kLanes>(sp, b_try.data(), cf_try, decay, rate, 1);
+            bool ok = is_finite(cf_try[l]);
+            for (int k = 0; k < r; ++k) ok = ok && is_finite(b_try[k * kLanes + l]);
+            if (!ok) {
+              runners[l].flag(s + 1);
+              break;
+            }
+            for (int k = 0; k < r; ++k) states[l].b[k] = b_try[k * kLanes + l];
+            states[l].c = cf_try[l];
+          }
+          alive[l] = false;
+        }
+        t = next;
+      }
+      for (int l = 0; l < lanes; ++l) runners[l].finish();
+    }
+  }
 }
 
 // Top-k eigenpairs of H(w) for each row of W (B, D). start: (B, D) or nullptr.

@@ -34,7 +34,7 @@ struct BNLinRegSpectral {
 
 template <class Real>
 struct SpectralState {
-  const BNLinRegSpectral<Real>& s;
+  const BNLinRegSpectral<Real>& s;  // b and c are public: lockstep drivers move them
   Real* b;       // (r,)
   Real* gb;      // (r,) grad_b L at b
   Real* wperp0;  // (d,) null-space part of w0
@@ -117,5 +117,47 @@ struct SpectralState {
     return true;
   }
 };
+
+// Advances L independent lanes of plain GD+WD by n steps in the singular
+// basis, vectorised across lanes (trajectories) rather than within one: the
+// per-step reductions over k are then lane-parallel instead of a latency
+// chain. b: r x L, lane fastest; c: the null-space factors decay^t. A lane's
+// arithmetic never involves another lane, so results do not depend on how
+// trajectories are grouped into lanes.
+template <int L, class Real>
+PYSHARP_HD void spectral_gd_wd_lanes(const BNLinRegSpectral<Real>& s, Real* b, Real* c,
+                                     const Real* decay, const Real* lr, long long n) {
+  const int r = s.r;
+  for (long long t = 0; t < n; ++t) {
+    Real r2[L], du[L], alpha[L], beta[L];
+    for (int l = 0; l < L; ++l) r2[l] = du[l] = Real(0);
+    for (int k = 0; k < r; ++k) {
+      const Real utk = s.ut[k];
+#pragma omp simd
+      for (int l = 0; l < L; ++l) {
+        const Real bk = b[k * L + l];
+        r2[l] += bk * bk;
+        du[l] += utk * bk;
+      }
+    }
+    // grad_b L = alpha b - beta ut with alpha = scale cos / ||b||^2, beta = scale / ||b||.
+#pragma omp simd
+    for (int l = 0; l < L; ++l) {
+      const Real ir = Real(1) / sqrt_(r2[l]);
+      beta[l] = s.scale * ir;
+      alpha[l] = du[l] * ir * ir * beta[l];
+    }
+    for (int k = 0; k < r; ++k) {
+      const Real s2k = s.sigma2[k], utk = s.ut[k];
+#pragma omp simd
+      for (int l = 0; l < L; ++l) {
+        const Real step = lr[l] * s2k;
+        b[k * L + l] = decay[l] * b[k * L + l] - step * (alpha[l] * b[k * L + l] - beta[l] * utk);
+      }
+    }
+#pragma omp simd
+    for (int l = 0; l < L; ++l) c[l] *= decay[l];
+  }
+}
 
 }  // namespace pysharp

@@ -269,7 +269,7 @@ class TrajectoryRunner {
   State& state_;
   Real lr_, decay_, eta_;  // eta_: PGD's effective LR
   Real rms_v_ = Real(0);   // scalar RMSprop: running mean of ||grad L(w)||^2
-  const TrajectoryRecords<Real>& out_;
+  TrajectoryRecords<Real> out_;  // by value: drivers pass temporaries
   Real *v1_, *v_new_, *lz_, *lz_eval_ = nullptr, *lz_resid_ = nullptr;
   Jet<Real, 1>* jets_;
   bool on_sphere_ = false, have_v1_ = false;
