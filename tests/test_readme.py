@@ -13,8 +13,9 @@ def test_readme_example_runs():
         pytest.skip("README.md not next to the tests (installed elsewhere)")
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
     assert blocks, "README has no python example"
+    namespace: dict = {}  # the examples build on each other, as in a session
     for code in blocks:
-        exec(compile(code, str(README), "exec"), {})
+        exec(compile(code, str(README), "exec"), namespace)
 
 
 def test_demo_quick(tmp_path, capsys):
