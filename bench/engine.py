@@ -48,57 +48,23 @@ from pathlib import Path
 
 import numpy as np
 
-_REPO = Path(__file__).resolve().parent.parent
+try:
+    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
+except ImportError:  # run as a script: python bench/<name>.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
+
+
 
 #: Final iterates of every peer must match pysharp's to this relative deviation.
 CHECK_TOL = 1e-8
 #: float32 vs float64 agreement is only reported against this (loose) bound.
 F32_TOL = 1e-3
-#: A measurement during which other processes used more than this fraction of
-#: the machine's CPU time is flagged with "!" (the number is not trustworthy).
-BUSY_THRESHOLD = 0.15
 
 LR, WD = 0.5, 2e-4
 
 
 # --------------------------------------------------------------------------- imports
-def import_pysharp():
-    """Import pysharp with its compiled core; returns (module, note or None).
-
-    ``python -m bench.engine`` puts the repository root first on sys.path, so
-    the source tree's ``pysharp/`` shadows the installed package. When the
-    source tree has no built ``_core`` (a non-editable install), fall back to
-    the installed copy.
-    """
-    import pysharp
-
-    if pysharp.build_info().get("available"):
-        return pysharp, None
-    first_reason = pysharp.build_info().get("reason")
-    pkg_dir = Path(pysharp.__file__).resolve().parent
-    if pkg_dir.parent != _REPO:
-        raise ImportError(first_reason)
-    saved_path = list(sys.path)
-    sys.path[:] = [p for p in sys.path if Path(p or os.getcwd()).resolve() != _REPO]
-    for name in [m for m in sys.modules if m == "pysharp" or m.startswith("pysharp.")]:
-        del sys.modules[name]
-    importlib.invalidate_caches()
-    try:
-        import pysharp as installed
-    except ImportError:
-        sys.path[:] = saved_path
-        raise ImportError(first_reason) from None
-    finally:
-        # Keep the repository root importable (for bench.*) after the switch.
-        if str(_REPO) not in sys.path:
-            sys.path.append(str(_REPO))
-    if not installed.build_info().get("available"):
-        raise ImportError(installed.build_info().get("reason", first_reason))
-    note = (f"source tree {pkg_dir} has no built _core; using the installed pysharp at "
-            f"{Path(installed.__file__).resolve().parent}")
-    return installed, note
-
-
 def import_optional(name):
     try:
         return importlib.import_module(name), None
@@ -136,39 +102,6 @@ def machine_info() -> dict:
 
 
 # --------------------------------------------------------------------------- timing
-class LoadMonitor:
-    """CPU time used by *other* processes while a measurement runs, as a fraction
-    of the machine (machine-wide busy time from /proc/stat minus this process's
-    own CPU time); None where /proc/stat is unavailable or the window is < 0.2 s."""
-
-    _tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-    @staticmethod
-    def _busy():
-        try:
-            with open("/proc/stat") as f:
-                fields = [int(x) for x in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-        return (sum(fields[:8]) - idle) / LoadMonitor._tick
-
-    def __enter__(self):
-        t = os.times()
-        self.t0, self.self0, self.busy0 = time.perf_counter(), t.user + t.system, self._busy()
-        return self
-
-    def __exit__(self, *exc):
-        t = os.times()
-        wall = time.perf_counter() - self.t0
-        busy1 = self._busy()
-        self.other = None
-        if self.busy0 is not None and busy1 is not None and wall >= 0.2:
-            own = t.user + t.system - self.self0
-            self.other = max(0.0, (busy1 - self.busy0 - own) / (wall * (os.cpu_count() or 1)))
-        return False
-
-
 def best_of(fn, repeats: int, warmup: bool = True) -> dict:
     """Best wall time of ``repeats`` calls of fn (after one warm-up call)."""
     if warmup:

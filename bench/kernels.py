@@ -25,7 +25,6 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import os
@@ -36,53 +35,22 @@ from pathlib import Path
 
 import numpy as np
 
-_REPO = Path(__file__).resolve().parent.parent
+try:
+    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
+except ImportError:  # run as a script: python bench/<name>.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
+
+
 
 #: The NumPy matrix-completion reference loops over the batch in Python with
 #: np.add.at, so it is timed on at most this many rows (its cost is linear in B).
 MC_REFERENCE_CAP = 64
 MC_REFERENCE_CAP_QUICK = 8
 
-#: A measurement during which other processes used more than this fraction of
-#: the machine's CPU time is flagged with "!" (the number is not trustworthy).
-BUSY_THRESHOLD = 0.15
 
 
 # --------------------------------------------------------------------------- imports
-def import_pysharp():
-    """Import pysharp with its compiled core.
-
-    ``python -m bench.kernels`` puts the repository root first on sys.path, so
-    the source tree's ``pysharp/`` shadows the installed package. When the
-    source tree has no built ``_core`` (a non-editable install), fall back to
-    the installed copy. Returns (module, note or None).
-    """
-    import pysharp
-
-    if pysharp.build_info().get("available"):
-        return pysharp, None
-    first_reason = pysharp.build_info().get("reason")
-    pkg_dir = Path(pysharp.__file__).resolve().parent
-    if pkg_dir.parent != _REPO:
-        raise ImportError(first_reason)
-    saved_path = list(sys.path)
-    sys.path[:] = [p for p in sys.path
-                   if Path(p or os.getcwd()).resolve() != _REPO]
-    for name in [m for m in sys.modules if m == "pysharp" or m.startswith("pysharp.")]:
-        del sys.modules[name]
-    importlib.invalidate_caches()
-    try:
-        import pysharp as installed
-    except ImportError:
-        sys.path[:] = saved_path
-        raise ImportError(first_reason) from None
-    if not installed.build_info().get("available"):
-        raise ImportError(installed.build_info().get("reason", first_reason))
-    note = (f"source tree {pkg_dir} has no built _core; using the installed pysharp at "
-            f"{Path(installed.__file__).resolve().parent}")
-    return installed, note
-
-
 def import_jax():
     """Return (jax, jax.numpy, None) or (None, None, reason)."""
     try:
@@ -140,46 +108,6 @@ def machine_info() -> dict:
 
 
 # --------------------------------------------------------------------------- timing
-class LoadMonitor:
-    """CPU time used by *other* processes while a measurement runs.
-
-    Reads the machine-wide busy time from /proc/stat and subtracts this
-    process's own CPU time (os.times), so a concurrent build or a second
-    benchmark shows up as a fraction of the machine (0 = idle, 1 = all cores).
-    None where /proc/stat is unavailable or the window is under 0.2 s.
-    """
-
-    _tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    min_window_s = 0.2
-
-    @staticmethod
-    def _busy():
-        try:
-            with open("/proc/stat") as f:
-                fields = [int(x) for x in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)   # idle + iowait
-        return (sum(fields[:8]) - idle) / LoadMonitor._tick
-
-    def __enter__(self):
-        t = os.times()
-        self.t0, self.self0, self.busy0 = time.perf_counter(), t.user + t.system, self._busy()
-        return self
-
-    def __exit__(self, *exc):
-        t = os.times()
-        wall = time.perf_counter() - self.t0
-        busy1 = self._busy()
-        self.other = None
-        # /proc/stat and os.times count clock ticks (10 ms): shorter windows are noise.
-        if self.busy0 is not None and busy1 is not None and wall >= self.min_window_s:
-            own = t.user + t.system - self.self0
-            cores = os.cpu_count() or 1
-            self.other = max(0.0, (busy1 - self.busy0 - own) / (wall * cores))
-        return False
-
-
 def throughput(fn, batch: int, target_s: float, repeats: int) -> dict:
     """Evaluations per second of ``fn`` (which evaluates ``batch`` points).
 
