@@ -4,6 +4,7 @@ A compiled C++ core (pysharp._core) with a thin Python layer. See README.md.
 """
 
 from ._backend import build_info
+from ._dispatch import BackendUnavailable, backends
 from . import theory
 from .dynamics import Trajectory, run_gd_wd, run_pgd, run_scalar_rmsprop
 from .models import BNLinearRegression, BNMatrixCompletion, ScaleInvariantModel, Toy3D
@@ -14,4 +15,4 @@ __version__ = "0.1.0"
 __all__ = ["BNLinearRegression", "BNMatrixCompletion", "ScaleInvariantModel", "Toy3D",
            "Trajectory", "run_gd_wd", "run_pgd", "run_scalar_rmsprop",
            "EigenResult", "spherical_sharpness", "lanczos", "theory",
-           "build_info", "__version__"]
+           "build_info", "backends", "BackendUnavailable", "__version__"]

@@ -99,6 +99,10 @@ def _info(args) -> int:
     import pysharp as ps
 
     print(json.dumps({"version": ps.__version__, "core": ps.build_info()}, indent=2))
+    print("backends:")
+    for name, entry in ps.backends().items():
+        state = "available" if entry["available"] else f"missing: {entry['reason']}"
+        print(f"  {name:6s} {state}")
     return 0
 
 
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--out", default="pysharp-figures", help="output folder")
     rep.add_argument("--quick", action="store_true", help="seconds instead of minutes")
     rep.set_defaults(func=_reproduce)
-    info = sub.add_parser("info", help="how the compiled core was built")
+    info = sub.add_parser("info", help="how the compiled core was built and which backends run")
     info.set_defaults(func=_info)
     args = parser.parse_args(argv)
     try:

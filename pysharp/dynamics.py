@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._hyper import broadcast_batch, per_trajectory
+from ._dispatch import resolve
 from ._validation import as_positive_int, as_real, check_nonzero_rows
 from .models import BNLinearRegression, ScaleInvariantModel
 
@@ -93,9 +94,7 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
          rms_eps=1e-12) -> Trajectory:
     if not isinstance(model, ScaleInvariantModel):
         raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
-    if backend not in ("auto", "cpp"):
-        raise ValueError(f"backend {backend!r} is not available for trajectories; "
-                         "use 'auto' or 'cpp'")
+    backend = resolve(backend, w0, trajectories=True)
     steps = as_positive_int(steps, "steps", minimum=0)
     record_every = as_positive_int(record_every if record_every is not None
                                    else max(1, steps // 1000), "record_every")
@@ -115,22 +114,22 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     if method in ("pgd", "pgd_adaptive"):
         W0 = W0 / np.linalg.norm(W0, axis=1, keepdims=True)
     can_reduce = (isinstance(model, BNLinearRegression) and jitter == 0
-                  and method in ("gd_wd", "scalar_rmsprop"))
+                  and method in ("gd_wd", "scalar_rmsprop") and backend == "cpp")
     if reduced and not can_reduce:
         raise ValueError("reduced=True needs BNLinearRegression, GD+WD or scalar RMSprop, "
-                         "and jitter = 0")
+                         "jitter = 0 and the cpp backend")
     reduced = can_reduce if reduced is None else bool(reduced)
     if np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
     check_nonzero_rows(W0, "w0")
-    model.loss(W0)  # a start where the loss is undefined is refused, not run
+    model.loss(W0, backend=backend)  # a start where the loss is undefined is refused, not run
     D = model.dim
     max_iter = min(D, 1024) if lanczos_max_iter is None else as_positive_int(
         lanczos_max_iter, "lanczos_max_iter")
     if max_iter > min(D, 1024):
         raise ValueError(f"lanczos_max_iter must be <= min(D, 1024) = {min(D, 1024)}")
     max_iter = min(max_iter, 128) if lanczos_max_iter is None else max_iter
-    raw = model._core(W0.dtype).run(
+    raw = model._core(W0.dtype, backend).run(
         W0, hyper["lr"], hyper["wd"], _METHODS[method], steps, record_every, sharpness_every,
         theta_every, jitter, seed, first_trajectory, rms_beta, rms_eps, max_iter, min(D, 8), lanczos_tol,
         reduced)
@@ -151,7 +150,7 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
         theta=raw["theta"] if theta_every else None,
         lr=hyper["lr"], wd=hyper["wd"], method=method, eos_tol=eos_tol,
         meta={"model": type(model).__name__, "jitter": jitter, "seed": seed, "dtype": str(W0.dtype),
-              "reduced": reduced},
+              "reduced": reduced, "backend": backend},
     )
     if single:
         for name in _SINGLE_ARRAYS:
@@ -184,8 +183,9 @@ _COMMON_DOC = """
         Key of the jitter and of Lanczos' random starts.
     dtype : float32 or float64, optional
         Precision of the run (default: that of ``w0``, float64 for integers).
-    backend : {"auto", "cpp"}
-        Only the compiled CPU engine runs trajectories so far.
+    backend : {"auto", "cpp", "numba", "cuda", "cupy"}
+        Which engine runs the batch (see :func:`pysharp.backends`); "auto" takes
+        the compiled core, else the Numba port.
     eos_tol : float
         Relative tolerance of the Edge of Stability: |eff_lr S - 2| <= 2 eos_tol.
     lanczos_tol, lanczos_max_iter

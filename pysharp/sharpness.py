@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ._backend import core
+from ._dispatch import resolve
 from ._validation import as_batch, as_positive_int, as_real
 from .models import ScaleInvariantModel
 
@@ -42,7 +43,7 @@ def _iteration_limits(dim: int, k: int, max_iter) -> tuple[int, int]:
 
 def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, tol: float = 1e-10,
                         max_iter: int | None = None, method: str = "auto", start=None,
-                        seed: int = 0) -> EigenResult:
+                        seed: int = 0, backend: str = "auto") -> EigenResult:
     """Top-k eigenpairs of the Hessian on the unit sphere, H(w/||w||) = ||w||^2 H(w).
 
     Parameters
@@ -67,6 +68,8 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, tol: float
         Warm start for Lanczos, e.g. a previous top eigenvector.
     seed : int
         Key of the random start vectors.
+    backend : str
+        See :mod:`pysharp.backends`; "numpy" offers the dense method only.
 
     Returns
     -------
@@ -85,10 +88,11 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, tol: float
     if method not in ("auto", "lanczos", "dense"):
         raise ValueError(f"method must be 'auto', 'lanczos' or 'dense', got {method!r}")
     if method == "auto":
-        method = "dense" if D <= 16 else "lanczos"
+        method = "dense" if D <= 16 or backend == "numpy" else "lanczos"
+    backend = resolve(backend, w, trajectories=method == "lanczos")
     norm2 = np.einsum("bi,bi->b", W, W)
     if method == "dense":
-        H = model.hessian(W)
+        H = model.hessian(W, backend=backend)
         evals, evecs = np.linalg.eigh(0.5 * (H + np.swapaxes(H, 1, 2)))
         evals = evals[:, ::-1][:, :k]
         evecs = np.swapaxes(evecs[:, :, ::-1][:, :, :k], 1, 2).copy()
@@ -102,7 +106,7 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, tol: float
         max_iter, min_iter = _iteration_limits(D, k, max_iter)
         S = None if start is None else np.broadcast_to(
             as_batch(start, D, "start", dtype=W.dtype)[0], W.shape).copy()
-        evals, evecs, resid, iters, conv, ok = model._core(W.dtype).lanczos(
+        evals, evecs, resid, iters, conv, ok = model._core(W.dtype, backend).lanczos(
             W, k, max_iter, min_iter, tol, as_positive_int(seed, "seed", minimum=0), S)
         model._checked(ok)
         conv = conv.astype(bool)

@@ -228,7 +228,8 @@ def test_grid_in_one_call_broadcasts():
     (dict(w0=np.array([np.nan, 1, 1])), ValueError, "non-finite"),
     (dict(lr=np.array([0.1, 0.2]), wd=np.array([0.0, 0.1, 0.2])), ValueError, "equal lengths"),
     (dict(jitter=-1.0), ValueError, "jitter"),
-    (dict(backend="cuda"), ValueError, "backend"),
+    (dict(backend="cuda"), ImportError, "backend .cuda. is not available"),
+    (dict(backend="fortran"), ValueError, "backend must be"),
 ])
 def test_run_validation(kwargs, exc, match):
     args = dict(w0=np.array([1.0, 0.5, 0.2]), lr=0.1, wd=1e-3, steps=10)

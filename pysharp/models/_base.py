@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import core
+from .._dispatch import resolve
 from .._validation import as_batch, as_positive_int, check_nonzero_rows
 
 
@@ -17,7 +17,9 @@ class ScaleInvariantModel(abc.ABC):
     Every method takes ``w`` of shape (D,) or (B, D), float64 or float32
     (integers become float64); the computation runs in that precision and
     results have the matching leading shape: ``loss`` gives () or (B,), the
-    vector-valued methods give (D,) or (B, D).
+    vector-valued methods give (D,) or (B, D). ``backend`` picks the
+    implementation (see :func:`pysharp.backends`; "numba" and "numpy" compute
+    in float64 and return the input's dtype).
     """
 
     #: Human-readable cause of an undefined loss, used in error messages.
@@ -37,15 +39,35 @@ class ScaleInvariantModel(abc.ABC):
         """Build the ``pysharp._core`` model object for dtype suffix '_f64' or '_f32'."""
 
     @abc.abstractmethod
+    def _numba_params(self) -> tuple:
+        """The model tuple of ``_dispatch._numba_kernels.params``."""
+
+    @abc.abstractmethod
+    def _reference(self) -> Any:
+        """The NumPy oracle of ``pysharp.reference`` for this model."""
+
+    @abc.abstractmethod
     def spec(self) -> dict:
         """Plain-data description from which the model can be rebuilt."""
 
     # -- plumbing ---------------------------------------------------------------
-    def _core(self, dtype: np.dtype) -> Any:
+    def _core(self, dtype: np.dtype, backend: str = "cpp") -> Any:
+        """The kernel object of a resolved backend, built once per (dtype, backend)."""
         dtype = np.dtype(dtype)
-        if dtype not in self._cores:
-            self._cores[dtype] = self._make_core("_f64" if dtype == np.float64 else "_f32")
-        return self._cores[dtype]
+        key = (dtype, backend)
+        if key not in self._cores:
+            from .._dispatch import _fallback
+            if backend == "cpp":
+                core = self._make_core("_f64" if dtype == np.float64 else "_f32")
+            elif backend == "numba":
+                core = _fallback.NumbaCore(self._numba_params(), dtype, self._reference())
+            elif backend == "numpy":
+                core = _fallback.NumpyCore(self._reference(), self.dim, dtype)
+            else:
+                raise ValueError(f"backend {backend!r} has no kernels for "
+                                 f"{type(self).__name__} yet")
+            self._cores[key] = core
+        return self._cores[key]
 
     def _batch(self, w, name: str = "w") -> tuple[np.ndarray, bool]:
         W, single = as_batch(w, self.dim, name)
@@ -95,7 +117,7 @@ class ScaleInvariantModel(abc.ABC):
         return x[0] if single else x
 
     # -- the kernels ------------------------------------------------------------
-    def loss_and_grad(self, w) -> tuple[np.ndarray, np.ndarray]:
+    def loss_and_grad(self, w, *, backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
         """Loss L(w) and gradient grad L(w).
 
         Returns
@@ -103,54 +125,57 @@ class ScaleInvariantModel(abc.ABC):
         loss : ndarray, shape () or (B,)
         grad : ndarray, shape (D,) or (B, D)
         """
+        backend = resolve(backend, w)
         W, single = self._batch(w)
         Ws, f = self._unit_scale(W)
-        loss, G, ok = self._core(W.dtype).loss_grad(Ws)
+        loss, G, ok = self._core(W.dtype, backend).loss_grad(Ws)
         self._checked(ok)
         return self._shape(loss, single), self._shape(self._scaled_back(G, f, 1), single)
 
-    def loss(self, w) -> np.ndarray:
+    def loss(self, w, *, backend: str = "auto") -> np.ndarray:
         """Loss L(w), shape () or (B,)."""
-        return self.loss_and_grad(w)[0]
+        return self.loss_and_grad(w, backend=backend)[0]
 
-    def grad(self, w) -> np.ndarray:
+    def grad(self, w, *, backend: str = "auto") -> np.ndarray:
         """Gradient grad L(w), shape of ``w``. Orthogonal to w (scale invariance)."""
-        return self.loss_and_grad(w)[1]
+        return self.loss_and_grad(w, backend=backend)[1]
 
-    def _directional(self, w, v, kernel: str, power: int) -> np.ndarray:
+    def _directional(self, w, v, kernel: str, power: int, backend: str) -> np.ndarray:
+        backend = resolve(backend, w, v)
         W, V, single = self._pair(w, v)
         Ws, ew = self._unit_scale(W)
         Vs, ev = self._unit_scale(V)
-        out, ok = getattr(self._core(W.dtype), kernel)(Ws, Vs)
+        out, ok = getattr(self._core(W.dtype, backend), kernel)(Ws, Vs)
         self._checked(ok)
         # w = Ws 2^ew, v = Vs 2^ev: order power+1 in 1/w and power in v, one combined exponent.
         out = self._scaled_back(out, (power + 1) * ew - power * ev, 1)
         return self._shape(out, single)
 
-    def hvp(self, w, v) -> np.ndarray:
+    def hvp(self, w, v, *, backend: str = "auto") -> np.ndarray:
         """Hessian-vector product H(w) v, exact (forward-mode jets, no finite step).
 
         ``v`` is (D,) or (B, D); a single vector broadcasts against a batch.
         """
-        return self._directional(w, v, "hvp", 1)
+        return self._directional(w, v, "hvp", 1, backend)
 
-    def third(self, w, v) -> np.ndarray:
+    def third(self, w, v, *, backend: str = "auto") -> np.ndarray:
         """Third-order contraction D^3L(w)[v, v]: the vector d/dt H(w + t v) v at t = 0.
 
         With v the unit top eigenvector of H(w) this is grad lambda_1(w), the
         driving term of the sharpness-reduction flow.
         """
-        return self._directional(w, v, "third", 2)
+        return self._directional(w, v, "third", 2, backend)
 
-    def hessian(self, w) -> np.ndarray:
+    def hessian(self, w, *, backend: str = "auto") -> np.ndarray:
         """Dense Hessian, shape (D, D) or (B, D, D), from D HVPs per point.
 
         Costs D HVPs and D^2 memory per point: for D beyond a few thousand use
         ``hvp`` with an iterative eigensolver instead.
         """
+        backend = resolve(backend, w)
         W, single = self._batch(w)
         Ws, f = self._unit_scale(W)
-        H, ok = self._core(W.dtype).hessian(Ws)
+        H, ok = self._core(W.dtype, backend).hessian(Ws)
         self._checked(ok)
         return self._shape(self._scaled_back(H, f, 2), single)
 

@@ -76,6 +76,15 @@ class BNLinearRegression(ScaleInvariantModel):
         return cls(self._Xc.astype(dtype), self._u.astype(dtype), self._scale,
                    sigma.astype(dtype), ut.astype(dtype), np.ascontiguousarray(V, dtype), uperp2)
 
+    def _numba_params(self) -> tuple:
+        from .._dispatch._numba_kernels import BN_LINREG, params
+        return params(BN_LINREG, A=self._Xc, u=self._u, scale=self._scale,
+                      extra=float(np.sum(self._Xc ** 2)))
+
+    def _reference(self):
+        from ..reference import BNLinearRegressionReference
+        return BNLinearRegressionReference(self.X, self.y)
+
     def spec(self) -> dict:
         return {"model": "bn_linear_regression", "X": self.X, "y": self.y}
 

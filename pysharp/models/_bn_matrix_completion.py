@@ -4,6 +4,7 @@ import numpy as np
 
 from .._backend import core
 from .._validation import as_batch, as_float_array, as_positive_int
+from .._dispatch import resolve
 from ._base import ScaleInvariantModel
 
 
@@ -108,6 +109,16 @@ class BNMatrixCompletion(ScaleInvariantModel):
         return cls(self.rows, self.cols, self._u.astype(dtype), self._scale,
                    self.shape[0], self.shape[1], self.rank)
 
+    def _numba_params(self) -> tuple:
+        from .._dispatch._numba_kernels import BN_MC, params
+        return params(BN_MC, rows=self.rows, cols=self.cols, u=self._u, scale=self._scale,
+                      m1=self.shape[0], m2=self.shape[1], r=self.rank)
+
+    def _reference(self):
+        from ..reference import BNMatrixCompletionReference
+        return BNMatrixCompletionReference(self.rows, self.cols, self.values, self.shape,
+                                           self.rank)
+
     def spec(self) -> dict:
         return {"model": "bn_matrix_completion", "rows": self.rows, "cols": self.cols,
                 "values": self.values, "shape": self.shape, "rank": self.rank,
@@ -121,17 +132,18 @@ class BNMatrixCompletion(ScaleInvariantModel):
         V = W[:, m1 * self.rank:].reshape(-1, m2, self.rank)
         return (U[0], V[0]) if single else (U, V)
 
-    def test_loss(self, w) -> np.ndarray:
+    def test_loss(self, w, *, backend: str = "auto") -> np.ndarray:
         """Held-out mean squared error with the training batch statistics, shape () or (B,).
 
         Raises ValueError when the model was built without ``test`` entries.
         """
         if self.test is None:
             raise ValueError("this model has no held-out entries; pass test=(rows, cols, values)")
+        backend = resolve(backend, w)
         W, single = self._batch(w)
         W = self._unit_scale(W)[0]  # scale invariant
         rows, cols, values = self.test
-        loss, ok = self._core(W.dtype).test_loss(
+        loss, ok = self._core(W.dtype, backend).test_loss(
             W, rows, cols, values.astype(W.dtype), float(self.values.mean()), float(self.values.std()))
         self._checked(ok)
         return self._shape(loss, single)

@@ -33,5 +33,13 @@ class Toy3D(ScaleInvariantModel):
     def _make_core(self, suffix):
         return getattr(core(), "Toy3D" + suffix)(self.c)
 
+    def _numba_params(self) -> tuple:
+        from .._dispatch._numba_kernels import TOY3D, params
+        return params(TOY3D, extra=self.c)
+
+    def _reference(self):
+        from ..reference import Toy3DReference
+        return Toy3DReference(self.c)
+
     def spec(self) -> dict:
         return {"model": "toy3d", "c": self.c}

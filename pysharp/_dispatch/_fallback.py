@@ -1,0 +1,125 @@
+"""Fallback cores with the compiled core's interface: Numba ports and NumPy oracles.
+
+A model's ``_core(dtype, backend)`` returns one of these instead of a
+``pysharp._core`` object; the Python layer above (validation, power-of-two
+rescaling, result shapes) is the same for every backend. Both compute in
+float64 and return arrays of the requested dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _u8(ok) -> np.ndarray:
+    return np.asarray(ok, dtype=np.uint8)
+
+
+class _Cast:
+    """Casts float64 results to the caller's dtype."""
+
+    def __init__(self, dtype) -> None:
+        self.dtype = np.dtype(dtype)
+
+    def _out(self, *arrays):
+        return tuple(a.astype(self.dtype) if a.dtype == np.float64 else a for a in arrays)
+
+
+class NumbaCore(_Cast):
+    """The C++ kernels and engine, ported to Numba (``_numba_kernels``)."""
+
+    def __init__(self, params: tuple, dtype, reference=None) -> None:
+        super().__init__(dtype)
+        from . import _numba_kernels as nk
+
+        self._nk = nk
+        self._p = params
+        self._reference = reference  # for test_loss, a vectorised NumPy expression
+
+    @staticmethod
+    def _f64(*arrays):
+        return tuple(np.ascontiguousarray(a, np.float64) for a in arrays)
+
+    def loss_grad(self, W):
+        (W,) = self._f64(W)
+        return self._out(*self._nk.batch_loss_grad(self._p, W))
+
+    def hvp(self, W, V):
+        return self._out(*self._nk.batch_directional(self._p, *self._f64(W, V), 1))
+
+    def third(self, W, V):
+        return self._out(*self._nk.batch_directional(self._p, *self._f64(W, V), 2))
+
+    def hessian(self, W):
+        (W,) = self._f64(W)
+        return self._out(*self._nk.batch_hessian(self._p, W))
+
+    def lanczos(self, W, k, max_iter, min_iter, tol, seed, start=None):
+        (W,) = self._f64(W)
+        S = np.zeros_like(W) if start is None else self._f64(start)[0]
+        return self._out(*self._nk.batch_lanczos(self._p, W, k, max_iter, min_iter, tol, seed,
+                                                 S, start is not None))
+
+    def run(self, W0, lr, wd, method, steps, record_every, sharpness_every, theta_every,
+            jitter, seed, offset, rms_beta, rms_eps, lanczos_max_iter, lanczos_min_iter,
+            lanczos_tol, reduced=False):
+        W0, lr, wd = self._f64(W0, lr, wd)
+        out = self._nk.run(self._p, W0, lr, wd, method, steps, record_every, sharpness_every,
+                           theta_every, jitter, seed, offset, rms_beta, rms_eps,
+                           lanczos_max_iter, lanczos_min_iter, lanczos_tol)
+        keys = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad", "sharpness", "eos_ratio",
+                "sharpness_converged", "theta", "w", "diverged", "diverged_step")
+        return dict(zip(keys, self._out(*out)))
+
+    def test_loss(self, W, rows, cols, values, value_mean, value_std):
+        return _reference_test_loss(self._reference, W, rows, cols, values, self.dtype)
+
+
+class NumpyCore(_Cast):
+    """The oracles of ``pysharp.reference``: kernels only, for checking, not speed."""
+
+    def __init__(self, reference, dim: int, dtype) -> None:
+        super().__init__(dtype)
+        self._ref = reference
+        self._dim = dim
+
+    def _checked(self, *arrays):
+        """ok per row: every output of the row finite (the reference has no floor)."""
+        ok = np.ones(arrays[0].shape[0], dtype=bool)
+        for a in arrays:
+            ok &= np.all(np.isfinite(a.reshape(a.shape[0], -1)), axis=1)
+        return _u8(ok)
+
+    def loss_grad(self, W):
+        W = np.asarray(W, np.float64)
+        with np.errstate(all="ignore"):
+            loss, G = self._ref.loss(W), self._ref.grad(W)
+        return self._out(loss, G) + (self._checked(loss[:, None], G),)
+
+    def _directional(self, kernel, W, V):
+        with np.errstate(all="ignore"):
+            out = getattr(self._ref, kernel)(np.asarray(W, np.float64), np.asarray(V, np.float64))
+        return self._out(out) + (self._checked(out),)
+
+    def hvp(self, W, V):
+        return self._directional("hvp", W, V)
+
+    def third(self, W, V):
+        return self._directional("third", W, V)
+
+    def hessian(self, W):
+        W = np.asarray(W, np.float64)
+        B, D = W.shape
+        eye = np.eye(D)
+        with np.errstate(all="ignore"):
+            H = np.stack([self._ref.hvp(np.repeat(W[b:b + 1], D, 0), eye).T for b in range(B)])
+        return self._out(H) + (self._checked(H),)
+
+    def test_loss(self, W, rows, cols, values, value_mean, value_std):
+        return _reference_test_loss(self._ref, W, rows, cols, values, self.dtype)
+
+
+def _reference_test_loss(ref, W, rows, cols, values, dtype):
+    with np.errstate(all="ignore"):
+        loss = ref.test_loss(np.asarray(W, np.float64), rows, cols, np.asarray(values, np.float64))
+    return loss.astype(dtype), _u8(np.isfinite(loss))

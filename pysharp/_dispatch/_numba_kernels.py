@@ -1,0 +1,483 @@
+"""Numba CPU fallback: the C++ core's kernels and engine, line for line.
+
+Used when the compiled extension is missing. It follows the headers under
+``csrc/include/pysharp`` (same jets, same BatchNorm floor, same counter-based
+RNG, same Lanczos recurrence and trajectory runner), so it agrees with the C++
+path to rounding. The headers stay the source of truth: change them first and
+mirror the change here; ``tests/test_backends.py`` compares the two.
+
+Jets are arrays whose last axis holds K Taylor coefficients: K = 1 is a plain
+value, K = 2 carries a first directional derivative (HVP), K = 3 a second
+(third-order contraction). Each model is one ``*_loss_grad`` written for any K.
+
+Every function takes the model as one tuple of fixed types (see ``params``), so
+each compiles once and caches on disk; float64 throughout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+_EPS64 = np.finfo(np.float64).eps
+BN_LINREG, BN_MC, TOY3D = 0, 1, 2
+
+
+def params(kind: int, *, A=None, u=None, rows=None, cols=None, scale=0.0, extra=0.0,
+           m1=0, m2=0, r=0) -> tuple:
+    """The model tuple (kind, A, u, rows, cols, scale, extra, m1, m2, r).
+
+    BN linear regression: A = Xc, u, scale, extra = ||Xc||_F^2.
+    BN matrix completion: rows, cols, u, scale, m1, m2, r. Toy3D: extra = c.
+    """
+    f2 = np.zeros((0, 0)) if A is None else np.ascontiguousarray(A, np.float64)
+    f1 = np.zeros(0) if u is None else np.ascontiguousarray(u, np.float64)
+    i1 = np.zeros(0, np.int64)
+    return (int(kind), f2, f1, i1 if rows is None else np.ascontiguousarray(rows, np.int64),
+            i1 if cols is None else np.ascontiguousarray(cols, np.int64), float(scale),
+            float(extra), int(m1), int(m2), int(r))
+
+
+# -- truncated Taylor arithmetic (core/jet.hpp) ----------------------------------------------
+@njit(cache=True)
+def jmul(a, b):
+    K = a.shape[0]
+    c = np.zeros(K)
+    for k in range(K):
+        s = 0.0
+        for i in range(k + 1):
+            s += a[i] * b[k - i]
+        c[k] = s
+    return c
+
+
+@njit(cache=True)
+def jrecip(a):
+    K = a.shape[0]
+    r = np.zeros(K)
+    r[0] = 1.0 / a[0]
+    for k in range(1, K):
+        s = 0.0
+        for i in range(1, k + 1):
+            s += a[i] * r[k - i]
+        r[k] = -s * r[0]
+    return r
+
+
+@njit(cache=True)
+def jsqrt(a):
+    K = a.shape[0]
+    s = np.zeros(K)
+    s[0] = np.sqrt(a[0])
+    for k in range(1, K):
+        acc = 0.0
+        for i in range(1, k):
+            acc += s[i] * s[k - i]
+        s[k] = (a[k] - acc) / (2.0 * s[0])
+    return s
+
+
+# -- the shared BatchNorm cosine loss (core/bn_cosine.hpp) --------------------------------------
+@njit(cache=True)
+def bn_cosine_loss_grad(z, u, scale, floor2):
+    """z (n, K) -> (ok, loss (K,), dL/dz (n, K))."""
+    n, K = z.shape
+    mean = np.zeros(K)
+    z2 = 0.0
+    for i in range(n):
+        mean += z[i]
+        z2 += z[i, 0] * z[i, 0]
+    mean *= 1.0 / n
+    zc = z - mean
+    r2 = np.zeros(K)
+    for i in range(n):
+        r2 += jmul(zc[i], zc[i])
+    noise = 8.0 * n * _EPS64
+    g = np.zeros((n, K))
+    loss = np.zeros(K)
+    if not (r2[0] > floor2 and r2[0] > noise * noise * z2):
+        return False, loss, g
+    inv_r = jrecip(jsqrt(r2))
+    zhat = np.zeros((n, K))
+    cos = np.zeros(K)
+    for i in range(n):
+        zhat[i] = jmul(zc[i], inv_r)
+        cos += zhat[i] * u[i]
+        e = zhat[i].copy()
+        e[0] -= u[i]
+        loss += jmul(e, e)
+    loss *= 0.5 * scale
+    for i in range(n):
+        t = jmul(cos, zhat[i])
+        t[0] -= u[i]
+        g[i] = jmul(t, inv_r) * scale
+    return True, loss, g
+
+
+# -- models (models/*.hpp); params are the tuples built in _numba.py -----------------------------
+@njit(cache=True)
+def bn_linreg_loss_grad(params, w):
+    Xc, u, scale, xc_fro2 = params[1], params[2], params[5], params[6]
+    n, d = Xc.shape
+    w2 = 0.0
+    for j in range(d):
+        w2 += w[j, 0] * w[j, 0]
+    err = d * _EPS64
+    z = Xc @ w
+    ok, loss, gz = bn_cosine_loss_grad(z, u, scale, err * err * xc_fro2 * w2)
+    return ok, loss, Xc.T @ gz
+
+
+@njit(cache=True)
+def bn_mc_loss_grad(params, w):
+    rows, cols, u, scale, m1, r = params[3], params[4], params[2], params[5], params[7], params[9]
+    N = rows.shape[0]
+    K = w.shape[1]
+    V0 = m1 * r
+    s = np.zeros((N, K))
+    for k in range(N):
+        for q in range(r):
+            s[k] += jmul(w[rows[k] * r + q], w[V0 + cols[k] * r + q])
+    ok, loss, gs = bn_cosine_loss_grad(s, u, scale, 0.0)
+    g = np.zeros_like(w)
+    if ok:
+        for k in range(N):
+            for q in range(r):
+                a = rows[k] * r + q
+                b = V0 + cols[k] * r + q
+                g[a] += jmul(gs[k], w[b])
+                g[b] += jmul(gs[k], w[a])
+    return ok, loss, g
+
+
+@njit(cache=True)
+def toy3d_loss_grad(params, w):
+    c = params[6]
+    K = w.shape[1]
+    g = np.zeros((3, K))
+    r2 = jmul(w[0], w[0]) + jmul(w[1], w[1]) + jmul(w[2], w[2])
+    if not r2[0] > 0.0:
+        return False, np.zeros(K), g
+    inv_r = jrecip(jsqrt(r2))
+    x, y, z = jmul(w[0], inv_r), jmul(w[1], inv_r), jmul(w[2], inv_r)
+    diff = x - y
+    a = c * jmul(z, z)
+    a[0] += 1.0
+    d2 = jmul(diff, diff)
+    loss = jmul(a, d2)
+    q0 = 2.0 * jmul(a, diff)
+    q2 = 2.0 * c * jmul(z, d2)
+    radial = jmul(diff, q0) + jmul(z, q2)
+    g[0] = jmul(q0 - jmul(radial, x), inv_r)
+    g[1] = jmul(-q0 - jmul(radial, y), inv_r)
+    g[2] = jmul(q2 - jmul(radial, z), inv_r)
+    return True, loss, g
+
+
+# -- counter-based RNG (engine/rng.hpp) ---------------------------------------------------------
+@njit(cache=True)
+def mix64(x):
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True)
+def normal(seed, stream, counter, index):
+    h1 = mix64(mix64(mix64(mix64(np.uint64(seed)) ^ np.uint64(stream)) ^ np.uint64(counter))
+               ^ np.uint64(2 * index))
+    h2 = mix64(mix64(mix64(mix64(np.uint64(seed)) ^ np.uint64(stream)) ^ np.uint64(counter))
+               ^ np.uint64(2 * index + 1))
+    u1 = (float(h1 >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)
+    u2 = (float(h2 >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(6.283185307179586 * u2)
+
+
+@njit(cache=True)
+def loss_grad(params, w):
+    """The model named by params[0] (BN_LINREG, BN_MC, TOY3D) on the jet w (D, K)."""
+    kind = params[0]
+    if kind == BN_LINREG:
+        return bn_linreg_loss_grad(params, w)
+    if kind == BN_MC:
+        return bn_mc_loss_grad(params, w)
+    return toy3d_loss_grad(params, w)
+
+
+
+@njit(cache=True)
+def grad_of(params, w):
+    ok, loss, g = loss_grad(params, w.reshape(-1, 1).copy())
+    return ok, loss[0], g[:, 0].copy()
+
+@njit(cache=True)
+def seeded(params, w, v, K):
+    wj = np.zeros((w.shape[0], K))
+    wj[:, 0] = w
+    wj[:, 1] = v
+    return loss_grad(params, wj)
+
+@njit(cache=True)
+def hvp1(params, w, v):
+    ok, _, g = seeded(params, w, v, 2)
+    return ok, g[:, 1].copy()
+
+@njit(parallel=True, cache=True)
+def batch_loss_grad(params, W):
+    B, D = W.shape
+    loss = np.zeros(B)
+    G = np.zeros((B, D))
+    ok = np.zeros(B, np.uint8)
+    for b in prange(B):
+        good, lb, gb = grad_of(params, W[b])
+        if good:
+            loss[b] = lb
+            G[b] = gb
+        ok[b] = good
+    return loss, G, ok
+
+@njit(parallel=True, cache=True)
+def batch_directional(params, W, V, order):
+    B, D = W.shape
+    out = np.zeros((B, D))
+    ok = np.zeros(B, np.uint8)
+    for b in prange(B):
+        good, _, g = seeded(params, W[b], V[b], order + 1)
+        if good:
+            out[b] = g[:, order] * (2.0 if order == 2 else 1.0)
+        ok[b] = good
+    return out, ok
+
+@njit(parallel=True, cache=True)
+def batch_hessian(params, W):
+    B, D = W.shape
+    H = np.zeros((B, D, D))
+    ok = np.ones(B, np.uint8)
+    for t in prange(B * D):
+        b, j = t // D, t % D
+        e = np.zeros(D)
+        e[j] = 1.0
+        good, col = hvp1(params, W[b], e)
+        if not good:
+            ok[b] = 0
+        else:
+            H[b, :, j] = col
+    return H, ok
+
+@njit(cache=True)
+def random_orthonormal(q, Q, j, D, seed, stream, counter, salt):
+    for attempt in range(4):
+        key = np.uint64(counter) ^ (np.uint64(salt) << np.uint64(32))
+        for i in range(D):
+            q[i] = normal(seed, stream, key, attempt * D + i)
+        for _ in range(2):
+            for l in range(j):
+                q -= np.dot(Q[l], q) * Q[l]
+        nrm = np.sqrt(np.dot(q, q))
+        if nrm > 1e-3:
+            q /= nrm
+            return True
+    return False
+
+@njit(cache=True)
+def top_ritz(alpha, beta, m):
+    T = np.zeros((m, m))
+    for i in range(m):
+        T[i, i] = alpha[i]
+        if i + 1 < m:
+            T[i, i + 1] = T[i + 1, i] = beta[i]
+    return np.linalg.eigh(T)  # ascending
+
+@njit(cache=True)
+def lanczos(params, w, D, k, m_max, min_iter, tol, seed, stream, counter, start, has_start):
+    """engine/lanczos.hpp; returns (ok, converged, iterations, evals, evecs, resid)."""
+    Q = np.zeros((m_max + 1, D))
+    alpha = np.zeros(m_max)
+    beta = np.zeros(m_max)
+    evals = np.full(k, np.nan)
+    evecs = np.zeros((k, D))
+    resid = np.full(k, np.nan)
+    nrm = np.sqrt(np.dot(start, start)) if has_start else 0.0
+    if has_start and nrm > 0:
+        Q[0] = start / nrm
+    elif not random_orthonormal(Q[0], Q, 0, D, seed, stream, counter, 0):
+        return False, False, 0, evals, evecs, resid
+    m = 0
+    converged = False
+    theta = np.zeros(1)
+    Z = np.zeros((1, 1))
+    small_f = 1e-12
+    for j in range(m_max):
+        ok, z = hvp1(params, w, Q[j])
+        if not ok:
+            return False, False, m, evals, evecs, resid
+        alpha[j] = np.dot(Q[j], z)
+        z -= alpha[j] * Q[j]
+        if j > 0:
+            z -= beta[j - 1] * Q[j - 1]
+        for _ in range(2):
+            for l in range(j + 1):
+                z -= np.dot(Q[l], z) * Q[l]
+        beta[j] = np.sqrt(np.dot(z, z))
+        m = j + 1
+        done = m == m_max
+        if m >= k and (m >= min_iter or done):
+            theta, Z = top_ritz(alpha, beta, m)
+            top = np.max(np.abs(theta))
+            floor = top if top > 0 else 1.0
+            allc = True
+            for t in range(min(k, m)):
+                if beta[j] * abs(Z[m - 1, m - 1 - t]) > tol * floor:
+                    allc = False
+            converged = allc
+            done = done or allc
+        if done:
+            break
+        scale_ab = abs(alpha[j]) + (beta[j - 1] if j > 0 else 0.0)
+        small = small_f * (scale_ab if scale_ab > 0 else 1.0)
+        if beta[j] <= small:
+            beta[j] = 0.0
+            if m == D or not random_orthonormal(z, Q, m, D, seed, stream, counter, m):
+                converged = True
+                theta, Z = top_ritz(alpha, beta, m)
+                break
+        else:
+            z /= beta[j]
+        Q[j + 1] = z
+    for t in range(k):
+        if t >= m:
+            continue
+        col = m - 1 - t
+        evals[t] = theta[col]
+        v = np.ascontiguousarray(Z[:, col]) @ Q[:m]
+        v /= np.sqrt(np.dot(v, v))
+        if v[np.argmax(np.abs(v))] < 0:
+            v = -v
+        evecs[t] = v
+        ok, y = hvp1(params, w, v)
+        if not ok:
+            return False, converged, m, evals, evecs, resid
+        resid[t] = np.sqrt(np.sum((y - evals[t] * v) ** 2))
+    return True, converged, m, evals, evecs, resid
+
+@njit(parallel=True, cache=True)
+def batch_lanczos(params, W, k, m_max, min_iter, tol, seed, S, has_start):
+    B, D = W.shape
+    evals = np.zeros((B, k))
+    evecs = np.zeros((B, k, D))
+    resid = np.zeros((B, k))
+    iters = np.zeros(B, np.int32)
+    conv = np.zeros(B, np.uint8)
+    ok = np.zeros(B, np.uint8)
+    for b in prange(B):
+        good, c, it, ev, vec, res = lanczos(params, W[b], D, k, m_max, min_iter, tol,
+                                            seed, b, 0, S[b], has_start)
+        evals[b], evecs[b], resid[b] = ev, vec, res
+        iters[b], conv[b], ok[b] = it, c, good
+    return evals, evecs, resid, iters, conv, ok
+
+@njit(parallel=True, cache=True)
+def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_every,
+        jitter, seed, offset, rms_beta, rms_eps, m_max, min_iter, tol):
+    """engine/trajectory.hpp: TrajectoryRunner.observe / step / finish per trajectory."""
+    B, D = W0.shape
+    nan = np.nan
+    nrec = steps // record_every + 1
+    nsh = steps // sharpness_every + 1 if sharpness_every > 0 else 0
+    nth = steps // theta_every + 1 if theta_every > 0 else 0
+    loss_r = np.full((nrec, B), nan)
+    norm2_r = np.full((nrec, B), nan)
+    eff_r = np.full((nrec, B), nan)
+    gn_r = np.full((nrec, B), nan)
+    top_r = np.full((nrec, B), nan)
+    sharp_r = np.full((nsh, B), nan)
+    ratio_r = np.full((nsh, B), nan)
+    conv_r = np.zeros((nsh, B), np.uint8)
+    theta_r = np.full((nth, B, D), nan)
+    w_out = np.zeros((B, D))
+    diverged = np.zeros(B, np.uint8)
+    div_step = np.full(B, -1, np.int64)
+    sphere = method == 1 or method == 2
+    for b in prange(B):
+        traj = offset + b
+        w = W0[b].copy()
+        decay = 1.0 - lr[b] * wd[b]
+        eta = lr[b]
+        rms_v = 0.0
+        v1 = np.zeros(D)
+        have_v1 = False
+        rec = 0
+        sh = 0
+        th = 0
+        for t in range(steps + 1):
+            # observe(t)
+            good, loss, g = grad_of(params, w)
+            norm2 = np.dot(w, w)
+            gnorm2 = np.dot(g, g)
+            if not good or not np.isfinite(loss) or not np.isfinite(gnorm2) \
+                    or not np.isfinite(norm2):
+                diverged[b] = 1
+                div_step[b] = t
+                break
+            norm = np.sqrt(norm2)
+            if sphere:
+                eff = eta
+            elif method == 3:
+                rms_v = rms_beta * rms_v + (1.0 - rms_beta) * gnorm2
+                eff = lr[b] / ((np.sqrt(rms_v) + rms_eps) * decay * norm2)
+            else:
+                eff = lr[b] / (decay * norm2)
+            if sharpness_every > 0 and t % sharpness_every == 0:
+                lz_ok, c, _, ev, vec, _ = lanczos(params, w, D, 1, m_max, min_iter, tol,
+                                                  seed, traj, t, v1, have_v1)
+                if not lz_ok or not np.isfinite(ev[0]):
+                    diverged[b] = 1
+                    div_step[b] = t
+                    break
+                flip = -1.0 if have_v1 and np.dot(vec[0], v1) < 0 else 1.0
+                v1 = flip * vec[0]
+                have_v1 = True
+                sharp = ev[0] * norm2
+                sharp_r[sh, b] = sharp
+                ratio_r[sh, b] = eff * sharp
+                conv_r[sh, b] = c
+                sh += 1
+            if t % record_every == 0:
+                loss_r[rec, b] = loss
+                norm2_r[rec, b] = norm2
+                eff_r[rec, b] = eff
+                gn_r[rec, b] = norm * np.sqrt(gnorm2)
+                top_r[rec, b] = norm * np.dot(v1, g) if have_v1 else nan
+                rec += 1
+            if theta_every > 0 and t % theta_every == 0:
+                theta_r[th, b] = w / norm
+                th += 1
+            if t == steps:
+                break
+            # step(t)
+            if sphere:
+                step = eta * norm
+                nxt = w / norm - step * g
+            elif method == 3:
+                step = lr[b] / (np.sqrt(rms_v) + rms_eps)
+                nxt = decay * w - step * g
+            else:
+                step = lr[b]
+                nxt = decay * w - step * g
+            if jitter > 0:
+                amp = jitter * norm / np.sqrt(D)
+                for i in range(D):
+                    nxt[i] += amp * normal(seed, traj, t, i)
+            if sphere:
+                nxt /= np.sqrt(np.dot(nxt, nxt))
+            if not np.all(np.isfinite(nxt)):
+                diverged[b] = 1
+                div_step[b] = t + 1
+                break
+            w = nxt
+            if method == 2:
+                eta = 1.0 / (decay * decay * (1.0 / eta + eta * norm2 * gnorm2))
+        w_out[b] = w
+    return (loss_r, norm2_r, eff_r, gn_r, top_r, sharp_r, ratio_r, conv_r, theta_r, w_out,
+            diverged, div_step)
