@@ -221,7 +221,7 @@ void add_engine(py::class_<Core>& cls) {
         carray<Real> w({(py::ssize_t)B, (py::ssize_t)D});
         flags diverged(B);
         py::array_t<long long> diverged_step(B);
-        cpu::BatchRecords<Real> out{loss.mutable_data(), norm2.mutable_data(),
+        BatchRecords<Real> out{loss.mutable_data(), norm2.mutable_data(),
                                     eff_lr.mutable_data(), grad_norm.mutable_data(),
                                     sharp ? top_grad.mutable_data() : nullptr,
                                     sharpness.mutable_data(), eos_ratio.mutable_data(),
@@ -391,11 +391,10 @@ PYBIND11_MODULE(_core, m) {
 #else
     info["openmp"] = false;
 #endif
-    info["cuda"] = false;  // no CUDA kernels are linked yet
-#ifdef PYSHARP_DEVICE_HEADERS_CHECKED
-    info["device_headers_checked"] = true;
+#ifdef PYSHARP_WITH_CUDA_MODULE
+    info["cuda"] = true;  // pysharp._cuda was built beside this module
 #else
-    info["device_headers_checked"] = false;
+    info["cuda"] = false;
 #endif
 #ifdef PYSHARP_NATIVE
     info["native"] = true;

@@ -15,6 +15,12 @@ def as_float_array(x, name: str, dtype=None) -> np.ndarray:
     Integers are converted to float64 (or to ``dtype``); booleans, complex and
     object arrays are rejected. Non-finite entries raise ValueError.
     """
+    if hasattr(x, "__cuda_array_interface__"):
+        # GPU arrays are validated (and, for now, computed on) as host copies.
+        if not hasattr(x, "get"):
+            raise TypeError(f"{name}: GPU arrays other than CuPy's are not supported; "
+                            "pass a NumPy or CuPy array")
+        x = x.get()
     a = np.asarray(x)
     if a.dtype.kind == "b" or a.dtype.kind not in "iuf":
         raise TypeError(f"{name} must be a real floating or integer array, got dtype {a.dtype}")

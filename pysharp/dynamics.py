@@ -114,10 +114,10 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     if method in ("pgd", "pgd_adaptive"):
         W0 = W0 / np.linalg.norm(W0, axis=1, keepdims=True)
     can_reduce = (isinstance(model, BNLinearRegression) and jitter == 0
-                  and method in ("gd_wd", "scalar_rmsprop") and backend == "cpp")
+                  and method in ("gd_wd", "scalar_rmsprop") and backend in ("cpp", "cuda"))
     if reduced and not can_reduce:
         raise ValueError("reduced=True needs BNLinearRegression, GD+WD or scalar RMSprop, "
-                         "jitter = 0 and the cpp backend")
+                         "jitter = 0 and the cpp or cuda backend")
     reduced = can_reduce if reduced is None else bool(reduced)
     if np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")

@@ -184,7 +184,7 @@ def test_numba_flags_divergence_like_cpp(toy_case):
 @numba_only
 def test_reduced_needs_the_cpp_backend(linreg_small):
     w0 = linreg_small.points(seed=1)
-    with pytest.raises(ValueError, match="cpp backend"):
+    with pytest.raises(ValueError, match="cpp or cuda backend"):
         ps.run_gd_wd(linreg_small.model, w0, 0.1, 0.0, 5, backend="numba", reduced=True)
 
 
@@ -214,3 +214,33 @@ def test_gpu_backend_matches_cpu(case, backend):
                      backend=backend)
     for name in ("loss", "sharpness", "w"):
         assert rel_err(getattr(b, name), getattr(a, name)) < 1e-10, name
+
+
+def test_cuda_module_imports_without_a_gpu_and_says_why():
+    """With PYSHARP_CUDA on, pysharp._cuda loads anywhere (static CUDA runtime)."""
+    if not ps.build_info().get("cuda"):
+        pytest.skip("built without the CUDA module")
+    import pysharp._cuda as cuda
+
+    reason = cuda.device_error()
+    assert isinstance(reason, str)
+    assert (reason == "") == ps.backends()["cuda"]["available"]
+    for name in ("BNLinearRegression_f64", "BNMatrixCompletion_f32", "Toy3D_f64"):
+        for method in ("loss_grad", "hvp", "third", "hessian", "lanczos", "run"):
+            assert hasattr(getattr(cuda, name), method), (name, method)
+
+
+class FakeCupyArray(FakeGpuArray):
+    def __init__(self, a):
+        self._a = np.asarray(a)
+
+    def get(self):
+        return self._a
+
+
+def test_cupy_style_arrays_are_validated_as_host_copies(toy_case):
+    w = toy_case.points(seed=4)
+    assert rel_err(toy_case.model.loss(FakeCupyArray(w), backend="cpp"),
+                   toy_case.model.loss(w)) == 0
+    with pytest.raises(TypeError, match="GPU arrays other than CuPy"):
+        toy_case.model.loss(FakeGpuArray(), backend="cpp")

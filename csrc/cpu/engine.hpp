@@ -13,26 +13,6 @@
 
 namespace pysharp::cpu {
 
-// Record arrays of a whole batch; each trajectory gets a strided view.
-template <class Real>
-struct BatchRecords {
-  Real *loss, *norm2, *eff_lr, *grad_norm, *top_grad;
-  Real *sharpness, *eos_ratio;
-  std::uint8_t* sharpness_converged;
-  Real* theta;
-  Real* w_final;
-  std::uint8_t* diverged;
-  long long* diverged_step;
-
-  TrajectoryRecords<Real> row(long long b, long long B, int D) const {
-    auto at = [b](auto* p) { return p ? p + b : p; };
-    return {B,           at(loss),      at(norm2),   at(eff_lr),
-            at(grad_norm), at(top_grad), at(sharpness), at(eos_ratio),
-            at(sharpness_converged), theta ? theta + b * D : nullptr,
-            w_final + b * D, diverged + b, diverged_step + b};
-  }
-};
-
 // Runs B trajectories; trajectory b uses global index offset + b for its
 // random streams and hyperparameters lr[b], wd[b]. make_state(w0, scratch)
 // builds the trajectory's state in state_reals of scratch.

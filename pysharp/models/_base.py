@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import abc
+import importlib
 from typing import Any
 
 import numpy as np
 
+from .. import _backend
 from .._dispatch import resolve
 from .._validation import as_batch, as_positive_int, check_nonzero_rows
 
@@ -35,8 +37,9 @@ class ScaleInvariantModel(abc.ABC):
         """Number of parameters D."""
 
     @abc.abstractmethod
-    def _make_core(self, suffix: str) -> Any:
-        """Build the ``pysharp._core`` model object for dtype suffix '_f64' or '_f32'."""
+    def _make_core(self, suffix: str, module: Any) -> Any:
+        """Build the model object of ``module`` (``pysharp._core`` or ``pysharp._cuda``,
+        which share one interface) for dtype suffix '_f64' or '_f32'."""
 
     @abc.abstractmethod
     def _numba_params(self) -> tuple:
@@ -57,8 +60,11 @@ class ScaleInvariantModel(abc.ABC):
         key = (dtype, backend)
         if key not in self._cores:
             from .._dispatch import _fallback
+            suffix = "_f64" if dtype == np.float64 else "_f32"
             if backend == "cpp":
-                core = self._make_core("_f64" if dtype == np.float64 else "_f32")
+                core = self._make_core(suffix, _backend.core())
+            elif backend == "cuda":
+                core = self._make_core(suffix, importlib.import_module("pysharp._cuda"))
             elif backend == "numba":
                 core = _fallback.NumbaCore(self._numba_params(), dtype, self._reference())
             elif backend == "numpy":

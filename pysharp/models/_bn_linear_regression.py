@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import core
 from .._validation import as_float_array, as_positive_int
 from ._base import ScaleInvariantModel
 
@@ -64,9 +63,9 @@ class BNLinearRegression(ScaleInvariantModel):
         """Number of samples."""
         return self.X.shape[0]
 
-    def _make_core(self, suffix):
+    def _make_core(self, suffix, module):
         dtype = np.float64 if suffix == "_f64" else np.float32
-        cls = getattr(core(), "BNLinearRegression" + suffix)
+        cls = getattr(module, "BNLinearRegression" + suffix)
         # The engine's exact reduced update works in the singular basis of Xc.
         U, sigma, Vt = np.linalg.svd(self._Xc, full_matrices=False)
         keep = sigma > sigma[0] * max(self._Xc.shape) * np.finfo(float).eps

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import core
 from .._validation import as_batch, as_float_array, as_positive_int
 from .._dispatch import resolve
 from ._base import ScaleInvariantModel
@@ -103,9 +102,9 @@ class BNMatrixCompletion(ScaleInvariantModel):
         """Number of observed (training) entries N."""
         return self.values.size
 
-    def _make_core(self, suffix):
+    def _make_core(self, suffix, module):
         dtype = np.float64 if suffix == "_f64" else np.float32
-        cls = getattr(core(), "BNMatrixCompletion" + suffix)
+        cls = getattr(module, "BNMatrixCompletion" + suffix)
         return cls(self.rows, self.cols, self._u.astype(dtype), self._scale,
                    self.shape[0], self.shape[1], self.rank)
 
@@ -140,6 +139,8 @@ class BNMatrixCompletion(ScaleInvariantModel):
         if self.test is None:
             raise ValueError("this model has no held-out entries; pass test=(rows, cols, values)")
         backend = resolve(backend, w)
+        if backend in ("cuda", "cupy"):  # a held-out evaluation, not a GPU kernel
+            backend = resolve("auto")
         W, single = self._batch(w)
         W = self._unit_scale(W)[0]  # scale invariant
         rows, cols, values = self.test

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import numpy as np
 
-from .._backend import core
 from .._validation import as_real
 from ._base import ScaleInvariantModel
 
@@ -30,8 +28,8 @@ class Toy3D(ScaleInvariantModel):
     def dim(self) -> int:
         return 3
 
-    def _make_core(self, suffix):
-        return getattr(core(), "Toy3D" + suffix)(self.c)
+    def _make_core(self, suffix, module):
+        return getattr(module, "Toy3D" + suffix)(self.c)
 
     def _numba_params(self) -> tuple:
         from .._dispatch._numba_kernels import TOY3D, params

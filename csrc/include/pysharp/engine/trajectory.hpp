@@ -45,6 +45,26 @@ struct TrajectoryRecords {
   long long* diverged_step;
 };
 
+// Record arrays of a whole batch; each trajectory gets a strided view.
+template <class Real>
+struct BatchRecords {
+  Real *loss, *norm2, *eff_lr, *grad_norm, *top_grad;
+  Real *sharpness, *eos_ratio;
+  std::uint8_t* sharpness_converged;
+  Real* theta;
+  Real* w_final;
+  std::uint8_t* diverged;
+  long long* diverged_step;
+
+  PYSHARP_HD TrajectoryRecords<Real> row(long long b, long long B, int D) const {
+    auto at = [b](auto* p) { return p ? p + b : p; };
+    return {B,           at(loss),      at(norm2),   at(eff_lr),
+            at(grad_norm), at(top_grad), at(sharpness), at(eos_ratio),
+            at(sharpness_converged), theta ? theta + b * D : nullptr,
+            w_final + b * D, diverged + b, diverged_step + b};
+  }
+};
+
 PYSHARP_HD inline long long n_records(long long steps, long long every) {
   return every > 0 ? steps / every + 1 : 0;
 }
