@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-
 from .._validation import as_real
 from ._base import ScaleInvariantModel
 
