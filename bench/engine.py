@@ -351,6 +351,9 @@ def main(argv=None) -> int:
     peers = {"numpy": lambda P, W, lr, wd, s: numpy_gd_wd(P, W, lr, wd, s)}
     if numba is not None:
         peers["numba"] = make_numba(numba)
+        if ps.backends()["numba"]["available"]:  # pysharp's own fallback, the same engine
+            peers["pysharp backend=numba"] = lambda P, W, lr, wd, s: ps.run_gd_wd(
+                model, W, lr, wd, s, record_every=s, sharpness_every=0, backend="numba").w
     if jax is not None:
         peers["jax"] = make_jax(jax, prob, LR, WD)
     print(f"\nAgreement of the final iterate with pysharp run_gd_wd (default engine) on "
