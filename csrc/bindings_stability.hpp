@@ -134,23 +134,45 @@ void bind_stability(py::module_& m) {
   bind_stability_dtype<float>(m, "_f32");
   m.def(
       "linear_sgd",
-      [](const carray<double>& A, double lr, int batch, bool replacement, std::uint64_t seed,
-         long long runs, long long offset, long long steps, long long every) {
+      [](const carray<double>& A, const carray<double>& X0, double lr, int batch,
+         bool replacement, std::uint64_t seed, long long offset, long long t0, long long steps) {
         require(A.ndim() == 2 && A.shape(0) >= 1 && A.shape(1) >= 1, "A must be (n, D)");
         const int n = static_cast<int>(A.shape(0)), D = static_cast<int>(A.shape(1));
+        require(X0.ndim() == 2 && X0.shape(1) == D, "X0 must be (runs, D)");
         require(batch >= 1 && (replacement || batch <= n), "batch must be in [1, n]");
-        require(runs >= 1 && steps >= 0 && every >= 1, "runs >= 1, steps >= 0, every >= 1");
-        carray<double> lognorm({(py::ssize_t)n_records(steps, every), (py::ssize_t)runs});
+        require(steps >= 0 && t0 >= 0, "steps >= 0 and t0 >= 0");
+        const py::ssize_t R = X0.shape(0);
+        carray<double> X({R, (py::ssize_t)D});
+        std::copy(X0.data(), X0.data() + X0.size(), X.mutable_data());
+        carray<double> logg(R);
         {
           py::gil_scoped_release nogil;
-          cpu::linear_sgd_batch(A.data(), n, D, lr, batch, replacement, seed, runs, offset,
-                                steps, every, lognorm.mutable_data());
+          cpu::linear_sgd_batch(A.data(), n, D, lr, batch, replacement, seed, R, offset, t0,
+                                steps, X.mutable_data(), logg.mutable_data());
         }
-        return lognorm;
+        return py::make_tuple(X, logg);
       },
-      py::arg("A"), py::arg("lr"), py::arg("batch"), py::arg("replacement"), py::arg("seed"),
-      py::arg("runs"), py::arg("offset"), py::arg("steps"), py::arg("every"),
-      "Linearised SGD x <- x - (lr/B) sum_I a_i a_i.x from x0 ~ N(0, I): log ||x_t|| (records, runs)");
+      py::arg("A"), py::arg("X0"), py::arg("lr"), py::arg("batch"), py::arg("replacement"),
+      py::arg("seed"), py::arg("offset"), py::arg("t0"), py::arg("steps"),
+      "Linearised SGD x <- x - (lr/B) sum_I a_i a_i.x for steps t0.. of each run: "
+      "(unit final states (runs, D), log growth (runs,))");
+  m.def(
+      "sgd_batches",
+      [](int n, int batch, bool replacement, std::uint64_t seed, long long trajectory,
+         long long steps) {
+        require(n >= 1 && batch >= 1 && (replacement || batch <= n) && steps >= 0,
+                "need n >= 1, batch in [1, n] (>= 1 with replacement), steps >= 0");
+        py::array_t<int> idx({(py::ssize_t)steps, (py::ssize_t)batch});
+        std::vector<int> perm(n);
+        for (int i = 0; i < n; ++i) perm[i] = i;
+        for (long long t = 0; t < steps; ++t)
+          draw_batch(seed, static_cast<std::uint64_t>(trajectory), static_cast<std::uint64_t>(t),
+                     n, batch, replacement, perm.data(), idx.mutable_data() + t * batch);
+        return idx;
+      },
+      py::arg("n"), py::arg("batch"), py::arg("replacement"), py::arg("seed"),
+      py::arg("trajectory"), py::arg("steps"),
+      "The SGD engine's batches of one trajectory, (steps, batch) indices: for oracles and peers");
 }
 
 }  // namespace

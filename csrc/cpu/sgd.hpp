@@ -64,20 +64,21 @@ void sgd_batch(const Model& m, const SGDConfig& c, Real* W, const Real* lr, cons
   }
 }
 
-// R runs of linearised SGD on A (n, D); run r uses RNG stream offset + r.
-// lognorm (records, R).
+// R runs of linearised SGD on A (n, D), steps t0 .. t0 + steps - 1; run r
+// uses RNG stream offset + r. X (R, D) states in and out, logg (R,) log growth.
 template <class Real>
 void linear_sgd_batch(const Real* A, int n, int D, Real lr, int B, bool replacement,
-                      std::uint64_t seed, std::int64_t R, std::int64_t offset, long long steps,
-                      long long every, Real* lognorm) {
-#pragma omp parallel if (R > 1)
+                      std::uint64_t seed, std::int64_t R, std::int64_t offset, long long t0,
+                      long long steps, Real* X, Real* logg) {
+#pragma omp parallel if (R > 1 && R * steps * B * static_cast<long long>(D) >= 20000)
   {
-    std::vector<Real> scratch(2 * static_cast<std::size_t>(D));
+    std::vector<Real> scratch(static_cast<std::size_t>(D));
     std::vector<int> iscratch(2 * static_cast<std::size_t>(n));
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < R; ++r)
-      run_linear_sgd(A, n, D, lr, B, replacement, seed, static_cast<std::uint64_t>(offset + r),
-                     steps, every, lognorm + r, R, scratch.data(), iscratch.data());
+      logg[r] = run_linear_sgd(A, n, D, lr, B, replacement, seed,
+                               static_cast<std::uint64_t>(offset + r), t0, steps, X + r * D,
+                               scratch.data(), iscratch.data());
   }
 }
 

@@ -109,54 +109,44 @@ PYSHARP_HD long long run_sgd(const Model& m, const SGDConfig& c, std::uint64_t t
 }
 
 // Linearised SGD at a minimum, x <- x - (lr/B) sum_{i in I_t} a_i (a_i . x),
-// from x_0 ~ N(0, I) (stream `run`). The iterate is renormalised every step
-// and log ||x_t|| accumulated, so growth and decay never over- or underflow.
-// A: (n, D) rows a_i. lognorm: log ||x_t|| at t = 0, every, ..., at
-// lognorm[r * stride] (-inf once x_t = 0 exactly).
-// scratch: 2 D reals; iscratch: 2 n ints.
+// for steps t0 .. t0 + steps - 1 of run `run` (batches keyed by (seed, run, t)).
+// A: (n, D) rows a_i. x (D) holds the state in and out, renormalised to unit
+// norm every step so that growth and decay never over- or underflow; returns
+// log(||x_end|| / ||x_start||) (-inf once x = 0 exactly; x is then left as is).
+// scratch: D reals; iscratch: 2 n ints.
 template <class Real>
-PYSHARP_HD void run_linear_sgd(const Real* A, int n, int D, Real lr, int B, bool replacement,
-                               std::uint64_t seed, std::uint64_t run, long long steps,
-                               long long every, Real* lognorm, long long stride, Real* scratch,
-                               int* iscratch) {
-  Real* x = scratch;
-  Real* y = scratch + D;
+PYSHARP_HD Real run_linear_sgd(const Real* A, int n, int D, Real lr, int B, bool replacement,
+                               std::uint64_t seed, std::uint64_t run, long long t0,
+                               long long steps, Real* x, Real* scratch, int* iscratch) {
+  Real* y = scratch;
   int* perm = iscratch;
   int* idx = iscratch + n;
   for (int i = 0; i < n; ++i) perm[i] = i;
   Real nrm2 = Real(0);
-  for (int k = 0; k < D; ++k) {
-    x[k] = static_cast<Real>(normal(seed, run, 0xA11CEULL, static_cast<std::uint64_t>(k)));
-    nrm2 += x[k] * x[k];
-  }
-  Real logn = Real(0.5) * log(nrm2);
+  for (int k = 0; k < D; ++k) nrm2 += x[k] * x[k];
+  if (!(nrm2 > Real(0))) return -Real(1) / Real(0);
+  Real logg = -Real(0.5) * log(nrm2);
   Real inv = Real(1) / sqrt_(nrm2);
   for (int k = 0; k < D; ++k) x[k] *= inv;
-  lognorm[0] = logn;
   const Real c = lr / Real(B);
-  for (long long t = 0; t < steps; ++t) {
-    if (nrm2 > Real(0)) {
-      draw_batch(seed, run, static_cast<std::uint64_t>(t), n, B, replacement, perm, idx);
-      for (int k = 0; k < D; ++k) y[k] = x[k];
-      for (int j = 0; j < B; ++j) {
-        const Real* a = A + static_cast<long long>(idx[j]) * D;
-        Real s = Real(0);
-        for (int k = 0; k < D; ++k) s += a[k] * x[k];
-        s *= c;
-        for (int k = 0; k < D; ++k) y[k] -= s * a[k];
-      }
-      nrm2 = Real(0);
-      for (int k = 0; k < D; ++k) nrm2 += y[k] * y[k];
-      if (nrm2 > Real(0)) {
-        logn += Real(0.5) * log(nrm2);
-        inv = Real(1) / sqrt_(nrm2);
-        for (int k = 0; k < D; ++k) x[k] = y[k] * inv;
-      } else {
-        logn = -Real(1) / Real(0);
-      }
+  for (long long t = t0; t < t0 + steps; ++t) {
+    draw_batch(seed, run, static_cast<std::uint64_t>(t), n, B, replacement, perm, idx);
+    for (int k = 0; k < D; ++k) y[k] = x[k];
+    for (int j = 0; j < B; ++j) {
+      const Real* a = A + static_cast<long long>(idx[j]) * D;
+      Real s = Real(0);
+      for (int k = 0; k < D; ++k) s += a[k] * x[k];
+      s *= c;
+      for (int k = 0; k < D; ++k) y[k] -= s * a[k];
     }
-    if ((t + 1) % every == 0) lognorm[((t + 1) / every) * stride] = logn;
+    nrm2 = Real(0);
+    for (int k = 0; k < D; ++k) nrm2 += y[k] * y[k];
+    if (!(nrm2 > Real(0))) return -Real(1) / Real(0);
+    logg += Real(0.5) * log(nrm2);
+    inv = Real(1) / sqrt_(nrm2);
+    for (int k = 0; k < D; ++k) x[k] = y[k] * inv;
   }
+  return logg;
 }
 
 }  // namespace pysharp
