@@ -376,6 +376,8 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
 
 }  // namespace
 
+#include "bindings_stability.hpp"  // SGD linear stability (issue 7)
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "pysharp compiled core: batched model kernels (see pysharp.models).";
   bind_dtype<double>(m, "_f64");
@@ -420,4 +422,7 @@ PYBIND11_MODULE(_core, m) {
 #endif
       },
       py::arg("n"));
+
+  // -- SGD linear stability: square-loss models, SGD engine, linearised SGD --
+  bind_stability(m);
 }

@@ -131,3 +131,35 @@ class BNLinearRegression(ScaleInvariantModel):
         model = cls(X, y)
         model.w_true = w_true
         return model
+
+    # -- SGD linear stability (per-sample Jacobians of the predictions) ------------
+    def per_sample_jacobians(self, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Predictions and their per-sample gradients, for the SGD stability analysis.
+
+        With full-batch statistics, p_i(w) = std(y) z_i / sigma(w) + mean(y), z = Xc w.
+
+        Returns
+        -------
+        p : ndarray, shape (n,) or (B, n)
+            Predictions p_i(w).
+        a : ndarray, shape (n, d) or (B, n, d)
+            a_i = grad_w p_i(w) = std(y) sqrt(n) (Xc_i / ||z|| - z_i Xc^T z / ||z||^3).
+            Orthogonal to w (p_i is scale-invariant).
+        gx : ndarray, shape (n, d) or (B, n, d)
+            grad_x p_i at frozen batch statistics (inference mode): std(y) w / sigma(w),
+            the same for every sample.
+
+        Notes
+        -----
+        This model's loss is (1/n) sum_i (p_i - y_i)^2, twice the (1/2n)
+        convention of the stability theory; at an interpolating w its Hessian
+        is 2 mean_i a_i a_i^T. ``pysharp.stability`` uses H = mean_i a_i a_i^T.
+        """
+        W, single = self._batch(w)
+        Ws, e = self._unit_scale(W)
+        A, GX, ok = core().bn_linreg_jacobians(self._core(W.dtype), Ws)
+        self._checked(ok)
+        A = self._scaled_back(A, e, 1)  # p is homogeneous of degree 0: a scales as 1/||w||
+        wt, bt = self.effective_predictor(W)
+        p = wt @ self.X.T.astype(W.dtype) + np.asarray(bt)[..., None]
+        return self._shape(p, single), self._shape(A, single), self._shape(GX, single)

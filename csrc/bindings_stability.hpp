@@ -1,0 +1,178 @@
+// Bindings for the SGD linear-stability part (square-loss models, SGD engine,
+// linearised-SGD moment runs). Included by bindings.cpp after its shared
+// helpers (carray, require, checked_batch, add_kernels, BNLinRegCore), and
+// registered by one call, bind_stability(m), at the end of the module body.
+#pragma once
+
+#include "cpu/sgd.hpp"
+#include "pysharp/models/square_loss.hpp"
+
+namespace {
+
+template <class Real>
+struct LinearRegressionCore {
+  std::vector<Real> X, y;
+  LinearRegression<Real> model;
+  LinearRegressionCore(const carray<Real>& X_, const carray<Real>& y_, bool bias)
+      : X(to_vector(X_)), y(to_vector(y_)) {
+    require(X_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == X_.shape(0),
+            "X must be (n, d) and y (n,)");
+    model = {X.data(), y.data(), static_cast<int>(X_.shape(0)), static_cast<int>(X_.shape(1)),
+             bias ? 1 : 0};
+  }
+  LinearRegressionCore(const LinearRegressionCore&) = delete;
+};
+
+template <class Real>
+struct TwoLayerNetCore {
+  std::vector<Real> X, y;
+  TwoLayerNet<Real> model;
+  TwoLayerNetCore(const carray<Real>& X_, const carray<Real>& y_, int width, int activation)
+      : X(to_vector(X_)), y(to_vector(y_)) {
+    require(X_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == X_.shape(0),
+            "X must be (n, d) and y (n,)");
+    require(width >= 1, "width must be >= 1");
+    require(activation == 0 || activation == 1, "unknown activation");
+    model = {X.data(), y.data(), static_cast<int>(X_.shape(0)), static_cast<int>(X_.shape(1)),
+             width, static_cast<Activation>(activation),
+             static_cast<Real>(1.0 / std::sqrt(double(width)))};
+  }
+  TwoLayerNetCore(const TwoLayerNetCore&) = delete;
+};
+
+template <class Core, class Real>
+void add_square_loss(py::class_<Core>& cls) {
+  cls.def(
+      "jacobians",
+      [](const Core& c, const carray<Real>& W) {
+        const std::int64_t P = checked_batch(c, W, "W");
+        const py::ssize_t n = c.model.n_samples(), D = c.model.dim(), d = c.model.input_dim();
+        carray<Real> F({(py::ssize_t)P, n}), A({(py::ssize_t)P, n, D}), GX({(py::ssize_t)P, n, d});
+        {
+          py::gil_scoped_release nogil;
+          cpu::jacobians(c.model, W.data(), P, F.mutable_data(), A.mutable_data(),
+                         GX.mutable_data());
+        }
+        return py::make_tuple(F, A, GX);
+      },
+      py::arg("W"), "(P, D) -> (f (P, n), grad_W f (P, n, D), grad_x f (P, n, d))");
+  cls.def(
+      "sgd",
+      [](const Core& c, const carray<Real>& W0, const carray<Real>& lr, const carray<int>& batch,
+         const carray<Real>& wd, long long steps, long long record_every, bool replacement,
+         std::uint64_t seed, long long offset, double max_loss) {
+        const std::int64_t T = checked_batch(c, W0, "w0");
+        const int n = c.model.n_samples();
+        require(lr.size() == T && batch.size() == T && wd.size() == T,
+                "lr, batch and wd must have one entry per trajectory");
+        require(steps >= 0 && record_every >= 1, "steps >= 0 and record_every >= 1");
+        for (std::int64_t t = 0; t < T; ++t)
+          require(batch.data()[t] >= 1 && (replacement || batch.data()[t] <= n),
+                  "batch sizes must be in [1, n] (>= 1 with replacement)");
+        SGDConfig cfg;
+        cfg.steps = steps;
+        cfg.record_every = record_every;
+        cfg.replacement = replacement;
+        cfg.seed = seed;
+        cfg.max_loss = max_loss;
+        carray<Real> W({(py::ssize_t)T, (py::ssize_t)c.model.dim()});
+        std::copy(W0.data(), W0.data() + W0.size(), W.mutable_data());
+        carray<Real> loss({(py::ssize_t)n_records(steps, record_every), (py::ssize_t)T});
+        flags diverged(T);
+        py::array_t<long long> diverged_step(T);
+        {
+          py::gil_scoped_release nogil;
+          cpu::sgd_batch(c.model, cfg, W.mutable_data(), lr.data(), batch.data(), wd.data(), T,
+                         offset, loss.mutable_data(), diverged.mutable_data(),
+                         diverged_step.mutable_data());
+        }
+        py::dict r;
+        r["w"] = W;
+        r["loss"] = loss;
+        r["diverged"] = diverged;
+        r["diverged_step"] = diverged_step;
+        return r;
+      },
+      py::arg("w0"), py::arg("lr"), py::arg("batch"), py::arg("wd"), py::arg("steps"),
+      py::arg("record_every"), py::arg("replacement"), py::arg("seed"), py::arg("offset"),
+      py::arg("max_loss"));
+}
+
+template <class Real>
+void bind_stability_dtype(py::module_& m, const std::string& suffix) {
+  py::class_<LinearRegressionCore<Real>> lr(m, ("LinearRegression" + suffix).c_str());
+  lr.def(py::init<const carray<Real>&, const carray<Real>&, bool>(), py::arg("X"), py::arg("y"),
+         py::arg("bias"));
+  add_kernels<LinearRegressionCore<Real>, Real>(lr);
+  add_square_loss<LinearRegressionCore<Real>, Real>(lr);
+
+  py::class_<TwoLayerNetCore<Real>> net(m, ("TwoLayerNet" + suffix).c_str());
+  net.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("X"),
+          py::arg("y"), py::arg("width"), py::arg("activation"));
+  add_kernels<TwoLayerNetCore<Real>, Real>(net);
+  add_square_loss<TwoLayerNetCore<Real>, Real>(net);
+
+  m.def(
+      "bn_linreg_jacobians",
+      [](const BNLinRegCore<Real>& c, const carray<Real>& W) {
+        const std::int64_t P = checked_batch(c, W, "W");
+        const py::ssize_t n = c.model.n, d = c.model.d;
+        carray<Real> A({(py::ssize_t)P, n, d}), GX({(py::ssize_t)P, n, d});
+        flags ok(P);
+        {
+          py::gil_scoped_release nogil;
+          cpu::bn_jacobians(c.model, W.data(), P, A.mutable_data(), GX.mutable_data(),
+                            ok.mutable_data());
+        }
+        return py::make_tuple(A, GX, ok);
+      },
+      py::arg("core"), py::arg("W"), "(P, d) -> (grad_w p (P, n, d), grad_x p (P, n, d), ok (P,))");
+}
+
+void bind_stability(py::module_& m) {
+  bind_stability_dtype<double>(m, "_f64");
+  bind_stability_dtype<float>(m, "_f32");
+  m.def(
+      "linear_sgd",
+      [](const carray<double>& A, const carray<double>& X0, double lr, int batch,
+         bool replacement, std::uint64_t seed, long long offset, long long t0, long long steps) {
+        require(A.ndim() == 2 && A.shape(0) >= 1 && A.shape(1) >= 1, "A must be (n, D)");
+        const int n = static_cast<int>(A.shape(0)), D = static_cast<int>(A.shape(1));
+        require(X0.ndim() == 2 && X0.shape(1) == D, "X0 must be (runs, D)");
+        require(batch >= 1 && (replacement || batch <= n), "batch must be in [1, n]");
+        require(steps >= 0 && t0 >= 0, "steps >= 0 and t0 >= 0");
+        const py::ssize_t R = X0.shape(0);
+        carray<double> X({R, (py::ssize_t)D});
+        std::copy(X0.data(), X0.data() + X0.size(), X.mutable_data());
+        carray<double> logg(R);
+        {
+          py::gil_scoped_release nogil;
+          cpu::linear_sgd_batch(A.data(), n, D, lr, batch, replacement, seed, R, offset, t0,
+                                steps, X.mutable_data(), logg.mutable_data());
+        }
+        return py::make_tuple(X, logg);
+      },
+      py::arg("A"), py::arg("X0"), py::arg("lr"), py::arg("batch"), py::arg("replacement"),
+      py::arg("seed"), py::arg("offset"), py::arg("t0"), py::arg("steps"),
+      "Linearised SGD x <- x - (lr/B) sum_I a_i a_i.x for steps t0.. of each run: "
+      "(unit final states (runs, D), log growth (runs,))");
+  m.def(
+      "sgd_batches",
+      [](int n, int batch, bool replacement, std::uint64_t seed, long long trajectory,
+         long long steps) {
+        require(n >= 1 && batch >= 1 && (replacement || batch <= n) && steps >= 0,
+                "need n >= 1, batch in [1, n] (>= 1 with replacement), steps >= 0");
+        py::array_t<int> idx({(py::ssize_t)steps, (py::ssize_t)batch});
+        std::vector<int> perm(n);
+        for (int i = 0; i < n; ++i) perm[i] = i;
+        for (long long t = 0; t < steps; ++t)
+          draw_batch(seed, static_cast<std::uint64_t>(trajectory), static_cast<std::uint64_t>(t),
+                     n, batch, replacement, perm.data(), idx.mutable_data() + t * batch);
+        return idx;
+      },
+      py::arg("n"), py::arg("batch"), py::arg("replacement"), py::arg("seed"),
+      py::arg("trajectory"), py::arg("steps"),
+      "The SGD engine's batches of one trajectory, (steps, batch) indices: for oracles and peers");
+}
+
+}  // namespace

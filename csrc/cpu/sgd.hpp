@@ -1,0 +1,85 @@
+// CPU drivers for square-loss models: per-sample Jacobians, SGD trajectories
+// and linearised-SGD moment runs, OpenMP over independent rows (results do
+// not depend on the thread count: every row owns its RNG key and scratch).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu/batched.hpp"
+#include "pysharp/engine/sgd.hpp"
+#include "pysharp/models/square_loss.hpp"
+
+namespace pysharp::cpu {
+
+// F (P, n), A (P, n, D), GX (P, n, d) for the P rows of W (P, D).
+template <class Model, class Real>
+void jacobians(const Model& m, const Real* W, std::int64_t P, Real* F, Real* A, Real* GX) {
+  const std::int64_t D = m.dim(), n = m.n_samples(), d = m.input_dim();
+  const std::int64_t total = P * n;
+#pragma omp parallel if (total * D >= 20000)
+  {
+    std::vector<Real> work(m.work_size() + 1);
+#pragma omp for schedule(static)
+    for (std::int64_t t = 0; t < total; ++t) {
+      const std::int64_t p = t / n, i = t % n;
+      m.jacobian(W + p * D, m.X + i * d, F + t, A + t * D, GX + t * d, work.data());
+    }
+  }
+}
+
+// BN linear regression: A (P, n, d), GX (P, n, d); ok[p] = 0 where Xc w = 0.
+template <class Model, class Real>
+void bn_jacobians(const Model& m, const Real* W, std::int64_t P, Real* A, Real* GX,
+                  std::uint8_t* ok) {
+  const std::int64_t n = m.n, d = m.d;
+#pragma omp parallel if (P > 1 && P * n * d >= 20000)
+  {
+    std::vector<Real> work(n + d);
+#pragma omp for schedule(static)
+    for (std::int64_t p = 0; p < P; ++p)
+      ok[p] = bn_linreg_jacobian(m, W + p * d, A + p * n * d, GX + p * n * d, work.data());
+  }
+}
+
+// T SGD trajectories; trajectory t has global index offset + t (its RNG key),
+// lr[t], batch[t], wd[t]. W (T, D) holds the starts and receives the finals.
+// loss (records, T).
+template <class Model, class Real>
+void sgd_batch(const Model& m, const SGDConfig& c, Real* W, const Real* lr, const int* batch,
+               const Real* wd, std::int64_t T, std::int64_t offset, Real* loss,
+               std::uint8_t* diverged, long long* diverged_step) {
+  const std::int64_t D = m.dim();
+#pragma omp parallel if (T > 1)
+  {
+    std::vector<Real> scratch(sgd_scratch_reals(m));
+    std::vector<int> iscratch(sgd_scratch_ints(m));
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < T; ++t) {
+      const long long s = run_sgd(m, c, static_cast<std::uint64_t>(offset + t), W + t * D, lr[t],
+                                  batch[t], wd[t], loss + t, T, scratch.data(), iscratch.data());
+      diverged[t] = s >= 0;
+      diverged_step[t] = s;
+    }
+  }
+}
+
+// R runs of linearised SGD on A (n, D), steps t0 .. t0 + steps - 1; run r
+// uses RNG stream offset + r. X (R, D) states in and out, logg (R,) log growth.
+template <class Real>
+void linear_sgd_batch(const Real* A, int n, int D, Real lr, int B, bool replacement,
+                      std::uint64_t seed, std::int64_t R, std::int64_t offset, long long t0,
+                      long long steps, Real* X, Real* logg) {
+#pragma omp parallel if (R > 1 && R * steps * B * static_cast<long long>(D) >= 20000)
+  {
+    std::vector<Real> scratch(static_cast<std::size_t>(D));
+    std::vector<int> iscratch(2 * static_cast<std::size_t>(n));
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < R; ++r)
+      logg[r] = run_linear_sgd(A, n, D, lr, B, replacement, seed,
+                               static_cast<std::uint64_t>(offset + r), t0, steps, X + r * D,
+                               scratch.data(), iscratch.data());
+  }
+}
+
+}  // namespace pysharp::cpu

@@ -1,0 +1,152 @@
+// Mini-batch SGD on square-loss models and the linearised SGD of the
+// stability theory (DESIGN.md section 1, "SGD linear stability").
+//
+// Batches come from the counter-based RNG keyed by (seed, trajectory, step),
+// so a trajectory's bits never depend on threads, chunking or backend.
+// Nothing here allocates; drivers hand in scratch.
+#pragma once
+
+#include <cstdint>
+
+#include "pysharp/engine/rng.hpp"
+#include "pysharp/engine/trajectory.hpp"
+
+namespace pysharp {
+
+// Random stream of the batch sampler: distinct from the jitter / Lanczos streams.
+constexpr std::uint64_t kBatchStream = 0x5bd1e995ULL;
+
+// Uniform integer in [0, m) from 64 random bits (53 used; bias < m 2^-53).
+PYSHARP_HD inline int uniform_index(std::uint64_t bits, int m) {
+  int k = static_cast<int>(uniform_open(bits) * m);
+  return k < m ? k : m - 1;
+}
+
+// Batch `step` of trajectory `traj`: B indices into [0, n) written to idx.
+// With replacement, B independent uniform draws. Without, a partial
+// Fisher-Yates shuffle of perm (n entries, any permutation of 0..n-1 kept
+// between calls): the first B entries are then a uniform B-subset whatever
+// the permutation it started from.
+PYSHARP_HD inline void draw_batch(std::uint64_t seed, std::uint64_t traj, std::uint64_t step,
+                                  int n, int B, bool replacement, int* perm, int* idx) {
+  for (int j = 0; j < B; ++j) {
+    const std::uint64_t bits = hash4(seed ^ kBatchStream, traj, step, static_cast<std::uint64_t>(j));
+    if (replacement) {
+      idx[j] = uniform_index(bits, n);
+    } else {
+      const int r = j + uniform_index(bits, n - j);
+      const int t = perm[j];
+      perm[j] = perm[r];
+      perm[r] = t;
+      idx[j] = perm[j];
+    }
+  }
+}
+
+struct SGDConfig {
+  long long steps = 0;
+  long long record_every = 1;  // full-batch loss at t = 0, every, 2 every, ...
+  bool replacement = false;
+  std::uint64_t seed = 0;
+  double max_loss = 1e100;     // a full-batch loss above this at a record flags divergence
+};
+
+// Scratch of one SGD trajectory: reals and ints.
+template <class Model>
+PYSHARP_HD long long sgd_scratch_reals(const Model& m) {
+  return 2 * static_cast<long long>(m.dim()) + m.work_size() + 1;
+}
+template <class Model>
+PYSHARP_HD long long sgd_scratch_ints(const Model& m) {
+  return 2 * static_cast<long long>(m.n_samples());
+}
+
+// One SGD trajectory: w <- (1 - lr wd) w - lr (1/B) sum_{i in I_t} grad l_i(w),
+// l_i = (f(x_i; w) - y_i)^2 / 2, so that the batch gradient is unbiased for grad L.
+// w holds the start and receives the final iterate (the last finite one if the
+// trajectory diverged). loss: records at loss[r * stride]; later records of a
+// diverged trajectory are NaN. Returns the step at which it diverged, or -1.
+template <class Model, class Real>
+PYSHARP_HD long long run_sgd(const Model& m, const SGDConfig& c, std::uint64_t traj, Real* w,
+                             Real lr, int B, Real wd, Real* loss, long long stride,
+                             Real* scratch, int* iscratch) {
+  const int D = m.dim(), n = m.n_samples(), d = m.input_dim();
+  Real* g = scratch;
+  Real* w_new = g + D;
+  Real* work = w_new + D;
+  int* perm = iscratch;
+  int* idx = iscratch + n;
+  for (int i = 0; i < n; ++i) perm[i] = i;
+  const Real decay = Real(1) - lr * wd;
+  const Real coeff = Real(1) / Real(B);
+  const long long nrec = n_records(c.steps, c.record_every);
+  long long diverged = -1;
+  auto record = [&](long long t) {
+    Real L;
+    m.loss_grad(w, &L, g, work);
+    loss[(t / c.record_every) * stride] = L;
+    return is_finite(L) && L <= Real(c.max_loss);
+  };
+  if (!record(0)) diverged = 0;
+  for (long long t = 0; t < c.steps && diverged < 0; ++t) {
+    draw_batch(c.seed, traj, static_cast<std::uint64_t>(t), n, B, c.replacement, perm, idx);
+    for (int k = 0; k < D; ++k) g[k] = Real(0);
+    for (int j = 0; j < B; ++j)
+      m.sample(w, m.X + static_cast<long long>(idx[j]) * d, m.y[idx[j]], coeff, g, work);
+    for (int k = 0; k < D; ++k) w_new[k] = decay * w[k] - lr * g[k];
+    if (!all_finite(w_new, D)) {
+      diverged = t + 1;
+      break;
+    }
+    for (int k = 0; k < D; ++k) w[k] = w_new[k];
+    if ((t + 1) % c.record_every == 0 && !record(t + 1)) diverged = t + 1;
+  }
+  if (diverged >= 0) {
+    const long long first = diverged == 0 ? 1 : (diverged + c.record_every - 1) / c.record_every;
+    for (long long r = first; r < nrec; ++r) loss[r * stride] = Real(0) / Real(0);
+  }
+  return diverged;
+}
+
+// Linearised SGD at a minimum, x <- x - (lr/B) sum_{i in I_t} a_i (a_i . x),
+// for steps t0 .. t0 + steps - 1 of run `run` (batches keyed by (seed, run, t)).
+// A: (n, D) rows a_i. x (D) holds the state in and out, renormalised to unit
+// norm every step so that growth and decay never over- or underflow; returns
+// log(||x_end|| / ||x_start||) (-inf once x = 0 exactly; x is then left as is).
+// scratch: D reals; iscratch: 2 n ints.
+template <class Real>
+PYSHARP_HD Real run_linear_sgd(const Real* A, int n, int D, Real lr, int B, bool replacement,
+                               std::uint64_t seed, std::uint64_t run, long long t0,
+                               long long steps, Real* x, Real* scratch, int* iscratch) {
+  Real* y = scratch;
+  int* perm = iscratch;
+  int* idx = iscratch + n;
+  for (int i = 0; i < n; ++i) perm[i] = i;
+  Real nrm2 = Real(0);
+  for (int k = 0; k < D; ++k) nrm2 += x[k] * x[k];
+  if (!(nrm2 > Real(0))) return -Real(1) / Real(0);
+  Real logg = -Real(0.5) * log(nrm2);
+  Real inv = Real(1) / sqrt_(nrm2);
+  for (int k = 0; k < D; ++k) x[k] *= inv;
+  const Real c = lr / Real(B);
+  for (long long t = t0; t < t0 + steps; ++t) {
+    draw_batch(seed, run, static_cast<std::uint64_t>(t), n, B, replacement, perm, idx);
+    for (int k = 0; k < D; ++k) y[k] = x[k];
+    for (int j = 0; j < B; ++j) {
+      const Real* a = A + static_cast<long long>(idx[j]) * D;
+      Real s = Real(0);
+      for (int k = 0; k < D; ++k) s += a[k] * x[k];
+      s *= c;
+      for (int k = 0; k < D; ++k) y[k] -= s * a[k];
+    }
+    nrm2 = Real(0);
+    for (int k = 0; k < D; ++k) nrm2 += y[k] * y[k];
+    if (!(nrm2 > Real(0))) return -Real(1) / Real(0);
+    logg += Real(0.5) * log(nrm2);
+    inv = Real(1) / sqrt_(nrm2);
+    for (int k = 0; k < D; ++k) x[k] = y[k] * inv;
+  }
+  return logg;
+}
+
+}  // namespace pysharp

@@ -1,0 +1,221 @@
+// Square-loss models with per-sample Jacobians (DESIGN.md section 1, "SGD
+// linear stability"): L(W) = (1/2n) sum_i (f(x_i; W) - y_i)^2.
+//
+// Every model here provides, besides the templated loss_grad that
+// derivatives.hpp turns into exact HVPs (and D^3L), the per-sample pieces the
+// SGD engine and the stability analysis need:
+//   sample(w, x, y, coeff, g, work): residual r = f(x; w) - y, adds coeff r grad_w f into g;
+//   jacobian(w, x, f, a, gx, work):  f(x; w), a = grad_w f (dim()), gx = grad_x f (input_dim()).
+// The data (n, d) are a row-major view owned by the caller.
+#pragma once
+
+#include "pysharp/core/jet.hpp"
+
+namespace pysharp {
+
+// tanh on scalars and jets: y' = (1 - y^2) x', order by order
+// (k y_k = sum_{j=1..k} j x_j s_{k-j} with s = 1 - y^2).
+PYSHARP_HD inline double tanh_(double x) { return tanh(x); }
+PYSHARP_HD inline float tanh_(float x) { return tanhf(x); }
+template <class T, int N>
+PYSHARP_HD Jet<T, N> tanh_(const Jet<T, N>& x) {
+  Jet<T, N> y;
+  T s[N + 1];
+  y.c[0] = tanh_(x.c[0]);
+  s[0] = T(1) - y.c[0] * y.c[0];
+  for (int k = 1; k <= N; ++k) {
+    T acc = T(0);
+    for (int j = 1; j <= k; ++j) acc += T(j) * x.c[j] * s[k - j];
+    y.c[k] = acc / T(k);
+    T sq = T(0);
+    for (int j = 0; j <= k; ++j) sq += y.c[j] * y.c[k - j];
+    s[k] = -sq;
+  }
+  return y;
+}
+
+enum class Activation : int { tanh = 0, relu = 1 };
+
+// act(h) into *a and act'(h) into *da.
+template <class S>
+PYSHARP_HD void activate(Activation act, const S& h, S* a, S* da) {
+  if (act == Activation::tanh) {
+    *a = tanh_(h);
+    *da = S(1) - (*a) * (*a);
+  } else {
+    const bool on = value_of(h) > 0;
+    *a = on ? h : S(0);
+    *da = S(on ? 1 : 0);
+  }
+}
+
+// Plain linear regression f(x) = w . x (+ b): w = (w_1..w_d[, b]).
+template <class Real>
+struct LinearRegression {
+  const Real* X;  // (n, d)
+  const Real* y;  // (n,)
+  int n;
+  int d;
+  int bias;  // 0 or 1
+
+  PYSHARP_HD int dim() const { return d + bias; }
+  PYSHARP_HD int input_dim() const { return d; }
+  PYSHARP_HD int n_samples() const { return n; }
+  PYSHARP_HD int work_size() const { return 0; }
+
+  template <class S>
+  PYSHARP_HD S sample(const S* w, const Real* x, Real yi, Real coeff, S* g, S* /*work*/) const {
+    S f = bias ? w[d] : S(0);
+    for (int k = 0; k < d; ++k) f += w[k] * x[k];
+    const S r = f - yi;
+    const S c = r * coeff;
+    for (int k = 0; k < d; ++k) g[k] += c * x[k];
+    if (bias) g[d] += c;
+    return r;
+  }
+
+  PYSHARP_HD void jacobian(const Real* w, const Real* x, Real* f, Real* a, Real* gx,
+                           Real* /*work*/) const {
+    Real v = bias ? w[d] : Real(0);
+    for (int k = 0; k < d; ++k) {
+      v += w[k] * x[k];
+      a[k] = x[k];
+      gx[k] = w[k];
+    }
+    if (bias) a[d] = Real(1);
+    *f = v;
+  }
+
+  template <class S>
+  PYSHARP_HD bool loss_grad(const S* w, S* loss, S* g, S* work) const {
+    return square_loss_grad(*this, w, loss, g, work);
+  }
+
+  // The generic full-batch loop, shared by all models of this file.
+  template <class M, class S>
+  PYSHARP_HD static bool square_loss_grad(const M& m, const S* w, S* loss, S* g, S* work) {
+    for (int k = 0; k < m.dim(); ++k) g[k] = S(0);
+    S acc = S(0);
+    const Real inv_n = Real(1) / Real(m.n);
+    for (int i = 0; i < m.n; ++i) {
+      const S r = m.sample(w, m.X + static_cast<long long>(i) * m.input_dim(), m.y[i], inv_n, g,
+                           work);
+      acc += r * r;
+    }
+    *loss = acc * (Real(0.5) * inv_n);
+    return true;
+  }
+};
+
+// Two-layer network f(x) = a . act(W1 x + b1) / sqrt(m).
+// Parameter layout (D = m d + 2 m): W1 (m, d) row-major, then b1 (m), then a (m).
+template <class Real>
+struct TwoLayerNet {
+  const Real* X;  // (n, d)
+  const Real* y;  // (n,)
+  int n;
+  int d;
+  int m;
+  Activation act;
+  Real inv_sqrt_m;
+
+  PYSHARP_HD int dim() const { return m * d + 2 * m; }
+  PYSHARP_HD int input_dim() const { return d; }
+  PYSHARP_HD int n_samples() const { return n; }
+  PYSHARP_HD int work_size() const { return 2 * m; }
+
+  // Fills work[0..m) with act(h), work[m..2m) with act'(h); returns f(x).
+  template <class S>
+  PYSHARP_HD S forward(const S* w, const Real* x, S* work) const {
+    const S* b1 = w + m * d;
+    const S* a = b1 + m;
+    S f = S(0);
+    for (int j = 0; j < m; ++j) {
+      const S* row = w + static_cast<long long>(j) * d;
+      S h = b1[j];
+      for (int k = 0; k < d; ++k) h += row[k] * x[k];
+      activate(act, h, work + j, work + m + j);
+      f += a[j] * work[j];
+    }
+    return f * inv_sqrt_m;
+  }
+
+  template <class S>
+  PYSHARP_HD S sample(const S* w, const Real* x, Real yi, Real coeff, S* g, S* work) const {
+    const S r = forward(w, x, work) - yi;
+    const S c = r * (coeff * inv_sqrt_m);
+    const S* a = w + m * d + m;
+    S* gb = g + m * d;
+    S* ga = gb + m;
+    for (int j = 0; j < m; ++j) {
+      ga[j] += c * work[j];
+      const S u = c * a[j] * work[m + j];
+      gb[j] += u;
+      S* grow = g + static_cast<long long>(j) * d;
+      for (int k = 0; k < d; ++k) grow[k] += u * x[k];
+    }
+    return r;
+  }
+
+  PYSHARP_HD void jacobian(const Real* w, const Real* x, Real* f, Real* grad, Real* gx,
+                           Real* work) const {
+    *f = forward(w, x, work);
+    const Real* a = w + m * d + m;
+    for (int k = 0; k < d; ++k) gx[k] = Real(0);
+    for (int j = 0; j < m; ++j) {
+      const Real u = a[j] * work[m + j] * inv_sqrt_m;
+      grad[m * d + j] = u;
+      grad[m * d + m + j] = work[j] * inv_sqrt_m;
+      const Real* row = w + static_cast<long long>(j) * d;
+      Real* grow = grad + static_cast<long long>(j) * d;
+      for (int k = 0; k < d; ++k) {
+        grow[k] = u * x[k];
+        gx[k] += u * row[k];
+      }
+    }
+  }
+
+  template <class S>
+  PYSHARP_HD bool loss_grad(const S* w, S* loss, S* g, S* work) const {
+    return LinearRegression<Real>::square_loss_grad(*this, w, loss, g, work);
+  }
+};
+
+// Per-sample Jacobians of BN linear regression's predictions
+// p_i = std(y) z_i / sigma(w) + mean(y), z = Xc w, sigma = ||z|| / sqrt(n):
+// A[i] = grad_w p_i = std(y) sqrt(n) (Xc_i / ||z|| - z_i Xc^T z / ||z||^3);
+// gx[i] = grad_x p_i at frozen batch statistics (inference mode) = std(y) sqrt(n) w / ||z||.
+// work: n + d reals. Returns false where Xc w = 0.
+template <class Model, class Real>
+PYSHARP_HD bool bn_linreg_jacobian(const Model& bm, const Real* w, Real* A, Real* gx,
+                                   Real* work) {
+  const int n = bm.n, d = bm.d;
+  Real* z = work;
+  Real* q = work + n;  // Xc^T z
+  Real z2 = Real(0);
+  for (int k = 0; k < d; ++k) q[k] = Real(0);
+  for (int i = 0; i < n; ++i) {
+    const Real* x = bm.Xc + static_cast<long long>(i) * d;
+    Real v = Real(0);
+    for (int k = 0; k < d; ++k) v += w[k] * x[k];
+    z[i] = v;
+    z2 += v * v;
+    for (int k = 0; k < d; ++k) q[k] += v * x[k];
+  }
+  if (!(z2 > Real(0))) return false;
+  const Real r = sqrt_(z2);
+  const Real c = sqrt_(bm.scale / Real(2)) * sqrt_(Real(n)) / r;  // std(y) sqrt(n) / ||z||
+  for (int i = 0; i < n; ++i) {
+    const Real* x = bm.Xc + static_cast<long long>(i) * d;
+    Real* Ai = A + static_cast<long long>(i) * d;
+    Real* gi = gx + static_cast<long long>(i) * d;
+    const Real t = z[i] / z2;
+    for (int k = 0; k < d; ++k) {
+      Ai[k] = c * (x[k] - t * q[k]);
+      gi[k] = c * w[k];
+    }
+  }
+  return true;
+}
+
+}  // namespace pysharp

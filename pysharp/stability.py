@@ -1,0 +1,684 @@
+"""Linear stability of SGD at interpolating minima, and input smoothness.
+
+DESIGN.md section 1, "SGD linear stability" (Wu et al. 2018; Ma & Ying,
+NeurIPS 2021). At an interpolating W* of L = (1/2n) sum_i (f(x_i; W) - y_i)^2
+let a_i = grad_W f(x_i; W*), H_i = a_i a_i^T, H = mean_i H_i and
+Sigma = mean_i H_i^2 - H^2. Linearised SGD with learning rate eta and batch
+size B is x_{t+1} = (I - eta H_{I_t}) x_t, H_I = (1/B) sum_{i in I} H_i, and
+
+    E (I - eta H_I)^2 = (I - eta H)^2 + eta^2 kappa Sigma,
+    kappa = (n - B) / (B (n - 1)) without replacement, 1 / B with.
+
+Everything here is computed from the per-sample Jacobian A = [a_1; ...; a_n]
+(n, D), never from a D x D second-moment matrix when D is large:
+
+- ``sharpness_nonuniformity``: a = lambda_max(H), s = sqrt(lambda_max(Sigma));
+- ``second_moment_operator``: the exact T_2(M) = E_I (I - eta H_I) M (I - eta H_I)
+  on symmetric matrices, its spectral radius, ``is_linearly_stable``;
+- ``moment_growth``: Monte Carlo k-th moment growth of linearised SGD, in the core;
+- ``necessary_conditions`` (Wu et al.): a <= 2/eta, s <= sqrt(1/kappa)/eta;
+- ``gradient_moment_ratio``: (1/n) sum_i ||a_i||_{2k}^{2k} / (2 D (2B)^(k-1) / eta^k);
+- ``input_smoothness``: g_W, g_x and the first-layer inequality
+  ||grad_x f|| <= ||W1||_2 ||grad_W1 f||_F / ||x||.
+
+The models are ``LinearRegression``, ``TwoLayerNet`` (``pysharp.models``) and
+``BNLinearRegression`` (through its ``per_sample_jacobians``; a_i = grad_w p_i).
+
+Stability is decided on the range of H (the span of the a_i): along its null
+space x_t never moves, so T_2 has the eigenvalue 1 there whatever eta and B.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._backend import core
+from ._validation import as_batch, as_float_array, as_positive_int, as_real
+from .models import BNLinearRegression, SquareLossModel
+
+__all__ = ["StabilityQuantities", "SecondMomentOperator", "MomentGrowth", "NecessaryConditions",
+           "InputSmoothness", "per_sample_gradients", "kappa", "sharpness_nonuniformity",
+           "second_moment_operator", "is_linearly_stable", "moment_growth",
+           "necessary_conditions", "gradient_moment_ratio", "input_smoothness",
+           "stability_boundary"]
+
+
+# --------------------------------------------------------------------------- inputs
+def _check_model(model) -> None:
+    if not isinstance(model, (SquareLossModel, BNLinearRegression)):
+        raise TypeError("model must be a pysharp LinearRegression, TwoLayerNet or "
+                        f"BNLinearRegression, got {type(model).__name__}")
+
+
+def per_sample_gradients(model, w) -> np.ndarray:
+    """a_i = grad_W f(x_i; w) for every training sample: (n, D) or (B, n, D), float64.
+
+    For ``BNLinearRegression``, f is the BN prediction p_i with full-batch statistics.
+    """
+    _check_model(model)
+    W, single = as_batch(w, model.dim, "w", dtype=np.float64)
+    if isinstance(model, BNLinearRegression):
+        A = model.per_sample_jacobians(W)[1]
+    else:
+        A = model.jacobians(W)[1]
+    return A[0] if single else A
+
+
+def _point(model, w) -> np.ndarray:
+    """Validated single point (D,) float64 and its Jacobian (n, D)."""
+    _check_model(model)
+    W, single = as_batch(w, model.dim, "w", dtype=np.float64)
+    if not single:
+        raise ValueError(f"w must be a single point of shape ({model.dim},), got {np.shape(w)}")
+    return per_sample_gradients(model, W[0])
+
+
+def _lr(lr) -> float:
+    return as_real(lr, "lr", minimum=0.0, strict=True)
+
+
+def _batch(batch, n: int, replacement) -> tuple[int, bool]:
+    if not isinstance(replacement, (bool, np.bool_)):
+        raise TypeError(f"replacement must be a bool, got {type(replacement).__name__}")
+    batch = as_positive_int(batch, "batch")
+    if not replacement and batch > n:
+        raise ValueError(f"batch must be <= n = {n} without replacement, got {batch}")
+    return batch, bool(replacement)
+
+
+def kappa(n: int, batch: int, replacement: bool = False) -> float:
+    """Noise factor of the batch Hessian: E H_I^2 = H^2 + kappa Sigma.
+
+    (n - B) / (B (n - 1)) without replacement (0 for B = n; 1 for n = 1), 1 / B with.
+    """
+    n = as_positive_int(n, "n")
+    batch, replacement = _batch(batch, n, replacement)
+    if replacement:
+        return 1.0 / batch
+    return 1.0 if n == 1 else (n - batch) / (batch * (n - 1))
+
+
+def _range_basis(A: np.ndarray, rtol: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
+    """Coordinates of the a_i in an orthonormal basis of their span: (n, r), basis (D, r)."""
+    U, S, Vt = np.linalg.svd(A, full_matrices=False)
+    r = int(np.sum(S > rtol * max(S[0], np.finfo(float).tiny))) if S.size else 0
+    return U[:, :r] * S[:r], Vt[:r].T
+
+
+# ------------------------------------------------------------ sharpness, non-uniformity
+@dataclass
+class StabilityQuantities:
+    """Sharpness a = lambda_max(H) and non-uniformity s = sqrt(lambda_max(Sigma)).
+
+    Scalars for one point, (B,) arrays for a batch. Diagnostics: ``trace_h``
+    tr(H) (the flatness of Ma & Ying), ``rank`` of H (numerical), ``method``
+    used, ``converged`` and ``residuals`` (||A v - lambda v|| of the top
+    eigenvectors of H and Sigma, (..., 2)), ``n`` and ``dim``.
+    """
+
+    sharpness: np.ndarray
+    nonuniformity: np.ndarray
+    trace_h: np.ndarray
+    rank: np.ndarray
+    residuals: np.ndarray
+    converged: np.ndarray
+    method: str
+    n: int
+    dim: int
+
+
+def _top_dense(M: np.ndarray) -> tuple[float, np.ndarray]:
+    evals, evecs = np.linalg.eigh(0.5 * (M + M.T))
+    return float(evals[-1]), evecs[:, -1]
+
+
+def _sharp_nonuni_one(A: np.ndarray, method: str, tol: float, seed: int):
+    n, D = A.shape
+    sq = np.einsum("ij,ij->i", A, A)  # ||a_i||^2
+
+    def h_mv(v):
+        return A.T @ (A @ v) / n
+
+    def s_mv(v):
+        return A.T @ (sq * (A @ v)) / n - h_mv(h_mv(v))
+
+    if method == "dense":
+        H = A.T @ A / n
+        a, va = _top_dense(H)
+        S = (A.T * sq) @ A / n - H @ H
+        s2, vs = _top_dense(S)
+        conv = True
+    elif method == "gram":
+        # Nonzero spectra through the n x n Gram matrix G = A A^T: H = A^T A / n ~ G / n,
+        # Sigma = A^T M A with M = diag(sq)/n - G/n^2 ~ G^(1/2) M G^(1/2).
+        G = A @ A.T
+        g, U = np.linalg.eigh(0.5 * (G + G.T))
+        g = np.clip(g, 0.0, None)
+        Gh = (U * np.sqrt(g)) @ U.T
+        a = float(g[-1]) / n
+        va = A.T @ U[:, -1]
+        M = np.diag(sq) / n - G / n**2
+        s2, c = _top_dense(Gh @ M @ Gh)
+        # v = A^T G^(-1/2) c spans the eigenvector; G^(-1/2) on the range only.
+        ginv = np.where(g > g[-1] * 1e-12, 1.0 / np.sqrt(np.where(g > 0, g, 1.0)), 0.0)
+        vs = A.T @ ((U * ginv) @ (U.T @ c))
+        conv = True
+    else:  # lanczos
+        from .sharpness import lanczos
+
+        rh = lanczos(h_mv, D, 1, tol=tol, seed=seed)
+        rs = lanczos(s_mv, D, 1, tol=tol, seed=seed + 1)
+        a, va, s2, vs = (float(rh.eigenvalues[0]), rh.eigenvectors[0],
+                         float(rs.eigenvalues[0]), rs.eigenvectors[0])
+        conv = bool(rh.converged and rs.converged)
+    nrm = lambda v: v / max(np.linalg.norm(v), np.finfo(float).tiny)  # noqa: E731
+    va, vs = nrm(va), nrm(vs)
+    res = np.array([np.linalg.norm(h_mv(va) - a * va), np.linalg.norm(s_mv(vs) - s2 * vs)])
+    s_A = np.linalg.svd(A, compute_uv=False)
+    rank = int(np.sum(s_A > 1e-10 * max(s_A[0], np.finfo(float).tiny))) if s_A.size else 0
+    return a, np.sqrt(max(s2, 0.0)), float(sq.sum() / n), rank, res, conv
+
+
+def sharpness_nonuniformity(model, w, *, method: str = "auto", tol: float = 1e-10,
+                            seed: int = 0) -> StabilityQuantities:
+    """Sharpness lambda_max(H) and non-uniformity sqrt(lambda_max(Sigma)) at w.
+
+    H = mean_i a_i a_i^T is the Hessian of L = (1/2n) sum (f - y)^2 at an
+    interpolating w (the Gauss-Newton matrix elsewhere); Sigma = mean_i H_i^2 - H^2.
+
+    Parameters
+    ----------
+    model : LinearRegression, TwoLayerNet or BNLinearRegression
+    w : array_like, shape (D,) or (B, D)
+    method : {"auto", "dense", "gram", "lanczos"}
+        "dense": eigh of the D x D matrices (small D only). "gram": the same
+        nonzero spectra from n x n matrices built on the Gram matrix A A^T,
+        exact, O(n^2 D) -- the choice when n is small and D large. "lanczos":
+        matrix-free Lanczos (the core's recurrence) on products with H and
+        Sigma built from the a_i, O(n D) per product -- when both n and D
+        are large. "auto": dense for D <= 128, else gram for n <= 2048, else lanczos.
+    tol : float
+        Lanczos residual tolerance.
+    seed : int
+        Key of the Lanczos start vectors.
+
+    Returns
+    -------
+    StabilityQuantities
+    """
+    _check_model(model)
+    if method not in ("auto", "dense", "gram", "lanczos"):
+        raise ValueError(f"method must be 'auto', 'dense', 'gram' or 'lanczos', got {method!r}")
+    tol = as_real(tol, "tol", minimum=0.0, strict=True)
+    seed = as_positive_int(seed, "seed", minimum=0)
+    W, single = as_batch(w, model.dim, "w", dtype=np.float64)
+    A_all = per_sample_gradients(model, W)
+    n, D = A_all.shape[1], A_all.shape[2]
+    if method == "auto":
+        method = "dense" if D <= 128 else ("gram" if n <= 2048 else "lanczos")
+    rows = [_sharp_nonuni_one(A, method, tol, seed) for A in A_all]
+    a, s, tr, rank, res, conv = (np.array(c) for c in zip(*rows))
+    out = StabilityQuantities(a, s, tr, rank, res, conv.astype(bool), method, n, D)
+    if single:
+        out = StabilityQuantities(float(a[0]), float(s[0]), float(tr[0]), int(rank[0]), res[0],
+                                  bool(conv[0]), method, n, D)
+    return out
+
+
+# ------------------------------------------------------------------- exact T_2
+@dataclass
+class SecondMomentOperator:
+    """The exact second-moment operator of linearised SGD on the range of H.
+
+    T_2(M) = E_I (I - eta H_I) M (I - eta H_I)
+           = M - eta (H M + M H) + eta^2 [(1 - kappa) H M H + kappa mean_i H_i M H_i],
+    the expectation over batches taken exactly (the kappa identity), acting on
+    symmetric r x r matrices in an orthonormal basis ``basis`` (D, r) of the
+    span of the a_i (r = rank of H). On the null space of H linearised SGD
+    does not move, which adds the eigenvalue 1 (``null_dim`` = D - r directions).
+
+    ``spectral_radius`` (on the range; 0 when r = 0) is found by power
+    iteration from the identity: T_2 preserves the cone of PSD matrices and is
+    self-adjoint in the Frobenius product, so its spectral radius is its top
+    eigenvalue, with a PSD eigenmatrix (``eigenmatrix``, unit Frobenius norm).
+    Linearised SGD's second moment stays bounded iff spectral_radius <= 1.
+    """
+
+    lr: float
+    batch: int
+    replacement: bool
+    kappa: float
+    n: int
+    dim: int
+    basis: np.ndarray
+    coords: np.ndarray
+    spectral_radius: float
+    eigenmatrix: np.ndarray
+    iterations: int
+    converged: bool
+    method: str
+
+    @property
+    def null_dim(self) -> int:
+        return self.dim - self.basis.shape[1]
+
+    @property
+    def rank(self) -> int:
+        return self.basis.shape[1]
+
+    def apply(self, M: np.ndarray) -> np.ndarray:
+        """T_2(M) for symmetric M: (r, r) in the range basis, or (D, D) in full space."""
+        M = np.asarray(M, dtype=np.float64)
+        if M.shape == (self.rank, self.rank):
+            return self._apply(M, self.coords)
+        if M.shape == (self.dim, self.dim):
+            return self._apply(M, self.coords @ self.basis.T)
+        raise ValueError(f"M must be ({self.rank}, {self.rank}) or ({self.dim}, {self.dim}), "
+                         f"got {M.shape}")
+
+    def _apply(self, M: np.ndarray, C: np.ndarray | None = None) -> np.ndarray:
+        C = self.coords if C is None else C
+        n, eta, k = self.n, self.lr, self.kappa
+        H = C.T @ C / n
+        q = np.einsum("ij,jk,ik->i", C, M, C)  # a_i^T M a_i
+        S = (C.T * q) @ C / n
+        return M - eta * (H @ M + M @ H) + eta**2 * ((1 - k) * H @ M @ H + k * S)
+
+    def matrix(self) -> np.ndarray:
+        """T_2 as an (r^2, r^2) matrix on row-major vec(M) (small r only)."""
+        r = self.rank
+        cols = [self._apply(np.eye(r * r)[j].reshape(r, r)).ravel() for j in range(r * r)]
+        return np.array(cols).T
+
+    def expected_square(self) -> np.ndarray:
+        """E_I (I - eta H_I)^2 = (I - eta H)^2 + eta^2 kappa Sigma, (D, D) in full space."""
+        A = self.coords @ self.basis.T
+        n, eta = self.n, self.lr
+        H = A.T @ A / n
+        sq = np.einsum("ij,ij->i", A, A)
+        Sigma = (A.T * sq) @ A / n - H @ H
+        I = np.eye(self.dim)
+        return (I - eta * H) @ (I - eta * H) + eta**2 * self.kappa * Sigma
+
+
+def second_moment_operator(model, w, lr, batch, *, replacement: bool = False,
+                           method: str = "power", tol: float = 1e-12,
+                           max_iter: int = 100_000) -> SecondMomentOperator:
+    """The exact T_2 of linearised SGD at w and its spectral radius.
+
+    Parameters
+    ----------
+    model : LinearRegression, TwoLayerNet or BNLinearRegression
+    w : array_like, shape (D,)
+        The minimum (an interpolating point; elsewhere the Gauss-Newton linearisation).
+    lr : float
+        Learning rate eta > 0.
+    batch : int
+        Batch size B (<= n without replacement).
+    replacement : bool
+        Sampling scheme (default: without replacement).
+    method : {"power", "dense"}
+        "power": power iteration on r x r matrices, O(n r^2) per step, with a
+        Rayleigh-quotient stopping rule (relative change < tol). "dense":
+        eigenvalues of the (r^2, r^2) matrix; r up to ~40.
+    tol, max_iter
+        Power-iteration stopping rule and cap.
+
+    Returns
+    -------
+    SecondMomentOperator
+        ``.spectral_radius`` on the range of H, ``.apply``, ``.matrix``,
+        ``.expected_square``.
+    """
+    A = _point(model, w)
+    n, D = A.shape
+    lr = _lr(lr)
+    batch, replacement = _batch(batch, n, replacement)
+    if method not in ("power", "dense"):
+        raise ValueError(f"method must be 'power' or 'dense', got {method!r}")
+    tol = as_real(tol, "tol", minimum=0.0, strict=True)
+    max_iter = as_positive_int(max_iter, "max_iter")
+    C, Q = _range_basis(A)
+    op = SecondMomentOperator(lr, batch, replacement, kappa(n, batch, replacement), n, D, Q, C,
+                              0.0, np.zeros((C.shape[1],) * 2), 0, True, method)
+    r = C.shape[1]
+    if r == 0:
+        return op
+    if method == "dense":
+        T = op.matrix()
+        evals, evecs = np.linalg.eig(T)
+        j = int(np.argmax(np.abs(evals)))
+        M = np.real(evecs[:, j]).reshape(r, r)
+        M = 0.5 * (M + M.T)
+        M /= np.linalg.norm(M) * (1 if np.trace(M) >= 0 else -1)
+        op.spectral_radius, op.eigenmatrix = float(np.abs(evals[j])), M
+        op.iterations, op.converged = 1, True
+        return op
+    M = np.eye(r) / np.sqrt(r)
+    rho_old, conv, it = np.inf, False, 0
+    for it in range(1, max_iter + 1):
+        TM = op._apply(M)
+        rho = float(np.sum(TM * M))  # Rayleigh quotient, ||M||_F = 1
+        nrm = np.linalg.norm(TM)
+        if not np.isfinite(nrm) or nrm == 0:
+            rho, conv = (0.0, True) if nrm == 0 else (np.inf, False)
+            break
+        M = TM / nrm
+        if abs(rho - rho_old) <= tol * max(abs(rho), 1e-300) and abs(nrm - rho) <= np.sqrt(tol) * rho:
+            conv = True
+            break
+        rho_old = rho
+    op.spectral_radius, op.eigenmatrix, op.iterations, op.converged = rho, 0.5 * (M + M.T), it, conv
+    return op
+
+
+def is_linearly_stable(model, w, lr, batch, *, replacement: bool = False, order: int = 2,
+                       n_runs: int = 2048, steps: int = 300, seed: int = 0) -> bool:
+    """Whether linearised SGD's order-k moment stays bounded at w.
+
+    order = 2: exactly, spectral_radius(T_2) <= 1 (1 + 1e-9). Other orders:
+    the Monte Carlo estimate of ``moment_growth`` (rate <= 1 within its
+    confidence interval), with ``n_runs``, ``steps`` and ``seed``.
+    """
+    order = as_positive_int(order, "order")
+    if order == 2:
+        op = second_moment_operator(model, w, lr, batch, replacement=replacement)
+        return bool(op.spectral_radius <= 1 + 1e-9)
+    mg = moment_growth(model, w, lr, batch, order=order, replacement=replacement,
+                       n_runs=n_runs, steps=steps, seed=seed)
+    return bool(mg.ci[0] <= 1.0)
+
+
+# ------------------------------------------------------------------- Monte Carlo
+@dataclass
+class MomentGrowth:
+    """Monte Carlo growth factor per step of E ||x_t||^k for linearised SGD.
+
+    ``rate`` estimates lim (E ||x_t||^k)^(1/t); for k = 2 that is the
+    spectral radius of T_2. ``ci`` a confidence interval (``level``) from
+    batch means over the measured steps. ``log_moment`` (records,) the
+    estimate of log E ||x_t||^k / ||x_0||^k at ``steps``. ``burn_in`` steps
+    were skipped before measuring.
+    """
+
+    rate: float
+    ci: tuple
+    level: float
+    order: int
+    n_runs: int
+    burn_in: int
+    steps: np.ndarray
+    log_moment: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+
+def _log_mean_exp(x: np.ndarray) -> float:
+    m = np.max(x)
+    if not np.isfinite(m):
+        return float(m)
+    return float(m + np.log(np.mean(np.exp(x - m))))
+
+
+def moment_growth(model, w, lr, batch, *, order: int = 2, replacement: bool = False,
+                  n_runs: int = 2048, steps: int = 300, burn_in: int | None = None,
+                  resample_every: int = 1, subspace: str = "range", level: float = 0.95,
+                  seed: int = 0) -> MomentGrowth:
+    """Monte Carlo k-th moment growth rate of linearised SGD at w, batched in the core.
+
+    Linearised SGD x_{t+1} = (I - eta H_{I_t}) x_t runs for ``n_runs``
+    particles at once in the core (counter-based batches: any thread count
+    gives the same bits). A plain average of ||x_t||^k over independent runs
+    is carried by ever rarer runs as t grows (the products are log-normal
+    like), so it underestimates fast growth; instead, every
+    ``resample_every`` steps the particles are reweighted by their growth
+    ||x_{t+s}||^k / ||x_t||^k and resampled in proportion (a Feynman-Kac
+    particle system, the standard estimator of moment Lyapunov exponents).
+    The mean weight of each round estimates that round's growth of
+    E ||x_t||^k; for k = 2 the rate converges to T_2's spectral radius.
+
+    Parameters
+    ----------
+    model, w, lr, batch, replacement
+        As in ``second_moment_operator``.
+    order : int
+        k >= 1.
+    n_runs, steps : int
+        Particles and steps.
+    burn_in : int, optional
+        Steps before measuring (default steps // 4), for the transient from x_0 ~ N(0, I).
+    resample_every : int
+        Steps between resampling rounds.
+    subspace : {"range", "full"}
+        "range" (default) runs in the span of the a_i, where the k = 2 rate is
+        T_2's spectral radius; "full" runs in R^D, where the null space of H
+        keeps ||x_t|| from decaying (rate -> max(1, ...)).
+    level : float
+        Confidence level in (0, 1).
+    seed : int
+        Key of the batches and of the resampling.
+
+    Returns
+    -------
+    MomentGrowth
+    """
+    A = _point(model, w)
+    n, D = A.shape
+    lr = _lr(lr)
+    batch, replacement = _batch(batch, n, replacement)
+    order = as_positive_int(order, "order")
+    n_runs = as_positive_int(n_runs, "n_runs", minimum=2)
+    steps = as_positive_int(steps, "steps")
+    s = as_positive_int(resample_every, "resample_every")
+    burn_in = steps // 4 if burn_in is None else as_positive_int(burn_in, "burn_in", minimum=0)
+    if burn_in + 2 * s > steps:
+        raise ValueError(f"burn_in must leave at least two resampling rounds before steps = "
+                         f"{steps}, got burn_in = {burn_in}")
+    if subspace not in ("range", "full"):
+        raise ValueError(f"subspace must be 'range' or 'full', got {subspace!r}")
+    level = as_real(level, "level", minimum=0.0, strict=True)
+    if level >= 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    seed = as_positive_int(seed, "seed", minimum=0)
+    C = np.ascontiguousarray(_range_basis(A)[0] if subspace == "range" else A)
+    if C.shape[1] == 0:
+        return MomentGrowth(0.0, (0.0, 0.0), level, order, n_runs, burn_in,
+                            np.array([0, steps]), np.array([0.0, -np.inf]))
+    rng = np.random.default_rng([seed, 0x5A3])
+    X = rng.standard_normal((n_runs, C.shape[1]))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    t, rec, logm, rounds = 0, [0], [0.0], []
+    _core = core()
+    while t < steps:
+        h = min(s, steps - t)
+        X, g = _core.linear_sgd(C, X, lr, batch, replacement, seed, 0, t, h)
+        logw = order * g
+        lm = _log_mean_exp(logw)
+        t += h
+        rec.append(t)
+        logm.append(logm[-1] + lm)
+        if t - h >= burn_in:
+            rounds.append((lm, h))
+        if not np.isfinite(lm):  # every particle collapsed to 0 (or overflowed)
+            break
+        p = np.exp(logw - np.max(logw))
+        c = np.cumsum(p)
+        idx = np.searchsorted(c, (rng.random() + np.arange(n_runs)) / n_runs * c[-1], side="right")
+        X = X[np.minimum(idx, n_runs - 1)]
+    lms = np.array([r[0] for r in rounds])
+    hs = np.array([r[1] for r in rounds], dtype=float)
+    if lms.size == 0 or not np.all(np.isfinite(lms)):
+        rate = 0.0 if lms.size and np.any(lms == -np.inf) else np.nan
+        return MomentGrowth(rate, (rate, rate), level, order, n_runs, burn_in, np.array(rec),
+                            np.array(logm), {"subspace": subspace, "dim": int(C.shape[1])})
+    log_rate = lms.sum() / hs.sum()
+    # Batch means over consecutive rounds for the interval (rounds are correlated).
+    nb = int(min(20, max(2, lms.size // 5)))
+    blocks = np.array_split(np.arange(lms.size), nb)
+    means = np.array([lms[b].sum() / hs[b].sum() for b in blocks])
+    from scipy.stats import t as student_t
+
+    half = student_t.ppf((1 + level) / 2, nb - 1) * means.std(ddof=1) / np.sqrt(nb)
+    return MomentGrowth(float(np.exp(log_rate)),
+                        (float(np.exp(log_rate - half)), float(np.exp(log_rate + half))),
+                        level, order, n_runs, burn_in, np.array(rec), np.array(logm),
+                        {"subspace": subspace, "dim": int(C.shape[1]), "blocks": nb,
+                         "resample_every": s})
+
+
+# ------------------------------------------------------------- Wu et al., moment bound
+@dataclass
+class NecessaryConditions:
+    """Wu et al.'s necessary conditions for linear stability (order 2).
+
+    ``sharpness_ok``: a <= 2/eta; ``nonuniformity_ok``: s <= sqrt(1/kappa)/eta
+    (always true for kappa = 0, B = n without replacement); ``satisfied`` both.
+    """
+
+    sharpness: float
+    nonuniformity: float
+    sharpness_bound: float
+    nonuniformity_bound: float
+    kappa: float
+    sharpness_ok: bool
+    nonuniformity_ok: bool
+
+    @property
+    def satisfied(self) -> bool:
+        return self.sharpness_ok and self.nonuniformity_ok
+
+
+def necessary_conditions(model, w, lr, batch, *, replacement: bool = False,
+                         quantities: StabilityQuantities | None = None,
+                         rtol: float = 1e-9) -> NecessaryConditions:
+    """Check a <= 2/eta and s <= sqrt(1/kappa)/eta at a single point w.
+
+    ``quantities`` reuses a ``sharpness_nonuniformity`` result. ``rtol`` is the
+    slack given to the comparisons (rounding of the eigenvalues).
+    """
+    _check_model(model)
+    lr = _lr(lr)
+    batch, replacement = _batch(batch, model.n, replacement)
+    q = quantities if quantities is not None else sharpness_nonuniformity(model, w)
+    if np.ndim(q.sharpness) != 0:
+        raise ValueError("necessary_conditions takes a single point w")
+    k = kappa(model.n, batch, replacement)
+    a_max = 2.0 / lr
+    s_max = np.inf if k == 0 else np.sqrt(1.0 / k) / lr
+    return NecessaryConditions(q.sharpness, q.nonuniformity, a_max, s_max, k,
+                               bool(q.sharpness <= a_max * (1 + rtol)),
+                               bool(q.nonuniformity <= s_max * (1 + rtol)))
+
+
+def stability_boundary(lr: float, batch: int, n: int, *, replacement: bool = False,
+                       points: int = 200) -> dict:
+    """The stability region in the (a, s) plane for plotting.
+
+    Returns the box of the necessary conditions (``a_max`` = 2/eta,
+    ``s_max`` = sqrt(1/kappa)/eta) and the curve (1 - eta a)^2 + eta^2 kappa s^2 = 1
+    (``a``, ``s`` arrays): the exact boundary when H and Sigma share their top
+    eigenvector, inside the box.
+    """
+    lr = _lr(lr)
+    n = as_positive_int(n, "n")
+    points = as_positive_int(points, "points", minimum=2)
+    k = kappa(n, batch, replacement)
+    a = np.linspace(0.0, 2.0 / lr, points)
+    s = (np.sqrt(np.clip(1 - (1 - lr * a) ** 2, 0, None) / k) / lr if k > 0
+         else np.full(points, np.inf))
+    return {"a_max": 2.0 / lr, "s_max": np.inf if k == 0 else np.sqrt(1 / k) / lr, "kappa": k,
+            "a": a, "s": s}
+
+
+def gradient_moment_ratio(model, w, lr, batch, *, k: int = 1) -> np.ndarray:
+    """Ma & Ying's moment bound at a minimum, as a ratio (<= 1 where it holds).
+
+    (1/n) sum_i ||a_i||_{2k}^{2k} / (2 D (2B)^(k-1) / eta^k), with ||.||_{2k}
+    the vector 2k-norm and D the number of parameters. w (D,) or (B, D):
+    returns a float or a (B,) array.
+    """
+    _check_model(model)
+    lr = _lr(lr)
+    k = as_positive_int(k, "k")
+    batch = as_positive_int(batch, "batch")
+    A = per_sample_gradients(model, w)
+    moment = np.mean(np.sum(A ** (2 * k), axis=-1), axis=-1)
+    bound = 2.0 * model.dim * (2.0 * batch) ** (k - 1) / lr**k
+    ratio = moment / bound
+    return float(ratio) if np.ndim(ratio) == 0 else ratio
+
+
+# ------------------------------------------------------------------ input smoothness
+@dataclass
+class InputSmoothness:
+    """g_W = [(1/n) sum_i ||grad_W f(x_i)||_{2k}^{2k}]^(1/2k) and g_x likewise with grad_x f.
+
+    Floats for one point, (B,) arrays for a batch. For first-layer models,
+    per sample (…, n): ``grad_x_norm`` ||grad_x f(x_i)||_2, ``bound``
+    ||W1||_2 ||grad_W1 f(x_i)||_F / ||x_i|| and ``holds`` grad_x_norm <= bound
+    (Ma & Ying, Proposition 2); None for BNLinearRegression.
+    """
+
+    g_W: np.ndarray
+    g_x: np.ndarray
+    k: int
+    grad_x_norm: np.ndarray | None
+    bound: np.ndarray | None
+    holds: np.ndarray | None
+
+    @property
+    def all_hold(self) -> bool | None:
+        return None if self.holds is None else bool(np.all(self.holds))
+
+
+def input_smoothness(model, w, X=None, *, k: int = 1) -> InputSmoothness:
+    """g_W, g_x and the multiplicative-structure check at w on inputs X.
+
+    Parameters
+    ----------
+    model : LinearRegression, TwoLayerNet or BNLinearRegression
+    w : array_like, shape (D,) or (B, D)
+    X : array_like, shape (N, d), optional
+        Inputs to evaluate on (default: the training inputs). For
+        BNLinearRegression only the training inputs (its statistics are theirs).
+    k : int
+        Moment order: the 2k-norms and 1/2k root of the definitions.
+
+    Returns
+    -------
+    InputSmoothness
+    """
+    _check_model(model)
+    k = as_positive_int(k, "k")
+    W, single = as_batch(w, model.dim, "w", dtype=np.float64)
+    if isinstance(model, BNLinearRegression):
+        if X is not None:
+            raise ValueError("X: BNLinearRegression evaluates on its training inputs only")
+        _, A, GX = model.per_sample_jacobians(W)
+        lhs = rhs = holds = None
+    else:
+        if X is not None:
+            X = as_float_array(X, "X", np.float64)
+            if X.ndim != 2 or X.shape[1] != model.input_dim or X.shape[0] < 1:
+                raise ValueError(f"X must have shape (N, {model.input_dim}), got {X.shape}")
+            m = model.with_data(X)
+        else:
+            m, X = model, model.X
+        _, A, GX = m.jacobians(W)
+        W1, sl = m.first_layer(W)
+        w1_norm = np.linalg.norm(W1, ord=2, axis=(-2, -1))  # (B,)
+        x_norm = np.linalg.norm(X, axis=1)  # (N,)
+        lhs = np.linalg.norm(GX, axis=-1)
+        g1 = np.linalg.norm(A[..., sl], axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rhs = w1_norm[:, None] * g1 / x_norm[None, :]
+        rhs = np.where(x_norm[None, :] > 0, rhs, np.inf)
+        holds = lhs <= rhs * (1 + 1e-10) + 1e-300
+    g_W = np.mean(np.sum(A ** (2 * k), axis=-1), axis=-1) ** (1 / (2 * k))
+    g_x = np.mean(np.sum(GX ** (2 * k), axis=-1), axis=-1) ** (1 / (2 * k))
+    if single:
+        return InputSmoothness(float(g_W[0]), float(g_x[0]), k,
+                               None if lhs is None else lhs[0], None if rhs is None else rhs[0],
+                               None if holds is None else holds[0])
+    return InputSmoothness(g_W, g_x, k, lhs, rhs, holds)
