@@ -5,14 +5,17 @@ A compiled C++ core (pysharp._core) with a thin Python layer. See README.md.
 
 from ._backend import build_info
 from ._dispatch import BackendUnavailable, backends
-from . import theory
+from . import stability, theory
 from .dynamics import Trajectory, run_gd_wd, run_pgd, run_scalar_rmsprop
-from .models import BNLinearRegression, BNMatrixCompletion, ScaleInvariantModel, Toy3D
+from .models import (BNLinearRegression, BNMatrixCompletion, LinearRegression, ScaleInvariantModel,
+                     Toy3D, TwoLayerNet)
+from .sgd import SGDResult, run_sgd
 from .sharpness import EigenResult, lanczos, spherical_sharpness
 
 __version__ = "0.1.0"
 
 __all__ = ["BNLinearRegression", "BNMatrixCompletion", "ScaleInvariantModel", "Toy3D",
+           "LinearRegression", "TwoLayerNet", "run_sgd", "SGDResult", "stability",
            "Trajectory", "run_gd_wd", "run_pgd", "run_scalar_rmsprop",
            "EigenResult", "spherical_sharpness", "lanczos", "theory",
            "build_info", "backends", "BackendUnavailable", "__version__"]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._backend import core
 from .._validation import as_float_array, as_positive_int
 from ._base import ScaleInvariantModel
 

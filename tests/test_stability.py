@@ -1,0 +1,252 @@
+"""SGD linear stability: models with per-sample Jacobians, the SGD runner, pysharp.stability.
+
+Oracles: dense NumPy algebra for linear regression (H_i = x_i x_i^T), finite
+differences for the two-layer net, exhaustive enumeration of all batches of a
+tiny problem for E (I - eta H_I)^2 and for T_2, and an independent NumPy SGD
+that follows the engine's own batches (``sgd_batches``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pysharp import _backend, stability
+from pysharp.models import LinearRegression, TwoLayerNet
+from pysharp.sgd import run_sgd, sgd_batches
+
+from conftest import rel_err
+
+
+def _linreg(n=6, d=3, seed=0, realizable=True):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = X @ rng.standard_normal(d) if realizable else rng.standard_normal(n)
+    return LinearRegression(X, y)
+
+
+def _net(n=8, d=3, m=5, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    return TwoLayerNet(d, m, X=X, y=np.sin(X[:, 0]))
+
+
+def _fd(f, w, h=1e-6):
+    """Central differences of f at w, one column per coordinate: (..., D)."""
+    cols = []
+    for j in range(w.size):
+        e = np.zeros_like(w)
+        e[j] = h
+        cols.append((f(w + e) - f(w - e)) / (2 * h))
+    return np.stack(cols, axis=-1)
+
+
+# -- models -----------------------------------------------------------------------------
+def test_linear_regression_matches_dense_numpy():
+    m = _linreg(realizable=False)
+    X, y, n = m.X, m.y, m.n
+    w = np.random.default_rng(1).standard_normal(m.dim)
+    r = X @ w - y
+    assert rel_err(m.loss(w), 0.5 * np.mean(r ** 2)) < 1e-14
+    assert rel_err(m.grad(w), X.T @ r / n) < 1e-13
+    assert rel_err(m.hessian(w), X.T @ X / n) < 1e-13
+    assert rel_err(m.param_gradients(w), X) < 1e-15  # a_i = x_i
+    assert rel_err(m.input_gradients(w), np.broadcast_to(w, X.shape)) < 1e-15
+
+
+def test_two_layer_net_derivatives_match_finite_differences():
+    m = _net()
+    w = m.random_point(seed=2)
+    assert rel_err(m.grad(w), _fd(m.loss, w)) < 1e-7
+    assert rel_err(m.param_gradients(w), _fd(m.predict, w)) < 1e-7
+    v = np.random.default_rng(3).standard_normal(m.dim)
+    assert rel_err(m.hvp(w, v), _fd(lambda x: m.grad(x) @ v, w)) < 1e-6
+    # grad_x f by moving the inputs
+    X = m.X
+    gx = m.input_gradients(w)
+    for j in range(X.shape[1]):
+        e = np.zeros_like(X)
+        e[:, j] = 1e-6
+        fd = (m.with_data(X + e).predict(w) - m.with_data(X - e).predict(w)) / 2e-6
+        assert rel_err(gx[:, j], fd) < 1e-7
+
+
+def test_two_layer_net_layout_and_gradient_identity():
+    m = _net(m=4)
+    W1, b1, a = m.unpack(m.random_point(seed=4))
+    assert W1.shape == (4, 3) and b1.shape == (4,) and a.shape == (4,)
+    w = m.pack(W1, b1, a)
+    pred = np.tanh(m.X @ W1.T + b1) @ a / np.sqrt(4)
+    assert rel_err(m.predict(w), pred) < 1e-14
+    # square loss: grad L = (1/n) sum (f_i - y_i) a_i
+    A = m.param_gradients(w)
+    assert rel_err(m.grad(w), (pred - m.y) @ A / m.n) < 1e-13
+
+
+# -- the kappa identity by enumeration ---------------------------------------------------
+@pytest.mark.parametrize("replacement", [False, True])
+@pytest.mark.parametrize("B", [1, 2, 3])
+def test_second_moment_of_the_update_matches_the_kappa_closed_form(replacement, B):
+    m = _linreg(n=5, d=3, seed=5)
+    A = m.param_gradients(np.zeros(m.dim) + 0.1)  # (n, D), a_i = x_i
+    n, D = A.shape
+    Hs = np.einsum("ni,nj->nij", A, A)
+    H = Hs.mean(0)
+    Sigma = np.einsum("nij,njk->ik", Hs, Hs) / n - H @ H
+    eta = 0.3
+    batches = (itertools.product(range(n), repeat=B) if replacement
+               else itertools.combinations(range(n), B))
+    acc, count = np.zeros((D, D)), 0
+    for I in batches:
+        M = np.eye(D) - eta * Hs[list(I)].mean(0)
+        acc += M @ M
+        count += 1
+    kap = stability.kappa(n, B, replacement)
+    assert kap == pytest.approx(1 / B if replacement else (n - B) / (B * (n - 1)))
+    closed = (np.eye(D) - eta * H) @ (np.eye(D) - eta * H) + eta ** 2 * kap * Sigma
+    assert rel_err(acc / count, closed) < 1e-13
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+def test_t2_spectral_radius_matches_the_enumerated_operator(replacement):
+    m = _linreg(n=6, d=3, seed=6)
+    w = np.zeros(m.dim)
+    q = stability.sharpness_nonuniformity(m, w)
+    A = m.param_gradients(w)
+    n, D = A.shape
+    Hs = np.einsum("ni,nj->nij", A, A)
+    eta, B = 1.5 / q.sharpness, 2
+    batches = (itertools.product(range(n), repeat=B) if replacement
+               else itertools.combinations(range(n), B))
+    T, count = np.zeros((D * D, D * D)), 0
+    for I in batches:
+        M = np.eye(D) - eta * Hs[list(I)].mean(0)
+        T += np.kron(M, M)
+        count += 1
+    rho_dense = np.max(np.abs(np.linalg.eigvals(T / count)))
+    op = stability.second_moment_operator(m, w, eta, B, replacement=replacement)
+    assert op.converged
+    assert op.spectral_radius == pytest.approx(rho_dense, rel=1e-8)
+    dense = stability.second_moment_operator(m, w, eta, B, replacement=replacement,
+                                             method="dense")
+    assert dense.spectral_radius == pytest.approx(rho_dense, rel=1e-10)
+
+
+def test_sharpness_and_nonuniformity_match_dense_numpy():
+    m = _linreg(n=7, d=4, seed=7)
+    w = np.zeros(m.dim)
+    A = m.param_gradients(w)
+    Hs = np.einsum("ni,nj->nij", A, A)
+    H = Hs.mean(0)
+    Sigma = np.einsum("nij,njk->ik", Hs, Hs) / m.n - H @ H
+    q = stability.sharpness_nonuniformity(m, w)
+    assert q.sharpness == pytest.approx(np.linalg.eigvalsh(H)[-1], rel=1e-10)
+    assert q.nonuniformity == pytest.approx(np.sqrt(np.linalg.eigvalsh(Sigma)[-1]), rel=1e-9)
+
+
+@pytest.mark.parametrize("lr_a, B", [(0.5, 3), (1.9, 1)])
+def test_monte_carlo_second_moment_agrees_with_t2_on_both_sides(lr_a, B):
+    m = _linreg(n=8, d=3, seed=8)
+    w = np.zeros(m.dim)
+    a = stability.sharpness_nonuniformity(m, w).sharpness
+    eta = lr_a / a
+    rho = stability.second_moment_operator(m, w, eta, B).spectral_radius
+    mc = stability.moment_growth(m, w, eta, B, order=2, n_runs=1024, steps=300, seed=1)
+    assert (rho > 1) == (mc.rate > 1)
+    assert mc.rate == pytest.approx(rho, rel=0.02)
+    assert stability.is_linearly_stable(m, w, eta, B) == (rho <= 1)
+
+
+# -- SGD runner ---------------------------------------------------------------------------
+@pytest.mark.parametrize("replacement", [False, True])
+def test_sgd_matches_numpy_sgd_on_the_same_batches(replacement):
+    m = _linreg(n=10, d=3, seed=9, realizable=False)
+    w0 = np.array([0.3, -0.2, 0.5])
+    lr, B, wd, steps = 0.1, 4, 1e-2, 50
+    res = run_sgd(m, w0, lr, B, steps, wd=wd, replacement=replacement, seed=3)
+    idx = sgd_batches(m.n, B, steps, replacement=replacement, seed=3)
+    assert idx.shape == (steps, B)
+    if not replacement:
+        assert all(len(set(row)) == B for row in idx)
+    w = w0.copy()
+    for I in idx:
+        XI = m.X[I]
+        w = (1 - lr * wd) * w - lr * XI.T @ (XI @ w - m.y[I]) / B
+    assert rel_err(res.w, w) < 1e-12
+
+
+def test_sgd_bits_do_not_depend_on_threads_or_chunks():
+    m = _net()
+    W0 = m.random_point(6, seed=5)
+    lr = np.linspace(0.05, 0.3, 6)
+    core = _backend.core()
+    threads = core.max_threads()
+    try:
+        core.set_num_threads(1)
+        a = run_sgd(m, W0, lr, 2, 100, seed=4)
+        core.set_num_threads(max(2, threads))
+        b = run_sgd(m, W0, lr, 2, 100, seed=4)
+    finally:
+        core.set_num_threads(threads)
+    c = run_sgd(m, W0[3:], lr[3:], 2, 100, seed=4, first_trajectory=3)
+    np.testing.assert_array_equal(a.w, b.w)
+    np.testing.assert_array_equal(a.w[3:], c.w)
+
+
+def test_diverging_sgd_is_flagged_and_the_rest_completes():
+    m = _net()
+    W0 = m.random_point(3, seed=6)
+    res = run_sgd(m, W0, np.array([0.05, 500.0, 0.1]), 2, 200, seed=1)
+    assert res.diverged.tolist() == [False, True, False]
+    assert np.all(np.isfinite(res.w))
+    assert np.isfinite(res.loss[-1, [0, 2]]).all() and np.isnan(res.loss[-1, 1])
+
+
+def test_sgd_found_minima_satisfy_the_necessary_conditions_and_moment_bound():
+    m = _linreg(n=12, d=4, seed=10)
+    a = stability.sharpness_nonuniformity(m, np.zeros(m.dim)).sharpness
+    for lr_a, B in [(0.5, 2), (1.2, 4), (1.6, 12)]:
+        res = run_sgd(m, np.zeros(m.dim), lr_a / a, B, 3000, seed=2)
+        assert res.loss[-1] < 1e-20, (lr_a, B)  # SGD reached the interpolating minimum
+        w = res.w
+        cond = stability.necessary_conditions(m, w, lr_a / a, B)
+        assert cond.satisfied, (lr_a, B, cond)
+        assert stability.is_linearly_stable(m, w, lr_a / a, B)
+        assert stability.gradient_moment_ratio(m, w, lr_a / a, B, k=1) <= 1.0
+
+
+def test_input_smoothness_and_the_multiplicative_inequality():
+    m = _net()
+    w = m.random_point(seed=8)
+    r = stability.input_smoothness(m, w)
+    gW = np.sqrt(np.mean(np.sum(m.param_gradients(w) ** 2, axis=1)))
+    gx = np.sqrt(np.mean(np.sum(m.input_gradients(w) ** 2, axis=1)))
+    assert r.g_W == pytest.approx(gW, rel=1e-12) and r.g_x == pytest.approx(gx, rel=1e-12)
+    assert r.all_hold and r.holds.shape == (m.n,)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda m: stability.second_moment_operator(m, np.zeros(3), -0.1, 2), "lr"),
+    (lambda m: stability.second_moment_operator(m, np.zeros(3), 0.1, 99), "batch"),
+    (lambda m: run_sgd(m, np.zeros(3), 0.1, 0, 10), "batch"),
+    (lambda m: run_sgd(m, np.full(3, np.nan), 0.1, 2, 10), "non-finite"),
+    (lambda m: stability.moment_growth(m, np.zeros(3), 0.1, 2, order=0), "order"),
+])
+def test_bad_input_is_refused_with_the_argument_named(call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call(_linreg())
+
+
+def test_bn_linreg_per_sample_jacobians_match_finite_differences(linreg_small):
+    m, ref = linreg_small.model, linreg_small.ref
+    w = linreg_small.points(seed=3)
+    p, A, gx = m.per_sample_jacobians(w)
+    assert rel_err(p, ref.predictions(w[None])[0]) < 1e-13
+    assert rel_err(A, _fd(lambda x: ref.predictions(x[None])[0], w)) < 1e-7
+    assert abs(A @ w).max() < 1e-12 * np.abs(A).max() * np.linalg.norm(w)  # scale invariance
+    wt, _ = m.effective_predictor(w)
+    assert rel_err(gx, np.broadcast_to(wt, gx.shape)) < 1e-13
+    s = stability.sharpness_nonuniformity(m, w)
+    assert s.sharpness > 0 and np.isfinite(s.nonuniformity)
