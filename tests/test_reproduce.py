@@ -37,6 +37,12 @@ def test_experiment_numbers_show_the_theory(results):
     assert abs(res["toy3d"]["phi_end_gd"] - res["toy3d"]["phi_end_flow"]) < 0.05
     ab = res["ablation"]
     assert ab["mc_test_loss_end_wd_0.001"] < ab["mc_test_loss_end_wd_0"]
+    sgd = res["sgd-stability"]
+    assert sgd["interpolated"] >= 3
+    assert sgd["all_conditions_hold"] and sgd["max_moment_ratio_k1"] <= 1
+    assert sgd["all_multiplicative_inequalities_hold"]
+    assert sgd["g_W_largest_lr_smallest_batch"] < sgd["g_W_smallest_lr_full_batch"]
+    assert sgd["g_x_largest_lr_smallest_batch"] < sgd["g_x_smallest_lr_full_batch"]
 
 
 def test_cli_reproduce_one_and_unknown(tmp_path, capsys):

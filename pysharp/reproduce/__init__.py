@@ -22,6 +22,7 @@ REGISTRY: dict[str, str] = {
     "matrix-completion": "matrix_completion",
     "tracking": "tracking",
     "ablation": "ablation",
+    "sgd-stability": "sgd_stability",
 }
 
 
