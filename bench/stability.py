@@ -1,0 +1,104 @@
+"""SGD runner benchmark: pysharp.run_sgd against NumPy and JAX on the very same batches.
+
+Linear regression (n 64, d 32), T trajectories of mini-batch SGD (B 8, without
+replacement) with per-trajectory learning rates. The peers follow the batch
+indices that pysharp draws (``sgd_batches``), so the final iterates must agree
+to rounding; the agreement is checked before the rates are printed.
+
+``python -m bench.stability [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from bench._common import LoadMonitor, import_pysharp
+from bench.engine import rel_dev
+
+
+def numpy_sgd(X, y, W0, lr, idx):
+    """W0 (T, d), lr (T,), idx (T, steps, B): batched over trajectories, a loop over steps."""
+    W = W0.copy()
+    for t in range(idx.shape[1]):
+        XI = X[idx[:, t]]                                   # (T, B, d)
+        r = np.einsum("tbd,td->tb", XI, W) - y[idx[:, t]]   # residuals
+        W -= lr[:, None] * np.einsum("tb,tbd->td", r, XI) / idx.shape[2]
+    return W
+
+
+def make_jax(jax):
+    jnp = jax.numpy
+
+    @jax.jit
+    def run(X, y, W0, lr, idx):
+        def one(w0, eta, I):
+            def step(w, Ib):
+                XI = X[Ib]
+                return w - eta * XI.T @ (XI @ w - y[Ib]) / Ib.shape[0], None
+            return jax.lax.scan(step, w0, I)[0]
+        return jax.vmap(one)(W0, lr, idx)
+
+    return lambda *a: np.asarray(run(*(jnp.asarray(x) for x in a)).block_until_ready())
+
+
+def timed(fn):
+    fn()
+    best, load = np.inf, None
+    for _ in range(3):
+        with LoadMonitor() as mon:
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+        if dt < best:
+            best, load = dt, mon.other
+    return best, load
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="T 64, 500 steps")
+    args = ap.parse_args(argv)
+    ps, note = import_pysharp()
+    if note:
+        print(note)
+    from pysharp.sgd import sgd_batches
+
+    n, d, B = 64, 32, 8
+    T, steps = (64, 500) if args.quick else (256, 2000)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, d))
+    y = X @ rng.standard_normal(d)
+    model = ps.LinearRegression(X, y)
+    W0 = rng.standard_normal((T, d))
+    lr = np.linspace(0.05, 0.3, T)
+    idx = np.stack([sgd_batches(n, B, steps, seed=1, trajectory=j) for j in range(T)])
+    ref = ps.run_sgd(model, W0, lr, B, steps, seed=1, record_every=steps).w
+    peers = {"numpy": lambda: numpy_sgd(X, y, W0, lr, idx)}
+    try:
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        jrun = make_jax(jax)
+        peers["jax"] = lambda: jrun(X, y, W0, lr, idx)
+    except ImportError:
+        print("jax: not installed")
+    print(f"SGD, linear regression n {n} d {d}, B {B}, T {T} trajectories x {steps} steps, "
+          "float64 (same batches for every engine)")
+    t_ps, load = timed(lambda: ps.run_sgd(model, W0, lr, B, steps, seed=1, record_every=steps))
+    rate = T * steps / t_ps
+    print(f"  pysharp  {rate:.3e} traj-steps/s" + (" !" if load and load > 0.15 else ""))
+    for name, fn in peers.items():
+        dev = rel_dev(fn(), ref)
+        if dev > 1e-10:
+            print(f"  {name}: *** disagrees with pysharp (rel dev {dev:.1e}) ***")
+            return 1
+        t, load = timed(fn)
+        print(f"  {name:8s} {T * steps / t:.3e} traj-steps/s  pysharp / {name} = {t / t_ps:.2f}"
+              f"  (rel dev {dev:.1e})" + (" !" if load and load > 0.15 else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
