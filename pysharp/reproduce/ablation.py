@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from .. import BNLinearRegression, BNMatrixCompletion, run_gd_wd
 from ..theory import min_norm_interpolant
 from . import plt
