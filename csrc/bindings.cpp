@@ -22,6 +22,7 @@
 
 #include "cpu/batched.hpp"
 #include "cpu/engine.hpp"
+#include "module_options.hpp"
 #include "pysharp/models/bn_linear_regression.hpp"
 #include "pysharp/models/bn_matrix_completion.hpp"
 #include "pysharp/models/toy3d.hpp"
@@ -40,23 +41,8 @@ std::vector<T> to_vector(const carray<T>& a) {
   return std::vector<T>(a.data(), a.data() + a.size());
 }
 
-void require(bool cond, const std::string& what) {
-  if (!cond) throw std::invalid_argument(what);
-}
-
-LanczosOptions lanczos_options(int D, int k, int max_iter, int min_iter, double tol,
-                               std::uint64_t seed) {
-  require(k >= 1 && k <= D, "k must be in [1, D]");
-  require(max_iter >= k && max_iter <= D && max_iter <= 1024,
-          "max_iter must be in [k, min(D, 1024)]");
-  LanczosOptions o;
-  o.k = k;
-  o.max_iter = max_iter;
-  o.min_iter = min_iter;
-  o.tol = tol;
-  o.seed = seed;
-  return o;
-}
+using module::lanczos_options;
+using module::require;
 
 template <class Real>
 carray<Real> optional_output(bool wanted, std::vector<py::ssize_t> shape) {
@@ -194,20 +180,10 @@ void add_engine(py::class_<Core>& cls) {
         const std::int64_t B = checked_batch(c, W0, "w0");
         const int D = c.model.dim();
         require(lr.size() == B && wd.size() == B, "lr and wd must have one entry per trajectory");
-        require(method >= 0 && method <= 3, "unknown method");
-        require(steps >= 0 && record_every >= 1 && sharpness_every >= 0 && theta_every >= 0,
-                "steps >= 0, record_every >= 1, sharpness_every >= 0, theta_every >= 0");
-        EngineConfig cfg;
-        cfg.method = static_cast<Method>(method);
-        cfg.steps = steps;
-        cfg.record_every = record_every;
-        cfg.sharpness_every = sharpness_every;
-        cfg.theta_every = theta_every;
-        cfg.jitter = jitter;
-        cfg.seed = seed;
-        cfg.rms_beta = rms_beta;
-        cfg.rms_eps = rms_eps;
-        cfg.lanczos = lanczos_options(D, 1, lanczos_max_iter, lanczos_min_iter, lanczos_tol, seed);
+        constexpr bool has_reduced = std::is_same_v<Core, BNLinRegCore<Real>>;
+        const EngineConfig cfg = module::engine_config(
+            D, method, steps, record_every, sharpness_every, theta_every, jitter, seed, rms_beta,
+            rms_eps, lanczos_max_iter, lanczos_min_iter, lanczos_tol, reduced, has_reduced);
         const py::ssize_t nrec = n_records(steps, record_every);
         const py::ssize_t nsh = n_records(steps, sharpness_every);
         const py::ssize_t nth = n_records(steps, theta_every);
@@ -228,11 +204,6 @@ void add_engine(py::class_<Core>& cls) {
                                     sh_conv.mutable_data(),
                                     nth ? theta.mutable_data() : nullptr, w.mutable_data(),
                                     diverged.mutable_data(), diverged_step.mutable_data()};
-        constexpr bool has_reduced = std::is_same_v<Core, BNLinRegCore<Real>>;
-        require(!reduced || (has_reduced && jitter == 0 &&
-                             (cfg.method == Method::gd_wd || cfg.method == Method::scalar_rmsprop)),
-                "the reduced update exists for BN linear regression, GD+WD or scalar RMSprop, "
-                "without jitter");
         {
           py::gil_scoped_release nogil;
           if constexpr (has_reduced) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuda/kernels.cuh"
+#include "module_options.hpp"
 
 namespace py = pybind11;
 using namespace pysharp;
@@ -38,9 +39,8 @@ void check(cudaError_t e, const char* what) {
     throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
 
-void require(bool cond, const std::string& what) {
-  if (!cond) throw std::invalid_argument(what);
-}
+using module::lanczos_options;
+using module::require;
 
 int blocks_for(long long n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
 
@@ -147,20 +147,6 @@ long long checked_batch(const Core& core, const py::array& W, const char* name) 
   return W.shape(0);
 }
 
-template <class Real>
-LanczosOptions lanczos_options(int D, int k, int max_iter, int min_iter, double tol,
-                               std::uint64_t seed) {
-  require(k >= 1 && k <= D, "k must be in [1, D]");
-  require(max_iter >= k && max_iter <= D && max_iter <= 1024,
-          "max_iter must be in [k, min(D, 1024)]");
-  LanczosOptions o;
-  o.k = k;
-  o.max_iter = max_iter;
-  o.min_iter = min_iter;
-  o.tol = tol;
-  o.seed = seed;
-  return o;
-}
 
 // How many trajectories one launch runs: bounded by a quarter of free device memory.
 long long launch_chunk(long long B, long long bytes_each) {
@@ -245,7 +231,7 @@ void add_methods(py::class_<Core>& cls) {
                         double tol, std::uint64_t seed, std::optional<carray<Real>> start) {
     const long long B = checked_batch(c, W, "W");
     const int D = c.model.dim();
-    const LanczosOptions o = lanczos_options<Real>(D, k, max_iter, min_iter, tol, seed);
+    const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed);
     if (start) require(checked_batch(c, *start, "start") == B, "start must match W");
     auto dW = DeviceBuffer<Real>::from(W);
     DeviceBuffer<Real> dS = start ? DeviceBuffer<Real>::from(*start) : DeviceBuffer<Real>();
@@ -283,25 +269,10 @@ void add_methods(py::class_<Core>& cls) {
     const long long B = checked_batch(c, W0, "w0");
     const int D = c.model.dim();
     require(lr.size() == B && wd.size() == B, "lr and wd must have one entry per trajectory");
-    require(method >= 0 && method <= 3, "unknown method");
-    require(steps >= 0 && record_every >= 1 && sharpness_every >= 0 && theta_every >= 0,
-            "steps >= 0, record_every >= 1, sharpness_every >= 0, theta_every >= 0");
-    EngineConfig cfg;
-    cfg.method = static_cast<Method>(method);
-    cfg.steps = steps;
-    cfg.record_every = record_every;
-    cfg.sharpness_every = sharpness_every;
-    cfg.theta_every = theta_every;
-    cfg.jitter = jitter;
-    cfg.seed = seed;
-    cfg.rms_beta = rms_beta;
-    cfg.rms_eps = rms_eps;
-    cfg.lanczos = lanczos_options<Real>(D, 1, lanczos_max_iter, lanczos_min_iter, lanczos_tol, seed);
     constexpr bool has_reduced = std::is_same_v<Core, BNLinRegCuda<Real>>;
-    require(!reduced || (has_reduced && jitter == 0 &&
-                         (cfg.method == Method::gd_wd || cfg.method == Method::scalar_rmsprop)),
-            "the reduced update exists for BN linear regression, GD+WD or scalar RMSprop, "
-            "without jitter");
+    const EngineConfig cfg = module::engine_config(
+        D, method, steps, record_every, sharpness_every, theta_every, jitter, seed, rms_beta,
+        rms_eps, lanczos_max_iter, lanczos_min_iter, lanczos_tol, reduced, has_reduced);
     const long long nrec = n_records(steps, record_every), nsh = n_records(steps, sharpness_every),
                     nth = n_records(steps, theta_every);
     DeviceBuffer<Real> loss(nrec * B), norm2(nrec * B), eff(nrec * B), gn(nrec * B),
