@@ -11,11 +11,12 @@ from .models import (BNLinearRegression, BNMatrixCompletion, LinearRegression, S
                      Toy3D, TwoLayerNet)
 from .sgd import SGDResult, run_sgd
 from .sharpness import EigenResult, lanczos, spherical_sharpness
+from .sweeps import open_sweep, sweep
 
 __version__ = "0.1.0"
 
 __all__ = ["BNLinearRegression", "BNMatrixCompletion", "ScaleInvariantModel", "Toy3D",
            "LinearRegression", "TwoLayerNet", "run_sgd", "SGDResult", "stability",
            "Trajectory", "run_gd_wd", "run_pgd", "run_scalar_rmsprop",
-           "EigenResult", "spherical_sharpness", "lanczos", "theory",
+           "EigenResult", "spherical_sharpness", "lanczos", "theory", "sweep", "open_sweep",
            "build_info", "backends", "BackendUnavailable", "__version__"]

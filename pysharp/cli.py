@@ -1,4 +1,4 @@
-"""The ``pysharp`` command line: ``demo``, ``reproduce`` and ``info``."""
+"""The ``pysharp`` command line: ``demo``, ``sweep``, ``plot``, ``run``, ``reproduce``, ``info``."""
 
 from __future__ import annotations
 
@@ -31,40 +31,32 @@ def _demo(args) -> int:
           f"final loss {tr.loss[-1]:.3e}, cosine to the min-norm interpolant {cos:.6f}")
     print(f"  ({t_single * 1e3:.0f} ms for the run, sharpness by Lanczos every 500 steps)")
 
-    lrs = np.array([0.1, 0.2, 0.5, 1.0])
-    wds = np.array([5e-5, 1e-4, 2e-4, 5e-4])
-    LR, WD = (a.ravel() for a in np.meshgrid(lrs, wds, indexing="ij"))
-    t0 = time.perf_counter()
-    grid = ps.run_gd_wd(model, w0, LR, WD, steps, record_every=steps // 100,
-                        sharpness_every=steps // 20)
-    t_grid = time.perf_counter() - t0
-    cos_grid = grid.w @ wt / (np.linalg.norm(grid.w, axis=1) * np.linalg.norm(wt))
-    print(f"\n  lr x wd grid, {LR.size} trajectories in one call ({t_grid:.2f} s): "
-          "EoS entry step / final sharpness / cosine to min-norm")
-    print("  " + "lr \\ wd".rjust(8) + "".join(f"{wd:>22.0e}" for wd in wds))
-    for i, lr in enumerate(lrs):
-        cells = []
-        for j in range(len(wds)):
-            b = i * len(wds) + j
-            cells.append(f"{grid.eos_entry_step[b]:>7d} {grid.sharpness[-1, b]:6.2f} "
-                         f"{cos_grid[b]:7.4f}")
-        print("  " + f"{lr:>8.2f}" + "".join(f"{c:>22}" for c in cells))
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = {"steps": steps, "eos_entry_step": int(tr.eos_entry_step), "cosine_min_norm": cos,
-               "sharpness_start": float(tr.sharpness[0]), "sharpness_end": float(tr.sharpness[-1]),
-               "grid": {"lr": LR.tolist(), "wd": WD.tolist(),
-                        "eos_entry_step": grid.eos_entry_step.tolist(),
-                        "final_sharpness": grid.sharpness[-1].tolist(),
-                        "cosine_min_norm": cos_grid.tolist()}}
+               "sharpness_start": float(tr.sharpness[0]), "sharpness_end": float(tr.sharpness[-1])}
+
+    n_side, n_seeds = (12, 2) if args.quick else (32, 4)
+    grid = {"lr": np.geomspace(0.05, 2.0, n_side), "wd": np.geomspace(1e-5, 1e-3, n_side),
+            "seeds": np.arange(n_seeds)}
+    import importlib.util
+    store = out / f"demo-sweep-{steps}.zarr" if importlib.util.find_spec("zarr") else None
+    n = n_side * n_side * n_seeds
+    print(f"\n  sweep: lr x wd = {n_side} x {n_side} (log-spaced) x {n_seeds} seeds = {n} "
+          f"trajectories of {steps} steps" + (f" -> {store}" if store else ""))
+    t0 = time.perf_counter()
+    ds = ps.sweep("bn_linear_regression", **grid, init_norm=10.0, steps=steps, sharpness_every=steps // 20,
+                  store=store)
+    t_sweep = time.perf_counter() - t0
+    _print_sweep(ds, t_sweep)
+    summary["sweep"] = _sweep_summary(ds, t_sweep) | {"store": str(store) if store else None}
     (out / "demo.json").write_text(json.dumps(summary, indent=2))
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print(f"\n  wrote {out / 'demo.json'} (install matplotlib for the figure)")
+        print(f"\n  wrote {out / 'demo.json'} (install matplotlib for the figures)")
         return 0
     fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
     ax[0].semilogy(tr.steps, tr.loss)
@@ -76,7 +68,160 @@ def _demo(args) -> int:
     ax[2].set(title="spherical sharpness", xlabel="step")
     fig.tight_layout()
     fig.savefig(out / "demo.png", dpi=110)
-    print(f"\n  wrote {out / 'demo.png'} and {out / 'demo.json'}")
+    plt.close(fig)
+    from .sweeps import plot
+    plot(ds, x="lr", y="wd", out=out / "demo-sweep.png",
+         metric=["eos_entry_step", "sharpness_drop", "cosine_min_norm", "final_sharpness"])
+    print(f"\n  wrote {out / 'demo.png'}, {out / 'demo-sweep.png'} and {out / 'demo.json'}")
+    return 0
+
+
+def _sweep_summary(ds, seconds: float) -> dict:
+    n = int(ds.diverged.size)
+    eos = ds.eos_entry_step.values >= 0
+    summary = {"trajectories": n, "seconds": round(seconds, 3),
+               "chunks_computed": int(ds.attrs["chunks_computed"]),
+               "chunks_reused": int(ds.attrs["chunks_reused"]),
+               "diverged": int(ds.diverged.values.sum()), "entered_eos": int(eos.sum())}
+    if "sharpness_drop" in ds and eos.any():
+        summary["median_sharpness_drop"] = float(np.nanmedian(ds.sharpness_drop.values))
+    if "cosine_min_norm" in ds:
+        summary["median_cosine_min_norm"] = float(np.nanmedian(ds.cosine_min_norm.values))
+    return summary
+
+
+def _print_sweep(ds, seconds: float) -> None:
+    s = _sweep_summary(ds, seconds)
+    steps = int(ds.step.values[-1])
+    rate = s["trajectories"] * steps / seconds if s["chunks_computed"] else float("nan")
+    print(f"  {s['trajectories']} trajectories in {seconds:.2f} s ({rate:.3g} trajectory-steps/s; "
+          f"{s['chunks_computed']} chunks computed, {s['chunks_reused']} reused from the store)")
+    print(f"  entered EoS: {s['entered_eos']}, diverged: {s['diverged']}"
+          + (f", median sharpness drop after EoS entry {s['median_sharpness_drop']:.3g}"
+             if "median_sharpness_drop" in s else "")
+          + (f", median cosine to the min-norm interpolant {s['median_cosine_min_norm']:.4f}"
+             if "median_cosine_min_norm" in s else ""))
+
+
+def _executor(args):
+    """The executor of --scheduler / --workers (None: in-process) and how to close it."""
+    if args.scheduler and args.workers:
+        raise ValueError("give --scheduler or --workers, not both")
+    if args.scheduler:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ImportError("--scheduler needs dask.distributed: "
+                              "pip install 'pysharp[distributed]'") from None
+        client = Client(args.scheduler)
+        return client.get_executor(), client.close
+    if args.workers:
+        import multiprocessing
+        import os
+        from concurrent.futures import ProcessPoolExecutor
+        if args.workers < 1:
+            raise ValueError("--workers must be >= 1")
+        # each worker's engine gets its share of the cores (read when the worker starts)
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.workers))
+        pool = ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"))
+        return pool, pool.shutdown
+    return None, lambda: None
+
+
+def _sweep(args) -> int:
+    import pysharp as ps
+    from .sweeps._config import load_config
+
+    kwargs = load_config(args.config)
+    if args.store:
+        kwargs["store"] = args.store
+    store = Path(kwargs.setdefault("store", Path(args.config).with_suffix(".zarr").name))
+    if store.exists() and any(store.iterdir()) and not args.resume:
+        raise ValueError(f"{store} exists; pass --resume to continue it, or choose another "
+                         "store (output.store or --store)")
+    executor, close = _executor(args)
+    try:
+        t0 = time.perf_counter()
+        ds = ps.sweep(**kwargs, executor=executor, progress=not args.no_progress)
+        seconds = time.perf_counter() - t0
+    finally:
+        close()
+    _print_sweep(ds, seconds)
+    print(f"  stored in {store}; plot it with: pysharp plot {store} --x lr --y wd "
+          "--metric eos_entry_step")
+    return 0
+
+
+def _parse_sel(items: list[str]) -> dict:
+    sel = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--sel takes AXIS=VALUE, got {item!r}")
+        sel[key] = float(value)
+    return sel
+
+
+def _plot(args) -> int:
+    from .sweeps import open_sweep, plot
+
+    ds = open_sweep(args.store)
+    metrics = args.metric.split(",")
+    out = Path(args.out) if args.out else Path(args.store).with_name(
+        f"{Path(args.store).stem}-{'-'.join(metrics)}-{args.x}{'-' + args.y if args.y else ''}.png")
+    plot(ds, x=args.x, y=args.y, hue=args.hue, metric=metrics, reduce=args.reduce,
+         sel=_parse_sel(args.sel), out=out)
+    print(f"wrote {out}")
+    return 0
+
+
+def _run(args) -> int:
+    import pysharp as ps
+
+    params = {}
+    for item in args.param or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--param takes KEY=VALUE, got {item!r}")
+        params[key] = json.loads(value) if value[:1] in "-0123456789[{tn" else value
+    ds = ps.sweep({"name": args.model, **params}, lr=args.lr, wd=args.wd, seeds=args.seeds,
+                  init_norm=args.init_norm, steps=args.steps,
+                  sharpness_every=args.sharpness_every, progress=False)
+    flat = ds.stack(trajectory=("lr", "wd", "seed", "init_norm"))
+    extra = [m for m in ("cosine_min_norm", "test_loss", "sv_gap") if m in ds]
+    cols = ["lr", "wd", "seed", "init_norm", "eos_entry_step", "final_sharpness", "min_sharpness",
+            "final_loss", "final_eff_lr", "diverged"] + extra
+    print("  ".join(f"{c:>15s}" for c in cols))
+    for t in range(flat.sizes["trajectory"]):
+        row = flat.isel(trajectory=t)
+        cells = []
+        for c in cols:
+            v = row[c].values.item()
+            cells.append(f"{v!s:>15s}" if isinstance(v, (bool, int)) else f"{v:>15.6g}")
+        print("  ".join(cells))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return 0
+    fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
+    for t in range(min(flat.sizes["trajectory"], 12)):
+        row = flat.isel(trajectory=t)
+        name = f"lr {float(row.lr):.3g}, wd {float(row.wd):.2g}"
+        ax[0].semilogy(ds.step, row.loss, label=name)
+        ax[1].plot(ds.sharpness_step, row.eos_ratio, ".-")
+        ax[2].plot(ds.sharpness_step, row.sharpness, ".-")
+    ax[0].legend(fontsize=7)
+    ax[1].axhline(2, color="k", lw=0.8, ls="--")
+    ax[0].set(title="training loss", xlabel="step")
+    ax[1].set(title="eff. LR x spherical sharpness", xlabel="step")
+    ax[2].set(title="spherical sharpness", xlabel="step")
+    fig.tight_layout()
+    fig.savefig(out / "run.png", dpi=110)
+    print(f"wrote {out / 'run.png'}")
     return 0
 
 
@@ -120,6 +265,39 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--out", default="pysharp-figures", help="output folder")
     rep.add_argument("--quick", action="store_true", help="seconds instead of minutes")
     rep.set_defaults(func=_reproduce)
+    sw = sub.add_parser("sweep", help="run a TOML-configured lr x wd x seed x init_norm sweep "
+                                      "into a resumable Zarr store")
+    sw.add_argument("config", help="TOML file (see examples/)")
+    sw.add_argument("--resume", action="store_true", help="continue an existing store")
+    sw.add_argument("--store", help="store path (default: output.store, else CONFIG.zarr)")
+    sw.add_argument("--workers", type=int, help="run chunks on N local worker processes")
+    sw.add_argument("--scheduler", help="dask.distributed scheduler address")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sw.set_defaults(func=_sweep)
+    pl = sub.add_parser("plot", help="heatmap or line plot of a sweep store to PNG")
+    pl.add_argument("store")
+    pl.add_argument("--x", default="lr", help="grid axis, or step / sharpness_step")
+    pl.add_argument("--y", help="second grid axis: a heatmap (else a line plot)")
+    pl.add_argument("--hue", help="line plot: one line per value of this grid axis")
+    pl.add_argument("--metric", default="eos_entry_step", help="variable(s), comma-separated")
+    pl.add_argument("--reduce", default="mean", help="over the other grid axes: "
+                                                     "mean, median, min, max")
+    pl.add_argument("--sel", action="append", metavar="AXIS=VALUE",
+                    help="fix a grid axis (nearest value) before reducing")
+    pl.add_argument("--out", help="PNG path")
+    pl.set_defaults(func=_plot)
+    rn = sub.add_parser("run", help="one batch of GD+WD trajectories: a table and plots")
+    rn.add_argument("model", help="bn_linear_regression, bn_matrix_completion or toy3d")
+    rn.add_argument("--param", action="append", metavar="KEY=VALUE",
+                    help="model parameter, e.g. d=40 (repeatable)")
+    rn.add_argument("--lr", type=float, nargs="+", default=[0.5])
+    rn.add_argument("--wd", type=float, nargs="+", default=[2e-4])
+    rn.add_argument("--seeds", type=int, nargs="+", default=[0])
+    rn.add_argument("--init-norm", type=float, nargs="+", default=[10.0])
+    rn.add_argument("--steps", type=int, default=20_000)
+    rn.add_argument("--sharpness-every", type=int)
+    rn.add_argument("--out", default="pysharp-run", help="folder for run.png")
+    rn.set_defaults(func=_run)
     info = sub.add_parser("info", help="how the compiled core was built and which backends run")
     info.set_defaults(func=_info)
     args = parser.parse_args(argv)

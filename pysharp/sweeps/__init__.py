@@ -1,0 +1,14 @@
+"""Parameter sweeps: a grid of GD+WD runs in chunked engine calls, resumable on Zarr.
+
+``pysharp.sweep(...)`` runs the grid and returns an xarray Dataset;
+``pysharp.open_sweep(store)`` reads a finished store back; ``load_config``
+reads the TOML files of ``pysharp sweep``. See ``_sweep.sweep`` for the
+layout of results and ``_store`` for what makes a store safe to resume.
+"""
+
+from ._spec import FACTORIES as MODELS
+from ._plot import plot
+from ._store import StoreMismatch
+from ._sweep import open_sweep, sweep
+
+__all__ = ["sweep", "open_sweep", "StoreMismatch", "MODELS", "plot"]

@@ -1,0 +1,166 @@
+"""One sweep chunk: a contiguous block of grid points, run as one engine call.
+
+``compute_chunk`` is what an executor runs; it takes and returns plain data
+(a spec, the grid, numbers, NumPy arrays), so it pickles to any process or
+machine. Everything here is deterministic: a chunk computed anywhere, in any
+order, gives the same bytes, because the engine keys its random streams by
+the global trajectory index (``first_trajectory``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+import json
+
+import numpy as np
+
+from ..dynamics import run_gd_wd
+from ..models import BNLinearRegression, BNMatrixCompletion, ScaleInvariantModel
+from . import _spec
+
+#: Grid dimensions, in the order of the Dataset's axes (trajectories are laid
+#: out flat in this C order).
+GRID_DIMS = ("lr", "wd", "seed", "init_norm")
+
+#: Recorded metrics: name -> record axis.
+RECORDED = {"loss": "step", "norm2": "step", "eff_lr": "step",
+            "sharpness": "sharpness_step", "eos_ratio": "sharpness_step"}
+
+SUMMARY_DOC = {
+    "eos_entry_step": "first sharpness step with eff_lr * sharpness >= 2 (1 - eos_tol); -1: never",
+    "diverged": "the trajectory left the finite numbers (its later records are NaN)",
+    "diverged_step": "step of divergence; -1: did not diverge",
+    "final_loss": "training loss at the last step (NaN if diverged)",
+    "final_eff_lr": "effective LR lr / ((1 - lr wd) ||w||^2) at the last step (NaN if diverged)",
+    "final_sharpness": "spherical sharpness at the last sharpness step (NaN if diverged)",
+    "min_sharpness": "smallest spherical sharpness recorded before divergence",
+    "sharpness_drop": "sharpness at EoS entry minus the smallest one after it (NaN: never entered)",
+    "cosine_min_norm": "cosine of the final w to the min-norm interpolant (BN linear regression; "
+                       "NaN if diverged)",
+    "test_loss": "held-out loss of the final w (BN matrix completion; NaN if diverged)",
+    "sv_gap": "sigma_{k+1} / sigma_k of U V^T at the end, k = rank of the truth "
+              "(BN matrix completion; small = low rank found)",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything besides the grid that determines a sweep's numbers."""
+
+    steps: int
+    record_every: int
+    sharpness_every: int
+    jitter: float
+    eos_tol: float
+    backend: str
+
+    def record_steps(self) -> dict[str, np.ndarray]:
+        steps = np.arange(0, self.steps + 1, self.record_every)
+        sharp = (np.arange(0, self.steps + 1, self.sharpness_every) if self.sharpness_every
+                 else np.zeros(0, dtype=np.int64))
+        return {"step": steps, "sharpness_step": sharp}
+
+
+def layout(model: ScaleInvariantModel, settings: Settings) -> dict[str, tuple[tuple, str]]:
+    """Per-trajectory outputs of a chunk: name -> (shape after the trajectory axis, dtype)."""
+    lengths = {k: len(v) for k, v in settings.record_steps().items()}
+    out = {name: ((lengths[axis],), "float64") for name, axis in RECORDED.items()
+           if lengths[axis] or axis == "step"}
+    out.update({"eos_entry_step": ((), "int64"), "diverged": ((), "bool"),
+                "diverged_step": ((), "int64"), "final_loss": ((), "float64"),
+                "final_eff_lr": ((), "float64")})
+    if settings.sharpness_every:
+        out.update({"final_sharpness": ((), "float64"), "min_sharpness": ((), "float64"),
+                    "sharpness_drop": ((), "float64")})
+    if isinstance(model, BNLinearRegression):
+        out["cosine_min_norm"] = ((), "float64")
+    if isinstance(model, BNMatrixCompletion):
+        if model.test is not None:
+            out["test_loss"] = ((), "float64")
+        if _truth_rank(model) is not None:
+            out["sv_gap"] = ((), "float64")
+    return out
+
+
+def _truth_rank(model: BNMatrixCompletion) -> int | None:
+    truth = getattr(model, "truth", None)
+    if truth is None:
+        return None
+    k = int(np.linalg.matrix_rank(truth))
+    return k if 0 < k < min(min(model.shape), model.rank) else None
+
+
+@lru_cache(maxsize=8)
+def _model(spec_json: str) -> ScaleInvariantModel:
+    return _spec.build(json.loads(spec_json))
+
+
+def cached_model(spec: dict) -> ScaleInvariantModel:
+    """The model of ``spec``, built once per process (data specs are rebuilt each time)."""
+    if "data" in spec:
+        return _spec.build(spec)
+    return _model(json.dumps(spec, sort_keys=True))
+
+
+def grid_points(grid: dict[str, np.ndarray], start: int, stop: int) -> dict[str, np.ndarray]:
+    """The (lr, wd, seed, init_norm) values of flat trajectories start..stop-1."""
+    shape = tuple(len(grid[d]) for d in GRID_DIMS)
+    index = np.unravel_index(np.arange(start, stop), shape)
+    return {d: np.asarray(grid[d])[i] for d, i in zip(GRID_DIMS, index)}
+
+
+def initial_points(model: ScaleInvariantModel, seeds: np.ndarray,
+                   norms: np.ndarray) -> np.ndarray:
+    """w0 (B, D): the direction of ``model.random_point(seed=s)`` scaled to each norm."""
+    directions = {int(s): model.random_point(seed=int(s)) for s in np.unique(seeds)}
+    W0 = np.stack([directions[int(s)] for s in seeds])
+    return W0 * (norms / np.linalg.norm(W0, axis=1))[:, None]
+
+
+def compute_chunk(spec: dict, grid: dict[str, np.ndarray], settings: Settings,
+                  start: int, stop: int) -> dict[str, np.ndarray]:
+    """Run grid points start..stop-1 in one engine call; arrays with a leading (stop - start,) axis."""
+    model = cached_model(spec)
+    pts = grid_points(grid, start, stop)
+    W0 = initial_points(model, pts["seed"], pts["init_norm"])
+    tr = run_gd_wd(model, W0, pts["lr"], pts["wd"], settings.steps,
+                   record_every=settings.record_every, sharpness_every=settings.sharpness_every,
+                   jitter=settings.jitter, seed=0, backend=settings.backend,
+                   eos_tol=settings.eos_tol, first_trajectory=start)
+    return summarise(model, tr, settings)
+
+
+def summarise(model: ScaleInvariantModel, tr, settings: Settings) -> dict[str, np.ndarray]:
+    """The chunk's outputs (see ``layout``) from a batched Trajectory."""
+    out = {name: np.ascontiguousarray(getattr(tr, name).T) for name, axis in RECORDED.items()
+           if axis == "step" or settings.sharpness_every}
+    out.update(eos_entry_step=tr.eos_entry_step.astype(np.int64), diverged=tr.diverged,
+               diverged_step=tr.diverged_step.astype(np.int64), final_loss=tr.loss[-1].copy(),
+               final_eff_lr=tr.eff_lr[-1].copy())
+    if settings.sharpness_every:
+        sharp = tr.sharpness
+        out["final_sharpness"] = sharp[-1].copy()
+        finite = np.isfinite(sharp)
+        out["min_sharpness"] = np.where(finite.any(axis=0),
+                                        np.min(np.where(finite, sharp, np.inf), axis=0), np.nan)
+        entered = tr.eos_entry_step >= 0
+        at = np.searchsorted(tr.sharpness_steps, np.maximum(tr.eos_entry_step, 0))
+        after = np.where(finite & (np.arange(len(sharp))[:, None] >= at), sharp, np.inf)
+        drop = sharp[at, np.arange(sharp.shape[1])] - after.min(axis=0)
+        out["sharpness_drop"] = np.where(entered, drop, np.nan)
+    if isinstance(model, BNLinearRegression):
+        from ..theory import min_norm_interpolant
+        wt = min_norm_interpolant(model)
+        # a row-wise sum, not a BLAS product: a row's value must not depend on the chunk
+        cos = (tr.w * wt).sum(axis=1) / (np.linalg.norm(tr.w, axis=1) * np.linalg.norm(wt))
+        out["cosine_min_norm"] = np.where(tr.diverged, np.nan, cos)
+    if isinstance(model, BNMatrixCompletion):
+        if model.test is not None:
+            out["test_loss"] = np.where(tr.diverged, np.nan, model.test_loss(tr.w))
+        k = _truth_rank(model)
+        if k is not None:
+            U, V = model.factors(tr.w)
+            sv = np.linalg.svd(U @ np.swapaxes(V, -1, -2), compute_uv=False)
+            out["sv_gap"] = np.where(tr.diverged, np.nan, sv[:, k] / sv[:, k - 1])
+    return out

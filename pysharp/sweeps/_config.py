@@ -1,0 +1,131 @@
+"""TOML sweep configs for ``pysharp sweep``: parsed and validated before any work.
+
+Example (see ``examples/`` for more)::
+
+    [model]
+    name = "bn_linear_regression"   # then the factory's parameters: d, n, seed, noise
+    d = 40
+
+    [grid]
+    lr = { geomspace = [0.05, 2.0, 32] }   # or a list, or a number
+    wd = { geomspace = [1e-5, 1e-3, 32] }
+    seeds = { range = 4 }                  # 0, 1, 2, 3
+    init_norm = 1.0
+
+    [run]
+    steps = 10000
+    sharpness_every = 500
+
+    [output]
+    store = "bn-linreg.zarr"
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import _spec
+
+_SECTIONS = {
+    "model": None,  # checked against the model's factory
+    "grid": {"lr", "wd", "seeds", "init_norm"},
+    "run": {"steps", "record_every", "sharpness_every", "jitter", "eos_tol", "backend",
+            "chunk_size"},
+    "output": {"store"},
+}
+_REQUIRED = {"model": {"name"}, "grid": {"lr", "wd"}, "run": {"steps"}}
+
+
+def _toml():
+    if sys.version_info >= (3, 11):
+        import tomllib
+        return tomllib
+    try:
+        import tomli
+    except ImportError:
+        raise ImportError("reading TOML on Python < 3.11 needs tomli: "
+                          "pip install 'pysharp[sweep]'") from None
+    return tomli
+
+
+def grid_values(value: Any, key: str) -> np.ndarray:
+    """A grid axis from a number, a list, or {linspace|geomspace = [a, b, n]} / {range = n | [a, b]}."""
+    if isinstance(value, dict):
+        if len(value) != 1:
+            raise ValueError(f"{key}: give one of linspace, geomspace, range; got {sorted(value)}")
+        (kind, args), = value.items()
+        if kind in ("linspace", "geomspace"):
+            if not (isinstance(args, list) and len(args) == 3 and isinstance(args[2], int)):
+                raise ValueError(f"{key}.{kind} must be [start, stop, count]")
+            if kind == "geomspace" and (args[0] <= 0 or args[1] <= 0):
+                raise ValueError(f"{key}.geomspace needs positive start and stop")
+            return getattr(np, kind)(args[0], args[1], args[2])
+        if kind == "range":
+            args = args if isinstance(args, list) else [args]
+            if not (1 <= len(args) <= 3 and all(isinstance(a, int) for a in args)):
+                raise ValueError(f"{key}.range must be n or [start, stop(, step)] of integers")
+            return np.arange(*args)
+        raise ValueError(f"{key}: unknown grid form {kind!r}; use linspace, geomspace or range")
+    if isinstance(value, bool) or not isinstance(value, (int, float, list)):
+        raise ValueError(f"{key} must be a number, a list of numbers or a range table")
+    if isinstance(value, list) and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           for v in value):
+        raise ValueError(f"{key} must be a list of numbers")
+    return np.asarray(value)
+
+
+def parse(config: dict, source: str = "config") -> dict:
+    """Validated keyword arguments of ``pysharp.sweep`` from a config's tables.
+
+    Raises ValueError naming the offending key (``section.key``).
+    """
+    if not isinstance(config, dict):
+        raise ValueError(f"{source}: expected tables {sorted(_SECTIONS)}")
+    for section in config:
+        if section not in _SECTIONS:
+            raise ValueError(f"{source}: unknown section [{section}]; "
+                             f"expected {sorted(_SECTIONS)}")
+        if not isinstance(config[section], dict):
+            raise ValueError(f"{source}: [{section}] must be a table")
+    for section, keys in _REQUIRED.items():
+        for key in keys:
+            if key not in config.get(section, {}):
+                raise ValueError(f"{source}: missing {section}.{key}")
+    for section, allowed in _SECTIONS.items():
+        for key in config.get(section, {}):
+            if allowed is not None and key not in allowed:
+                raise ValueError(f"{source}: unknown key {section}.{key}; "
+                                 f"[{section}] takes {sorted(allowed)}")
+    kwargs: dict[str, Any] = {"model": _spec.normalise(dict(config["model"]))}
+    for key, value in config["grid"].items():
+        kwargs[key] = grid_values(value, f"grid.{key}")
+    for key, value in config.get("run", {}).items():
+        if key in ("backend",):
+            if not isinstance(value, str):
+                raise ValueError(f"run.{key} must be a string")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"run.{key} must be a number")
+        kwargs[key] = value
+    store = config.get("output", {}).get("store")
+    if store is not None:
+        if not isinstance(store, str) or not store:
+            raise ValueError("output.store must be a path string")
+        kwargs["store"] = store
+    return kwargs
+
+
+def load_config(path: str | Path) -> dict:
+    """Read and validate a sweep config file; the keyword arguments of ``pysharp.sweep``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no config file at {path}")
+    try:
+        with path.open("rb") as f:
+            config = _toml().load(f)
+    except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    return parse(config, str(path))

@@ -1,0 +1,96 @@
+"""Model specs: plain data from which a worker rebuilds a model.
+
+A sweep ships a spec, not a model, to its workers: the compiled kernel objects
+a model holds cannot be pickled, and a name plus a few numbers is all a
+synthetic model needs. Two forms are accepted:
+
+- ``{"name": "bn_linear_regression", "d": 40, "n": 20, "seed": 0}``: a
+  registered synthetic model and the arguments of its factory;
+- a model instance, whose ``spec()`` (its data arrays included) is shipped
+  instead; the stored metadata then keeps only the arrays' SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from typing import Any, Callable
+
+import numpy as np
+
+from ..models import BNLinearRegression, BNMatrixCompletion, ScaleInvariantModel, Toy3D
+
+#: Registered synthetic models: name -> factory taking keyword parameters.
+FACTORIES: dict[str, Callable[..., ScaleInvariantModel]] = {
+    "bn_linear_regression": BNLinearRegression.synthetic,
+    "bn_matrix_completion": BNMatrixCompletion.synthetic,
+    "toy3d": Toy3D,
+}
+
+# The classes behind ``model.spec()["model"]``, rebuilt from their own data.
+_CLASSES = {"bn_linear_regression": BNLinearRegression,
+            "bn_matrix_completion": BNMatrixCompletion, "toy3d": Toy3D}
+
+
+def factory_parameters(name: str) -> list[str]:
+    """The keyword parameters a registered model's factory accepts."""
+    return [p for p in inspect.signature(FACTORIES[name]).parameters if p != "cls"]
+
+
+def normalise(model: Any) -> dict:
+    """A validated spec dict from a name, a spec dict or a model instance.
+
+    Raises ValueError naming an unknown model or parameter, before any work.
+    """
+    if isinstance(model, ScaleInvariantModel):
+        spec = dict(model.spec())
+        out = {"name": spec.pop("model"), "data": spec}
+        if getattr(model, "truth", None) is not None:  # a synthetic model's ground truth
+            out["truth"] = model.truth
+        return out
+    if isinstance(model, str):
+        model = {"name": model}
+    if not isinstance(model, dict):
+        raise TypeError("model must be a registered name, a spec dict {'name': ..., ...} "
+                        f"or a pysharp model, got {type(model).__name__}")
+    spec = dict(model)
+    name = spec.pop("name", None)
+    if name not in FACTORIES:
+        raise ValueError(f"model: unknown model {name!r}; choose one of {sorted(FACTORIES)}")
+    allowed = factory_parameters(name)
+    for key in spec:
+        if key not in allowed:
+            raise ValueError(f"model.{key}: unknown parameter of {name!r}; "
+                             f"it takes {allowed}")
+    build({"name": name, **spec})  # bad values fail here, before any chunk runs
+    return {"name": name, **spec}
+
+
+def build(spec: dict) -> ScaleInvariantModel:
+    """The model a spec describes (a fresh instance)."""
+    if "data" in spec:
+        model = _CLASSES[spec["name"]](**spec["data"])
+        if "truth" in spec:
+            model.truth = spec["truth"]
+        return model
+    params = {k: v for k, v in spec.items() if k != "name"}
+    return FACTORIES[spec["name"]](**params)
+
+
+def describe(spec: dict) -> dict:
+    """JSON-safe form of a spec for stored metadata: arrays become their SHA-256."""
+    def safe(value):
+        if isinstance(value, np.ndarray):
+            digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
+            return {"array_sha256": digest, "shape": list(value.shape), "dtype": str(value.dtype)}
+        if isinstance(value, (tuple, list)):
+            return [safe(v) for v in value]
+        if isinstance(value, dict):
+            return {k: safe(v) for k, v in value.items()}
+        if isinstance(value, np.generic):
+            return value.item()
+        return value
+    out = safe(spec)
+    json.dumps(out)  # raises early if something is still not plain data
+    return out

@@ -1,0 +1,315 @@
+"""Sweeps: the grid's numbers equal raw engine calls, and the store survives kills and corruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pysharp as ps
+
+xr = pytest.importorskip("xarray")
+
+GRID = dict(lr=[0.1, 0.5, 2.0], wd=[1e-4, 1e-3], seeds=[0, 3], init_norm=[1.0, 8.0])
+RUN = dict(steps=600, record_every=50, sharpness_every=100)
+MODEL = {"name": "bn_linear_regression", "d": 12, "n": 8, "seed": 1}
+
+
+def _same(a, b) -> None:
+    """Bit-for-bit equality of two sweep Datasets (NaN equal to NaN)."""
+    assert set(a.data_vars) == set(b.data_vars)
+    for name in a.data_vars:
+        x, y = a[name].values, b[name].values
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        assert x.tobytes() == y.tobytes(), name
+    for name in a.coords:
+        assert np.array_equal(a[name].values, b[name].values), name
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, progress=False)
+
+
+def test_grid_points_equal_raw_engine_calls(reference):
+    model = ps.BNLinearRegression.synthetic(d=12, n=8, seed=1)
+    wt = ps.theory.min_norm_interpolant(model)
+    for lr in GRID["lr"]:
+        for wd in GRID["wd"]:
+            for seed in GRID["seeds"]:
+                for norm in GRID["init_norm"]:
+                    w0 = model.random_point(seed=seed)
+                    w0 = w0 * norm / np.linalg.norm(w0)
+                    tr = ps.run_gd_wd(model, w0, lr, wd, **RUN)
+                    # a lone run and a chunk take different SIMD lanes: equal to rounding,
+                    # which in L = 2 var(y) (1 - cos) near 0 is absolute, not relative
+                    p = reference.sel(lr=lr, wd=wd, seed=seed, init_norm=norm)
+                    np.testing.assert_allclose(p.loss, tr.loss, rtol=1e-10, atol=1e-14)
+                    np.testing.assert_allclose(p.sharpness, tr.sharpness, rtol=1e-9)
+                    assert int(p.eos_entry_step) == int(tr.eos_entry_step)
+                    assert float(p.final_loss) == pytest.approx(tr.loss[-1], rel=1e-10, abs=1e-14)
+                    assert float(p.min_sharpness) == pytest.approx(tr.sharpness.min(), rel=1e-9)
+                    cos = tr.w @ wt / np.linalg.norm(tr.w) / np.linalg.norm(wt)
+                    assert float(p.cosine_min_norm) == pytest.approx(cos, rel=1e-12)
+                    assert float(p.final_eff_lr) == pytest.approx(
+                        lr / ((1 - lr * wd) * tr.norm2[-1]), rel=1e-12)
+    assert reference.loss.dims == ("lr", "wd", "seed", "init_norm", "step")
+    assert reference.sharpness.dims[-1] == "sharpness_step"
+    assert not reference.diverged.values.any()
+    assert (reference.eos_entry_step.values >= 0).any()  # some grid points reach the edge
+
+
+def test_chunking_and_executor_do_not_change_a_bit(reference):
+    _same(reference, ps.sweep(MODEL, **GRID, **RUN, chunk_size=1000, progress=False))
+    with ProcessPoolExecutor(2) as pool:
+        _same(reference, ps.sweep(MODEL, **GRID, **RUN, chunk_size=7, executor=pool,
+                                  progress=False))
+
+
+def test_dask_local_cluster_equals_in_process(reference):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        got = ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, executor=client.get_executor(),
+                       progress=False)
+    _same(reference, got)
+
+
+def test_store_resumes_and_reads_back(tmp_path, reference):
+    pytest.importorskip("zarr")
+    store = tmp_path / "s.zarr"
+    first = ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, store=store, progress=False)
+    _same(reference, first)
+    assert first.attrs["chunks_computed"] == 5 and first.attrs["chunks_reused"] == 0
+    again = ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, store=store, progress=False)
+    assert again.attrs["chunks_computed"] == 0 and again.attrs["chunks_reused"] == 5
+    _same(reference, again)
+    _same(reference, ps.open_sweep(store))
+    meta = json.loads(first.attrs["pysharp_sweep"])
+    assert meta["grid"]["lr"] == GRID["lr"] and meta["model"] == MODEL
+    assert meta["pysharp_version"] == ps.__version__ and meta["settings"]["backend"] == "cpp"
+
+
+def _chunk_files(store: Path, name: str) -> list[Path]:
+    return sorted((store / name / "c").rglob("*"), key=lambda p: [int(x) for x in
+                                                                   p.relative_to(store / name / "c").parts])
+
+
+def test_corrupted_chunks_are_detected_and_recomputed(tmp_path, reference):
+    pytest.importorskip("zarr")
+    store = tmp_path / "s.zarr"
+    ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, store=store, progress=False)
+    files = [f for f in _chunk_files(store, "loss") if f.is_file()]
+    truncated = files[0]
+    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+    flipped = [f for f in _chunk_files(store, "final_sharpness") if f.is_file()][2]
+    raw = bytearray(flipped.read_bytes())
+    raw[-1] ^= 0xFF
+    flipped.write_bytes(bytes(raw))
+    [f for f in _chunk_files(store, "final_loss") if f.is_file()][4].unlink()
+    with pytest.raises(ValueError, match="3 of 5 chunks"):
+        ps.open_sweep(store)  # never silently read
+    got = ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, store=store, progress=False)
+    assert got.attrs["chunks_computed"] == 3 and got.attrs["chunks_reused"] == 2
+    _same(reference, got)
+    _same(reference, ps.open_sweep(store))
+
+
+def test_a_different_sweep_is_refused_and_the_store_left_alone(tmp_path):
+    pytest.importorskip("zarr")
+    store = tmp_path / "s.zarr"
+    ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, store=store, progress=False)
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    with pytest.raises(ps.sweeps.StoreMismatch, match="grid"):
+        ps.sweep(MODEL, **{**GRID, "lr": [0.1, 0.5, 3.0]}, **RUN, chunk_size=5, store=store,
+                 progress=False)
+    with pytest.raises(ps.sweeps.StoreMismatch, match="settings"):
+        ps.sweep(MODEL, **GRID, **{**RUN, "steps": 700}, chunk_size=5, store=store,
+                 progress=False)
+    assert before == {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(ps.sweeps.StoreMismatch, match="not a"):
+        ps.sweep(MODEL, **GRID, **RUN, store=tmp_path / "other", progress=False)
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+_KILLED_SWEEP = """
+import pysharp as ps
+ps.sweep({"name": "bn_matrix_completion", "size": 12, "rank": 12}, lr=[0.1, 0.2, 0.4, 0.8],
+         wd=[1e-3, 2e-3], seeds=[0, 1], steps=2000, sharpness_every=20, chunk_size=1,
+         store=STORE, progress=False)
+"""
+
+
+def test_sigkill_then_rerun_completes_without_recomputing(tmp_path):
+    pytest.importorskip("zarr")
+    store = tmp_path / "killed.zarr"
+    script = tmp_path / "run.py"
+    script.write_text(_KILLED_SWEEP.replace("STORE", repr(str(store))))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path)
+    done = store / "_pysharp_done"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if done.is_dir() and len(list(done.glob("*.json"))) >= 3:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the sweep finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kept = len(list(done.glob("*.json")))
+    assert 3 <= kept < 16
+    kwargs = dict(lr=[0.1, 0.2, 0.4, 0.8], wd=[1e-3, 2e-3], seeds=[0, 1], steps=2000,
+                  sharpness_every=20, chunk_size=1, progress=False)
+    spec = {"name": "bn_matrix_completion", "size": 12, "rank": 12}
+    resumed = ps.sweep(spec, store=store, **kwargs)
+    assert resumed.attrs["chunks_reused"] == kept
+    assert resumed.attrs["chunks_computed"] == 16 - kept
+    _same(ps.sweep(spec, **kwargs), resumed)
+    assert {"test_loss", "sv_gap"} <= set(resumed.data_vars)
+
+
+def test_diverging_points_are_flagged_and_the_sweep_completes():
+    ds = ps.sweep(MODEL, lr=[0.1, 1e308], wd=0.0, steps=50, record_every=5, sharpness_every=10,
+                  progress=False)
+    div = ds.diverged.values.ravel()
+    assert div.tolist() == [False, True]
+    assert ds.diverged_step.values.ravel()[1] >= 1
+    assert np.isnan(ds.final_loss.values.ravel()[1]) and np.isfinite(ds.final_loss.values.ravel()[0])
+    assert np.isnan(ds.cosine_min_norm.values.ravel()[1])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(model="no_such_model"), "unknown model 'no_such_model'"),
+    (dict(model={"name": "bn_linear_regression", "depth": 3}), "model.depth"),
+    (dict(lr=[-0.1, 0.2]), "lr must be > 0"),
+    (dict(wd=[]), "wd is empty"),
+    (dict(seeds=[0.5]), "seeds must hold whole numbers"),
+    (dict(lr=[0.1, 0.1]), "lr has repeated values"),
+    (dict(lr=[2.0], wd=[0.6]), "lr \\* wd must be < 1"),
+    (dict(steps=-1), "steps"),
+])
+def test_bad_arguments_fail_before_any_work(tmp_path, kwargs, message):
+    args = dict(model=MODEL, **GRID, **RUN, store=tmp_path / "s.zarr", progress=False)
+    args.update(kwargs)
+    with pytest.raises((ValueError, TypeError), match=message):
+        ps.sweep(args.pop("model"), **args)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_model_instance_and_matrix_completion_summaries():
+    model = ps.BNMatrixCompletion.synthetic(size=8, true_rank=2, rank=8, seed=2)
+    ds = ps.sweep(model, lr=[0.1, 0.3], wd=1e-3, steps=300, sharpness_every=100, progress=False)
+    meta = json.loads(ds.attrs["pysharp_sweep"])
+    assert "array_sha256" in json.dumps(meta["model"])
+    w0 = model.random_point(seed=0)
+    tr = ps.run_gd_wd(model, w0, np.array([0.1, 0.3]), 1e-3, 300, record_every=3,
+                      sharpness_every=100)
+    np.testing.assert_allclose(ds.test_loss.values.ravel(), model.test_loss(tr.w), rtol=1e-12)
+    U, V = model.factors(tr.w)
+    sv = np.linalg.svd(U @ np.swapaxes(V, -1, -2), compute_uv=False)
+    np.testing.assert_allclose(ds.sv_gap.values.ravel(), sv[:, 2] / sv[:, 1], rtol=1e-10)
+
+
+def test_progress_bar_stays_off_without_a_terminal(capsys):
+    ps.sweep(MODEL, lr=0.1, wd=1e-3, steps=20, progress=True)
+    assert capsys.readouterr().err == ""
+
+
+# -- configs and the command line ------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_example_configs_are_valid():
+    from pysharp.sweeps._config import load_config
+
+    configs = sorted(EXAMPLES.glob("*.toml"))
+    if not configs:
+        pytest.skip("examples/ not next to the tests")
+    for path in configs:
+        kwargs = load_config(path)
+        assert kwargs["steps"] >= 1 and kwargs["lr"].size >= 1, path
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[model]\nname='x'\n[grid]\nlr=0.1\nwd=0.0\n[run]\nsteps=10", "unknown model 'x'"),
+    ("[model]\nname='toy3d'\n[grid]\nlr=0.1\nwd=0.0\nmomentum=0.9\n[run]\nsteps=10",
+     "grid.momentum"),
+    ("[model]\nname='toy3d'\n[grid]\nlr=0.1\nwd=0.0\n[run]\nsteps=10\nstep=3", "run.step"),
+    ("[model]\nname='toy3d'\n[grid]\nlr=[]\nwd=0.0\n[run]\nsteps=10", "lr is empty"),
+    ("[model]\nname='toy3d'\n[grid]\nlr=-1.0\nwd=0.0\n[run]\nsteps=10", "lr must be > 0"),
+    ("[model]\nname='toy3d'\n[grid]\nwd=0.0\n[run]\nsteps=10", "missing grid.lr"),
+    ("[model]\nname='toy3d'\n[grid]\nlr={geomspace=[0.1, 1]}\nwd=0.0\n[run]\nsteps=10",
+     "grid.lr.geomspace"),
+    ("[model]\nname='toy3d'\n[grid]\nlr=0.1\nwd=0.0\n[run]\nsteps=10\n[plots]\nx=1",
+     "unknown section \\[plots\\]"),
+])
+def test_bad_configs_name_the_key(tmp_path, text, message):
+    from pysharp.cli import main
+
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        from pysharp.sweeps._config import load_config
+        ps.sweep(**load_config(cfg), progress=False)
+    assert main(["sweep", str(cfg), "--store", str(tmp_path / "s.zarr")]) == 2
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_cli_sweep_resume_and_plot(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("zarr")
+    pytest.importorskip("matplotlib")
+    from pysharp.cli import main
+
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(textwrap.dedent("""
+        [model]
+        name = "bn_linear_regression"
+        d = 12
+        n = 8
+        [grid]
+        lr = { geomspace = [0.1, 2.0, 4] }
+        wd = [1e-4, 1e-3]
+        seeds = { range = 2 }
+        [run]
+        steps = 400
+        sharpness_every = 100
+        chunk_size = 5
+        [output]
+        store = "tiny.zarr"
+    """))
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", str(cfg), "--no-progress"]) == 0
+    assert "16 trajectories" in capsys.readouterr().out
+    assert main(["sweep", str(cfg)]) == 2  # exists: needs --resume
+    assert "--resume" in capsys.readouterr().err
+    assert main(["sweep", str(cfg), "--resume", "--workers", "2"]) == 0
+    assert "0 chunks computed, 4 reused" in capsys.readouterr().out
+    assert main(["plot", "tiny.zarr", "--x", "lr", "--y", "wd", "--metric",
+                 "eos_entry_step,final_sharpness", "--out", "map.png"]) == 0
+    assert main(["plot", "tiny.zarr", "--x", "sharpness_step", "--hue", "lr", "--metric",
+                 "sharpness", "--sel", "wd=1e-3", "--out", "lines.png"]) == 0
+    assert (tmp_path / "map.png").stat().st_size > 10_000
+    assert (tmp_path / "lines.png").stat().st_size > 10_000
+    assert main(["plot", "tiny.zarr", "--metric", "nonsense"]) == 2
+    assert "unknown metric 'nonsense'" in capsys.readouterr().err
+
+
+def test_cli_run_prints_a_table(tmp_path, capsys):
+    from pysharp.cli import main
+
+    assert main(["run", "toy3d", "--param", "c=5", "--lr", "0.1", "0.5", "--wd", "1e-3",
+                 "--steps", "300", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "eos_entry_step" in out and len(out.strip().splitlines()) >= 3
