@@ -121,10 +121,19 @@ def _executor(args):
         from concurrent.futures import ProcessPoolExecutor
         if args.workers < 1:
             raise ValueError("--workers must be >= 1")
-        # each worker's engine gets its share of the cores (read when the worker starts)
+        # each worker's engine gets its share of the cores (read when a worker starts,
+        # which is on demand: the variable is restored only once the pool is shut down)
+        saved = os.environ.get("OMP_NUM_THREADS")
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.workers))
         pool = ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"))
-        return pool, pool.shutdown
+
+        def close():
+            pool.shutdown()
+            if saved is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = saved
+        return pool, close
     return None, lambda: None
 
 
