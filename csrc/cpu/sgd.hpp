@@ -42,17 +42,19 @@ void bn_jacobians(const Model& m, const Real* W, std::int64_t P, Real* A, Real* 
   }
 }
 
-// T SGD trajectories; trajectory t has global index offset + t (its RNG key),
-// lr[t], batch[t], wd[t]. W (T, D) holds the starts and receives the finals.
+// T SGD trajectories (square-loss models, or BN linear regression with ghost
+// BN); trajectory t has global index offset + t (its RNG key), lr[t], batch[t], wd[t]. W (T, D) holds the starts and receives the finals.
 // loss (records, T).
 template <class Model, class Real>
 void sgd_batch(const Model& m, const SGDConfig& c, Real* W, const Real* lr, const int* batch,
                const Real* wd, std::int64_t T, std::int64_t offset, Real* loss,
                std::uint8_t* diverged, long long* diverged_step) {
   const std::int64_t D = m.dim();
+  int max_batch = 1;
+  for (std::int64_t t = 0; t < T; ++t) max_batch = batch[t] > max_batch ? batch[t] : max_batch;
 #pragma omp parallel if (T > 1)
   {
-    std::vector<Real> scratch(sgd_scratch_reals(m));
+    std::vector<Real> scratch(sgd_scratch_reals(m, max_batch));
     std::vector<int> iscratch(sgd_scratch_ints(m));
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < T; ++t) {
