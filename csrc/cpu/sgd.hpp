@@ -55,7 +55,7 @@ void sgd_batch(const Model& m, const SGDConfig& c, Real* W, const Real* lr, cons
 #pragma omp parallel if (T > 1)
   {
     std::vector<Real> scratch(sgd_scratch_reals(m, max_batch));
-    std::vector<int> iscratch(sgd_scratch_ints(m));
+    std::vector<int> iscratch(sgd_scratch_ints(m, max_batch));
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < T; ++t) {
       const long long s = run_sgd(m, c, static_cast<std::uint64_t>(offset + t), W + t * D, lr[t],
@@ -75,7 +75,7 @@ void linear_sgd_batch(const Real* A, int n, int D, Real lr, int B, bool replacem
 #pragma omp parallel if (R > 1 && R * steps * B * static_cast<long long>(D) >= 20000)
   {
     std::vector<Real> scratch(static_cast<std::size_t>(D));
-    std::vector<int> iscratch(2 * static_cast<std::size_t>(n));
+    std::vector<int> iscratch(static_cast<std::size_t>(n) + static_cast<std::size_t>(B));
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < R; ++r)
       logg[r] = run_linear_sgd(A, n, D, lr, B, replacement, seed,

@@ -92,9 +92,10 @@ template <class Model>
 PYSHARP_HD long long sgd_scratch_reals(const Model& m, int max_batch) {
   return 2 * static_cast<long long>(m.dim()) + m.work_size() + sgd_batch_work(m, max_batch) + 1;
 }
+// perm (n) and the batch (max_batch, which exceeds n with replacement).
 template <class Model>
-PYSHARP_HD long long sgd_scratch_ints(const Model& m) {
-  return 2 * static_cast<long long>(m.n_samples());
+PYSHARP_HD long long sgd_scratch_ints(const Model& m, int max_batch) {
+  return static_cast<long long>(m.n_samples()) + max_batch;
 }
 
 // One SGD trajectory: w <- (1 - lr wd) w - lr g_t, g_t = sgd_batch_grad on
@@ -107,7 +108,7 @@ PYSHARP_HD long long sgd_scratch_ints(const Model& m) {
 // w holds the start and receives the final iterate (the last finite one if the
 // trajectory diverged). loss: records at loss[r * stride]; later records of a
 // diverged trajectory are NaN. Returns the step at which it diverged, or -1.
-// scratch: sgd_scratch_reals(m, B) reals; iscratch: sgd_scratch_ints(m) ints.
+// scratch: sgd_scratch_reals(m, B) reals; iscratch: sgd_scratch_ints(m, B) ints.
 template <class Model, class Real>
 PYSHARP_HD long long run_sgd(const Model& m, const SGDConfig& c, std::uint64_t traj, Real* w,
                              Real lr, int B, Real wd, Real* loss, long long stride,
@@ -156,7 +157,7 @@ PYSHARP_HD long long run_sgd(const Model& m, const SGDConfig& c, std::uint64_t t
 // A: (n, D) rows a_i. x (D) holds the state in and out, renormalised to unit
 // norm every step so that growth and decay never over- or underflow; returns
 // log(||x_end|| / ||x_start||) (-inf once x = 0 exactly; x is then left as is).
-// scratch: D reals; iscratch: 2 n ints.
+// scratch: D reals; iscratch: n + B ints (B may exceed n with replacement).
 template <class Real>
 PYSHARP_HD Real run_linear_sgd(const Real* A, int n, int D, Real lr, int B, bool replacement,
                                std::uint64_t seed, std::uint64_t run, long long t0,
