@@ -188,6 +188,16 @@ def test_sgd_with_replacement_takes_batches_larger_than_n():
     assert rel_err(res.w, w) < 1e-12
 
 
+def test_moment_growth_with_replacement_takes_batches_larger_than_n():
+    m = _linreg(n=5, d=3, seed=12)
+    w = np.zeros(m.dim)
+    eta = 0.5 / stability.sharpness_nonuniformity(m, w).sharpness
+    rho = stability.second_moment_operator(m, w, eta, 13, replacement=True).spectral_radius
+    mc = stability.moment_growth(m, w, eta, 13, replacement=True, order=2, n_runs=256,
+                                 steps=100, seed=1)
+    assert mc.rate == pytest.approx(rho, rel=0.02)
+
+
 def test_sgd_bits_do_not_depend_on_threads_or_chunks():
     m = _net()
     W0 = m.random_point(6, seed=5)
