@@ -9,10 +9,9 @@ lr grad L_{I_t}(w_t), where L_I is the model's own loss on the sub-dataset
 (X_I, y_I): the BN statistics, the centring of X and of y, and std(y) are all
 the batch's (see ``BNLinearRegression.batch_loss_and_grad``).
 
-Batches I_t are drawn with or without
-replacement from a counter-based RNG keyed by (seed, trajectory, step):
-results are bit-identical for any thread count and any split of a batch of
-trajectories into chunks (``first_trajectory``).
+Batches I_t are drawn with or without replacement from a counter-based RNG
+keyed by (seed, trajectory, step): results are bit-identical for any thread
+count and any split of a batch of trajectories into chunks (``first_trajectory``).
 """
 
 from __future__ import annotations
