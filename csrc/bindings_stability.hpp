@@ -40,6 +40,49 @@ struct TwoLayerNetCore {
   TwoLayerNetCore(const TwoLayerNetCore&) = delete;
 };
 
+// The SGD runner on any model run_sgd takes (square-loss models; BN linear
+// regression, whose batches get ghost BN): checks, then one GIL-free call.
+template <class Model, class Real>
+py::dict sgd_call(const Model& model, const carray<Real>& W0, const carray<Real>& lr,
+                  const carray<int>& batch, const carray<Real>& wd, long long steps,
+                  long long record_every, bool replacement, std::uint64_t seed, long long offset,
+                  double max_loss) {
+  require(W0.ndim() == 2 && W0.shape(1) == model.dim(),
+          "w0 must be (B, " + std::to_string(model.dim()) + ")");
+  const std::int64_t T = W0.shape(0);
+  const int n = model.n_samples(), bmin = sgd_min_batch(model);
+  require(lr.size() == T && batch.size() == T && wd.size() == T,
+          "lr, batch and wd must have one entry per trajectory");
+  require(steps >= 0 && record_every >= 1, "steps >= 0 and record_every >= 1");
+  for (std::int64_t t = 0; t < T; ++t)
+    require(batch.data()[t] >= bmin && (replacement || batch.data()[t] <= n),
+            bmin == 1 ? "batch sizes must be in [1, n] (>= 1 with replacement)"
+                      : "batch sizes must be in [2, n] (>= 2 with replacement): ghost BN "
+                        "needs two samples per batch");
+  SGDConfig cfg;
+  cfg.steps = steps;
+  cfg.record_every = record_every;
+  cfg.replacement = replacement;
+  cfg.seed = seed;
+  cfg.max_loss = max_loss;
+  carray<Real> W({(py::ssize_t)T, (py::ssize_t)model.dim()});
+  std::copy(W0.data(), W0.data() + W0.size(), W.mutable_data());
+  carray<Real> loss({(py::ssize_t)n_records(steps, record_every), (py::ssize_t)T});
+  flags diverged(T);
+  py::array_t<long long> diverged_step(T);
+  {
+    py::gil_scoped_release nogil;
+    cpu::sgd_batch(model, cfg, W.mutable_data(), lr.data(), batch.data(), wd.data(), T, offset,
+                   loss.mutable_data(), diverged.mutable_data(), diverged_step.mutable_data());
+  }
+  py::dict r;
+  r["w"] = W;
+  r["loss"] = loss;
+  r["diverged"] = diverged;
+  r["diverged_step"] = diverged_step;
+  return r;
+}
+
 template <class Core, class Real>
 void add_square_loss(py::class_<Core>& cls) {
   cls.def(
@@ -61,37 +104,8 @@ void add_square_loss(py::class_<Core>& cls) {
       [](const Core& c, const carray<Real>& W0, const carray<Real>& lr, const carray<int>& batch,
          const carray<Real>& wd, long long steps, long long record_every, bool replacement,
          std::uint64_t seed, long long offset, double max_loss) {
-        const std::int64_t T = checked_batch(c, W0, "w0");
-        const int n = c.model.n_samples();
-        require(lr.size() == T && batch.size() == T && wd.size() == T,
-                "lr, batch and wd must have one entry per trajectory");
-        require(steps >= 0 && record_every >= 1, "steps >= 0 and record_every >= 1");
-        for (std::int64_t t = 0; t < T; ++t)
-          require(batch.data()[t] >= 1 && (replacement || batch.data()[t] <= n),
-                  "batch sizes must be in [1, n] (>= 1 with replacement)");
-        SGDConfig cfg;
-        cfg.steps = steps;
-        cfg.record_every = record_every;
-        cfg.replacement = replacement;
-        cfg.seed = seed;
-        cfg.max_loss = max_loss;
-        carray<Real> W({(py::ssize_t)T, (py::ssize_t)c.model.dim()});
-        std::copy(W0.data(), W0.data() + W0.size(), W.mutable_data());
-        carray<Real> loss({(py::ssize_t)n_records(steps, record_every), (py::ssize_t)T});
-        flags diverged(T);
-        py::array_t<long long> diverged_step(T);
-        {
-          py::gil_scoped_release nogil;
-          cpu::sgd_batch(c.model, cfg, W.mutable_data(), lr.data(), batch.data(), wd.data(), T,
-                         offset, loss.mutable_data(), diverged.mutable_data(),
-                         diverged_step.mutable_data());
-        }
-        py::dict r;
-        r["w"] = W;
-        r["loss"] = loss;
-        r["diverged"] = diverged;
-        r["diverged_step"] = diverged_step;
-        return r;
+        return sgd_call(c.model, W0, lr, batch, wd, steps, record_every, replacement, seed,
+                        offset, max_loss);
       },
       py::arg("w0"), py::arg("lr"), py::arg("batch"), py::arg("wd"), py::arg("steps"),
       py::arg("record_every"), py::arg("replacement"), py::arg("seed"), py::arg("offset"),
@@ -127,6 +141,42 @@ void bind_stability_dtype(py::module_& m, const std::string& suffix) {
         return py::make_tuple(A, GX, ok);
       },
       py::arg("core"), py::arg("W"), "(P, d) -> (grad_w p (P, n, d), grad_x p (P, n, d), ok (P,))");
+  m.def(
+      "bn_linreg_sgd",
+      [](const BNLinRegCore<Real>& c, const carray<Real>& W0, const carray<Real>& lr,
+         const carray<int>& batch, const carray<Real>& wd, long long steps,
+         long long record_every, bool replacement, std::uint64_t seed, long long offset,
+         double max_loss) {
+        return sgd_call(c.model, W0, lr, batch, wd, steps, record_every, replacement, seed,
+                        offset, max_loss);
+      },
+      py::arg("core"), py::arg("w0"), py::arg("lr"), py::arg("batch"), py::arg("wd"),
+      py::arg("steps"), py::arg("record_every"), py::arg("replacement"), py::arg("seed"),
+      py::arg("offset"), py::arg("max_loss"),
+      "Mini-batch SGD+WD with ghost BN (each batch's own statistics) on BN linear regression");
+  m.def(
+      "bn_linreg_batch_loss_grad",
+      [](const BNLinRegCore<Real>& c, const carray<Real>& W, const carray<int>& idx) {
+        const std::int64_t P = checked_batch(c, W, "W");
+        const int n = c.model.n, d = c.model.d;
+        require(idx.ndim() == 1 && idx.shape(0) >= 2, "batch must be 1-D with >= 2 indices");
+        const int B = static_cast<int>(idx.shape(0));
+        for (int k = 0; k < B; ++k)
+          require(idx.data()[k] >= 0 && idx.data()[k] < n, "batch index out of range");
+        carray<Real> loss(P), G({(py::ssize_t)P, (py::ssize_t)d});
+        flags ok(P);
+        {
+          py::gil_scoped_release nogil;
+          std::vector<Real> work(2 * static_cast<std::size_t>(B));
+          for (std::int64_t p = 0; p < P; ++p)
+            ok.mutable_data()[p] = c.model.batch_loss_grad(
+                W.data() + p * d, idx.data(), B, loss.mutable_data() + p,
+                G.mutable_data() + p * d, work.data());
+        }
+        return py::make_tuple(loss, G, ok);
+      },
+      py::arg("core"), py::arg("W"), py::arg("idx"),
+      "Ghost-BN loss and gradient of batch idx (B,): (L_I (P,), grad L_I (P, d), ok (P,))");
 }
 
 void bind_stability(py::module_& m) {

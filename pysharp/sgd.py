@@ -1,11 +1,17 @@
-"""Mini-batch SGD on square-loss models, a whole batch of trajectories in one core call.
+"""Mini-batch SGD, a whole batch of trajectories in one core call.
 
-w_{t+1} = (1 - lr wd) w_t - lr (1/B) sum_{i in I_t} grad l_i(w_t), with
-l_i = (f(x_i; w) - y_i)^2 / 2, so the batch gradient is unbiased for grad L,
-L = (1/2n) sum_i (f(x_i; w) - y_i)^2. Batches I_t are drawn with or without
-replacement from a counter-based RNG keyed by (seed, trajectory, step):
-results are bit-identical for any thread count and any split of a batch of
-trajectories into chunks (``first_trajectory``).
+Square-loss models: w_{t+1} = (1 - lr wd) w_t - lr (1/B) sum_{i in I_t} grad l_i(w_t),
+with l_i = (f(x_i; w) - y_i)^2 / 2, so the batch gradient is unbiased for grad L,
+L = (1/2n) sum_i (f(x_i; w) - y_i)^2.
+
+``BNLinearRegression``: ghost batch normalisation, w_{t+1} = (1 - lr wd) w_t -
+lr grad L_{I_t}(w_t), where L_I is the model's own loss on the sub-dataset
+(X_I, y_I): the BN statistics, the centring of X and of y, and std(y) are all
+the batch's (see ``BNLinearRegression.batch_loss_and_grad``).
+
+Batches I_t are drawn with or without replacement from a counter-based RNG
+keyed by (seed, trajectory, step): results are bit-identical for any thread
+count and any split of a batch of trajectories into chunks (``first_trajectory``).
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ import numpy as np
 
 from ._backend import core
 from ._hyper import broadcast_batch, per_trajectory
-from ._validation import as_positive_int, as_real
-from .models import SquareLossModel
+from ._validation import as_positive_int, as_real, check_nonzero_rows
+from .models import BNLinearRegression, SquareLossModel
 
 
 @dataclass
@@ -26,7 +32,8 @@ class SGDResult:
 
     ``w`` (T, D) final iterates (a diverged trajectory keeps its last finite
     iterate); ``loss`` (records, T) full-batch loss at ``steps`` (NaN after
-    divergence); ``diverged`` (T,) bool and ``diverged_step`` (T,) (-1 if
+    divergence; for ``BNLinearRegression`` the model's loss with full-batch
+    statistics, not a ghost-BN batch loss); ``diverged`` (T,) bool and ``diverged_step`` (T,) (-1 if
     not); ``lr``, ``batch``, ``wd`` (T,) the per-trajectory hyperparameters.
     """
 
@@ -42,7 +49,8 @@ class SGDResult:
     seed: int
 
 
-def _batch_sizes(batch, n: int, replacement: bool) -> np.ndarray:
+def _batch_sizes(batch, n: int, replacement: bool, minimum: int = 1,
+                 why: str = "") -> np.ndarray:
     a = np.asarray(batch)
     if a.dtype.kind == "b" or a.dtype.kind not in "iuf":
         raise TypeError(f"batch must be an integer or an array of integers, got dtype {a.dtype}")
@@ -50,28 +58,30 @@ def _batch_sizes(batch, n: int, replacement: bool) -> np.ndarray:
         raise ValueError(f"batch must be a scalar or a 1-D array, got shape {a.shape}")
     if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
         raise ValueError("batch sizes must be whole numbers")
-    if np.any(a < 1):
-        raise ValueError(f"batch sizes must be >= 1, got {a.min()}")
+    if np.any(a < minimum):
+        raise ValueError(f"batch sizes must be >= {minimum}{why}, got {a.min()}")
     if not replacement and np.any(a > n):
         raise ValueError(f"batch sizes must be <= n = {n} without replacement, got {a.max()}")
     return a.astype(np.float64)
 
 
-def run_sgd(model: SquareLossModel, w0, lr, batch, steps: int, *, wd=0.0,
+def run_sgd(model: SquareLossModel | BNLinearRegression, w0, lr, batch, steps: int, *, wd=0.0,
             replacement: bool = False, record_every: int | None = None, seed: int = 0,
             first_trajectory: int = 0, max_loss: float = 1e100) -> SGDResult:
     """Run mini-batch SGD (with optional weight decay) for a batch of trajectories.
 
     Parameters
     ----------
-    model : SquareLossModel
-        ``LinearRegression`` or ``TwoLayerNet`` with training data.
+    model : SquareLossModel or BNLinearRegression
+        ``LinearRegression`` or ``TwoLayerNet`` with training data, or
+        ``BNLinearRegression`` (ghost BN, see Notes).
     w0 : array_like, shape (D,) or (T, D)
-        Starts.
+        Starts (for ``BNLinearRegression`` none with Xc w0 = 0).
     lr : float or array_like, shape (T,)
         Learning rates, > 0.
     batch : int or array_like of int, shape (T,)
-        Batch sizes B, in [1, n] without replacement (>= 1 with).
+        Batch sizes B, in [1, n] without replacement (>= 1 with); in [2, n]
+        (>= 2 with replacement) for ``BNLinearRegression``.
     steps : int
         Number of SGD steps.
     wd : float or array_like, shape (T,)
@@ -94,10 +104,30 @@ def run_sgd(model: SquareLossModel, w0, lr, batch, steps: int, *, wd=0.0,
     -------
     SGDResult
         Per-trajectory arrays drop the batch axis when every input was unbatched.
+
+    Notes
+    -----
+    For ``BNLinearRegression`` the step is ghost BN, as BN nets are trained
+    in practice: w <- (1 - lr lam) w - lr grad L_I(w), with L_I the model's
+    loss evaluated on the sub-dataset (X_I, y_I) of the batch,
+
+        L_I(w) = (1/B) sum_{i in I} (p_i - y_i)^2,
+        p_i = std_I(y) (z_i - mean_I(z)) / std_I(z) + mean_I(y),  z = X w,
+
+    i.e. ``BNLinearRegression(X[I], y[I]).loss(w)`` (population statistics over
+    the batch; a batch with equal targets has L_I = 0). L_I is scale-invariant,
+    so grad L_I(w) . w = 0, and E_I L_I != L: it is not an unbiased estimate of
+    the full-batch loss. The step is undefined when X_I w is constant over the
+    batch (always when all B indices are equal, which sampling with
+    replacement can draw, with probability n^(1 - B) per step): that
+    trajectory is flagged diverged at that step and frozen. Do not use small B
+    with replacement on small n for that reason, and do not use it when you
+    mean SGD with full-batch BN statistics (that is not what this computes).
     """
-    if not isinstance(model, SquareLossModel):
+    is_bn = isinstance(model, BNLinearRegression)
+    if not (is_bn or isinstance(model, SquareLossModel)):
         raise TypeError(f"model must be a pysharp square-loss model (LinearRegression, "
-                        f"TwoLayerNet), got {type(model).__name__}")
+                        f"TwoLayerNet) or BNLinearRegression, got {type(model).__name__}")
     steps = as_positive_int(steps, "steps", minimum=0)
     if record_every is None:
         record_every = max(1, steps // 100)
@@ -109,12 +139,23 @@ def run_sgd(model: SquareLossModel, w0, lr, batch, steps: int, *, wd=0.0,
         raise TypeError(f"replacement must be a bool, got {type(replacement).__name__}")
     lr_a = per_trajectory(lr, "lr", positive=True)
     wd_a = per_trajectory(wd, "wd")
-    b_a = _batch_sizes(batch, model.n, bool(replacement))
+    if is_bn:
+        b_a = _batch_sizes(batch, model.n, bool(replacement), minimum=2,
+                           why=" for BNLinearRegression (ghost BN takes the mean and std of "
+                               "each batch, undefined for one sample)")
+    else:
+        b_a = _batch_sizes(batch, model.n, bool(replacement))
     dtype = np.asarray(w0).dtype if np.asarray(w0).dtype in (np.float32, np.float64) else np.float64
     W0, params, single = broadcast_batch(w0, model.dim, dtype, lr=lr_a, wd=wd_a, batch=b_a)
     B = params["batch"].astype(np.int32)
-    out = model._core(W0.dtype).sgd(W0, params["lr"], B, params["wd"], steps, record_every,
-                                    bool(replacement), seed, first_trajectory, max_loss)
+    args = (W0, params["lr"], B, params["wd"], steps, record_every, bool(replacement), seed,
+            first_trajectory, max_loss)
+    if is_bn:
+        check_nonzero_rows(W0, "w0")
+        model.loss(W0)  # a start where the loss is undefined is refused, not run
+        out = core().bn_linreg_sgd(model._core(W0.dtype), *args)
+    else:
+        out = model._core(W0.dtype).sgd(*args)
     rec_steps = np.arange(steps // record_every + 1) * record_every
     res = SGDResult(out["w"], rec_steps, out["loss"], out["diverged"].astype(bool),
                     out["diverged_step"], params["lr"], B, params["wd"], bool(replacement), seed)

@@ -177,6 +177,27 @@ def test_sgd_matches_numpy_sgd_on_the_same_batches(replacement):
     assert rel_err(res.w, w) < 1e-12
 
 
+def test_sgd_with_replacement_takes_batches_larger_than_n():
+    m = _linreg(n=5, d=3, seed=11, realizable=False)
+    w0 = np.array([0.3, -0.2, 0.5])
+    lr, B, steps = 0.05, 13, 30  # B > n: the batch indices outgrow the n-entry permutation
+    res = run_sgd(m, w0, lr, B, steps, replacement=True, seed=2)
+    w = w0.copy()
+    for I in sgd_batches(m.n, B, steps, replacement=True, seed=2):
+        w = w - lr * m.X[I].T @ (m.X[I] @ w - m.y[I]) / B
+    assert rel_err(res.w, w) < 1e-12
+
+
+def test_moment_growth_with_replacement_takes_batches_larger_than_n():
+    m = _linreg(n=5, d=3, seed=12)
+    w = np.zeros(m.dim)
+    eta = 0.5 / stability.sharpness_nonuniformity(m, w).sharpness
+    rho = stability.second_moment_operator(m, w, eta, 13, replacement=True).spectral_radius
+    mc = stability.moment_growth(m, w, eta, 13, replacement=True, order=2, n_runs=256,
+                                 steps=100, seed=1)
+    assert mc.rate == pytest.approx(rho, rel=0.02)
+
+
 def test_sgd_bits_do_not_depend_on_threads_or_chunks():
     m = _net()
     W0 = m.random_point(6, seed=5)

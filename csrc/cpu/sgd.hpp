@@ -42,18 +42,20 @@ void bn_jacobians(const Model& m, const Real* W, std::int64_t P, Real* A, Real* 
   }
 }
 
-// T SGD trajectories; trajectory t has global index offset + t (its RNG key),
-// lr[t], batch[t], wd[t]. W (T, D) holds the starts and receives the finals.
+// T SGD trajectories (square-loss models, or BN linear regression with ghost
+// BN); trajectory t has global index offset + t (its RNG key), lr[t], batch[t], wd[t]. W (T, D) holds the starts and receives the finals.
 // loss (records, T).
 template <class Model, class Real>
 void sgd_batch(const Model& m, const SGDConfig& c, Real* W, const Real* lr, const int* batch,
                const Real* wd, std::int64_t T, std::int64_t offset, Real* loss,
                std::uint8_t* diverged, long long* diverged_step) {
   const std::int64_t D = m.dim();
+  int max_batch = 1;
+  for (std::int64_t t = 0; t < T; ++t) max_batch = batch[t] > max_batch ? batch[t] : max_batch;
 #pragma omp parallel if (T > 1)
   {
-    std::vector<Real> scratch(sgd_scratch_reals(m));
-    std::vector<int> iscratch(sgd_scratch_ints(m));
+    std::vector<Real> scratch(sgd_scratch_reals(m, max_batch));
+    std::vector<int> iscratch(sgd_scratch_ints(m, max_batch));
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < T; ++t) {
       const long long s = run_sgd(m, c, static_cast<std::uint64_t>(offset + t), W + t * D, lr[t],
@@ -73,7 +75,7 @@ void linear_sgd_batch(const Real* A, int n, int D, Real lr, int B, bool replacem
 #pragma omp parallel if (R > 1 && R * steps * B * static_cast<long long>(D) >= 20000)
   {
     std::vector<Real> scratch(static_cast<std::size_t>(D));
-    std::vector<int> iscratch(2 * static_cast<std::size_t>(n));
+    std::vector<int> iscratch(static_cast<std::size_t>(n) + static_cast<std::size_t>(B));
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < R; ++r)
       logg[r] = run_linear_sgd(A, n, D, lr, B, replacement, seed,

@@ -133,6 +133,55 @@ class BNLinearRegression(ScaleInvariantModel):
         model.w_true = w_true
         return model
 
+    # -- ghost BN (the mini-batch loss of pysharp.run_sgd) ----------------------------
+    def batch_loss_and_grad(self, w, batch) -> tuple[np.ndarray, np.ndarray]:
+        """Ghost-BN loss and gradient of one mini-batch: the loss on the sub-dataset (X_I, y_I).
+
+        L_I(w) = (1/B) sum_{i in I} (p_i - y_i)^2 with
+        p_i = std_I(y) (z_i - mean_I(z)) / std_I(z) + mean_I(y), z = X w:
+        the batch mean and std of z (BN statistics), the batch centring of X,
+        and the batch mean and std of y all come from the B rows of the batch
+        (population statistics, divide by B), so L_I(w) equals
+        ``BNLinearRegression(X[I], y[I]).loss(w)`` (and is 0 when the batch's
+        targets are all equal). This is the loss each step of
+        ``pysharp.run_sgd`` descends on this model. Like L it is
+        scale-invariant: L_I(c w) = L_I(w), grad L_I(w) . w = 0.
+
+        Parameters
+        ----------
+        w : array_like, shape (d,) or (P, d)
+        batch : array_like of int, shape (B,)
+            Sample indices in [0, n), B >= 2; repeats allowed (sampling with
+            replacement), a repeated row counts as often as it appears.
+
+        Returns
+        -------
+        loss : ndarray, shape () or (P,)
+        grad : ndarray, shape (d,) or (P, d)
+
+        Raises
+        ------
+        ValueError
+            For B < 2, an index out of range, or a w with X_I w constant over
+            the batch (ghost BN undefined).
+        """
+        W, single = self._batch(w)
+        idx = np.asarray(batch)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise ValueError(f"batch must be a 1-D array of integer indices, got {idx.dtype} "
+                             f"with shape {idx.shape}")
+        if idx.size < 2:
+            raise ValueError(f"batch must hold >= 2 indices (ghost BN takes the batch's mean "
+                             f"and std), got {idx.size}")
+        if np.any(idx < 0) or np.any(idx >= self.n):
+            raise ValueError(f"batch indices must be in [0, n = {self.n})")
+        L, G, ok = core().bn_linreg_batch_loss_grad(self._core(W.dtype), W,
+                                                    np.ascontiguousarray(idx, np.int32))
+        if not np.all(ok):
+            raise ValueError(f"w[{int(np.argmin(ok))}]: X[batch] @ w is constant over the "
+                             "batch, so ghost BN (and the batch loss) is undefined")
+        return self._shape(L, single), self._shape(G, single)
+
     # -- SGD linear stability (per-sample Jacobians of the predictions) ------------
     def per_sample_jacobians(self, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Predictions and their per-sample gradients, for the SGD stability analysis.

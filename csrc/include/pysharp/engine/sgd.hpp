@@ -10,6 +10,7 @@
 
 #include "pysharp/engine/rng.hpp"
 #include "pysharp/engine/trajectory.hpp"
+#include "pysharp/models/bn_linear_regression.hpp"
 
 namespace pysharp {
 
@@ -51,26 +52,68 @@ struct SGDConfig {
   double max_loss = 1e100;     // a full-batch loss above this at a record flags divergence
 };
 
-// Scratch of one SGD trajectory: reals and ints.
-template <class Model>
-PYSHARP_HD long long sgd_scratch_reals(const Model& m) {
-  return 2 * static_cast<long long>(m.dim()) + m.work_size() + 1;
+// The stochastic gradient of batch idx (B indices), into g (dim()). Square-loss
+// models: g = (1/B) sum_{i in I} grad l_i(w), always defined; work holds
+// work_size() reals.
+template <class Model, class Real>
+PYSHARP_HD bool sgd_batch_grad(const Model& m, const Real* w, const int* idx, int B, Real* g,
+                               Real* work) {
+  const int D = m.dim(), d = m.input_dim();
+  const Real coeff = Real(1) / Real(B);
+  for (int k = 0; k < D; ++k) g[k] = Real(0);
+  for (int j = 0; j < B; ++j)
+    m.sample(w, m.X + static_cast<long long>(idx[j]) * d, m.y[idx[j]], coeff, g, work);
+  return true;
 }
-template <class Model>
-PYSHARP_HD long long sgd_scratch_ints(const Model& m) {
-  return 2 * static_cast<long long>(m.n_samples());
+// BN linear regression: ghost BN, grad L_I(w) with the batch's own statistics
+// (BNLinearRegression::batch_loss_grad); false where they are undefined.
+template <class Real>
+PYSHARP_HD bool sgd_batch_grad(const BNLinearRegression<Real>& m, const Real* w, const int* idx,
+                               int B, Real* g, Real* work) {
+  Real loss;
+  return m.batch_loss_grad(w, idx, B, &loss, g, work);
 }
 
-// One SGD trajectory: w <- (1 - lr wd) w - lr (1/B) sum_{i in I_t} grad l_i(w),
-// l_i = (f(x_i; w) - y_i)^2 / 2, so that the batch gradient is unbiased for grad L.
+// Smallest batch the model's stochastic gradient is defined for, and the
+// extra reals it needs for a batch of B.
+template <class Model>
+PYSHARP_HD int sgd_min_batch(const Model&) { return 1; }
+template <class Real>
+PYSHARP_HD int sgd_min_batch(const BNLinearRegression<Real>&) { return 2; }
+template <class Model>
+PYSHARP_HD long long sgd_batch_work(const Model&, int) { return 0; }
+template <class Real>
+PYSHARP_HD long long sgd_batch_work(const BNLinearRegression<Real>&, int B) {
+  return 2 * static_cast<long long>(B);
+}
+
+// Scratch of one SGD trajectory with batches of at most max_batch: reals and ints.
+template <class Model>
+PYSHARP_HD long long sgd_scratch_reals(const Model& m, int max_batch) {
+  return 2 * static_cast<long long>(m.dim()) + m.work_size() + sgd_batch_work(m, max_batch) + 1;
+}
+// perm (n) and the batch (max_batch, which exceeds n with replacement).
+template <class Model>
+PYSHARP_HD long long sgd_scratch_ints(const Model& m, int max_batch) {
+  return static_cast<long long>(m.n_samples()) + max_batch;
+}
+
+// One SGD trajectory: w <- (1 - lr wd) w - lr g_t, g_t = sgd_batch_grad on
+// batch I_t: for square-loss models (1/B) sum_{i in I_t} grad l_i(w),
+// l_i = (f(x_i; w) - y_i)^2 / 2, so that the batch gradient is unbiased for
+// grad L; for BN linear regression grad L_{I_t}(w) (ghost BN). A batch
+// gradient that is undefined (ghost BN of a batch with X_I w constant) or an
+// iterate that is not finite flags divergence, as does a full-batch loss that
+// is undefined, not finite or above max_loss at a record.
 // w holds the start and receives the final iterate (the last finite one if the
 // trajectory diverged). loss: records at loss[r * stride]; later records of a
 // diverged trajectory are NaN. Returns the step at which it diverged, or -1.
+// scratch: sgd_scratch_reals(m, B) reals; iscratch: sgd_scratch_ints(m, B) ints.
 template <class Model, class Real>
 PYSHARP_HD long long run_sgd(const Model& m, const SGDConfig& c, std::uint64_t traj, Real* w,
                              Real lr, int B, Real wd, Real* loss, long long stride,
                              Real* scratch, int* iscratch) {
-  const int D = m.dim(), n = m.n_samples(), d = m.input_dim();
+  const int D = m.dim(), n = m.n_samples();
   Real* g = scratch;
   Real* w_new = g + D;
   Real* work = w_new + D;
@@ -78,21 +121,22 @@ PYSHARP_HD long long run_sgd(const Model& m, const SGDConfig& c, std::uint64_t t
   int* idx = iscratch + n;
   for (int i = 0; i < n; ++i) perm[i] = i;
   const Real decay = Real(1) - lr * wd;
-  const Real coeff = Real(1) / Real(B);
   const long long nrec = n_records(c.steps, c.record_every);
   long long diverged = -1;
   auto record = [&](long long t) {
     Real L;
-    m.loss_grad(w, &L, g, work);
+    const bool defined = m.loss_grad(w, &L, g, work);
+    if (!defined) L = Real(0) / Real(0);
     loss[(t / c.record_every) * stride] = L;
-    return is_finite(L) && L <= Real(c.max_loss);
+    return defined && is_finite(L) && L <= Real(c.max_loss);
   };
   if (!record(0)) diverged = 0;
   for (long long t = 0; t < c.steps && diverged < 0; ++t) {
     draw_batch(c.seed, traj, static_cast<std::uint64_t>(t), n, B, c.replacement, perm, idx);
-    for (int k = 0; k < D; ++k) g[k] = Real(0);
-    for (int j = 0; j < B; ++j)
-      m.sample(w, m.X + static_cast<long long>(idx[j]) * d, m.y[idx[j]], coeff, g, work);
+    if (!sgd_batch_grad(m, w, idx, B, g, work)) {
+      diverged = t + 1;
+      break;
+    }
     for (int k = 0; k < D; ++k) w_new[k] = decay * w[k] - lr * g[k];
     if (!all_finite(w_new, D)) {
       diverged = t + 1;
@@ -113,7 +157,7 @@ PYSHARP_HD long long run_sgd(const Model& m, const SGDConfig& c, std::uint64_t t
 // A: (n, D) rows a_i. x (D) holds the state in and out, renormalised to unit
 // norm every step so that growth and decay never over- or underflow; returns
 // log(||x_end|| / ||x_start||) (-inf once x = 0 exactly; x is then left as is).
-// scratch: D reals; iscratch: 2 n ints.
+// scratch: D reals; iscratch: n + B ints (B may exceed n with replacement).
 template <class Real>
 PYSHARP_HD Real run_linear_sgd(const Real* A, int n, int D, Real lr, int B, bool replacement,
                                std::uint64_t seed, std::uint64_t run, long long t0,

@@ -19,6 +19,8 @@ struct BNLinearRegression {
   int d;
 
   PYSHARP_HD int dim() const { return d; }
+  PYSHARP_HD int input_dim() const { return d; }
+  PYSHARP_HD int n_samples() const { return n; }
   PYSHARP_HD int work_size() const { return n; }
 
   // L(w) into *loss, grad L(w) into g (length d); work holds n scalars.
@@ -41,6 +43,64 @@ struct BNLinearRegression {
     for (int i = 0; i < n; ++i) {
       const Real* x = Xc + static_cast<long long>(i) * d;
       for (int j = 0; j < d; ++j) g[j] += work[i] * x[j];
+    }
+    return true;
+  }
+
+  // Ghost batch normalisation: the same loss on the sub-dataset (X_I, y_I) of
+  // the B rows idx (repeats allowed), everything recomputed on the batch:
+  //     L_I(w) = (1/B) sum_{i in I} (p^I_i - y_i)^2,
+  //     p^I_i = std_I(y) (z_i - mean_I z) / std_I(z) + mean_I(y),  z = X w,
+  //           = 2 var_I(y) (1 - cos(X_I w - mean_I, y_I - mean_I y)),
+  // population statistics over the batch. The rows used are Xc's (centring on
+  // the batch removes the global mean again, exactly in exact arithmetic) and
+  // y_I - mean_I y = ||y - mean y|| (u_I - mean_I u), so 2 var_I(y) =
+  // scale (n / B) ||u_I - mean_I u||^2. A batch with equal targets has
+  // p^I = y_I: L_I = 0 and grad 0. Returns false where X_I w - mean_I is zero
+  // to working precision (ghost BN undefined; e.g. B equal indices). B >= 2;
+  // work holds 2 B reals.
+  PYSHARP_HD bool batch_loss_grad(const Real* w, const int* idx, int B, Real* loss, Real* g,
+                                  Real* work) const {
+    Real* z = work;
+    Real* ub = work + B;
+    Real w2 = Real(0), rows2 = Real(0);
+    for (int j = 0; j < d; ++j) w2 += w[j] * w[j];
+    bool equal_targets = true;
+    for (int k = 0; k < B; ++k) {
+      const Real* x = Xc + static_cast<long long>(idx[k]) * d;
+      Real s = Real(0), x2 = Real(0);
+      for (int j = 0; j < d; ++j) {
+        s += w[j] * x[j];
+        x2 += x[j] * x[j];
+      }
+      z[k] = s;
+      rows2 += x2;
+      ub[k] = u[idx[k]];
+      equal_targets = equal_targets && ub[k] == ub[0];
+    }
+    Real scale_b = Real(0);
+    if (equal_targets) {
+      for (int k = 0; k < B; ++k) ub[k] = Real(0);
+    } else {
+      Real mean = Real(0);
+      for (int k = 0; k < B; ++k) mean += ub[k];
+      mean = mean * (Real(1) / Real(B));
+      Real nu2 = Real(0);
+      for (int k = 0; k < B; ++k) {
+        ub[k] -= mean;
+        nu2 += ub[k] * ub[k];
+      }
+      const Real inv = Real(1) / sqrt_(nu2);
+      for (int k = 0; k < B; ++k) ub[k] *= inv;
+      scale_b = scale * (Real(n) / Real(B)) * nu2;
+    }
+    const Real err = Real(d) * machine_eps<Real>();
+    const Real floor2 = err * err * rows2 * w2;
+    if (!bn_cosine_loss_grad(z, ub, scale_b, B, floor2, loss, z)) return false;
+    for (int j = 0; j < d; ++j) g[j] = Real(0);
+    for (int k = 0; k < B; ++k) {
+      const Real* x = Xc + static_cast<long long>(idx[k]) * d;
+      for (int j = 0; j < d; ++j) g[j] += z[k] * x[j];
     }
     return true;
   }
