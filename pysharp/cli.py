@@ -156,7 +156,9 @@ def _sweep(args) -> int:
     finally:
         close()
     _print_sweep(ds, seconds)
-    print(f"  stored in {store}; plot it with: pysharp plot {store} --x lr --y wd "
+    varied = [d for d in ("lr", "wd", "init_norm", "seed") if ds.sizes[d] > 1] or ["lr"]
+    axes = f"--x {varied[0]}" + (f" --y {varied[1]}" if len(varied) > 1 else "")
+    print(f"  stored in {store}; plot it with: pysharp plot {store} {axes} "
           "--metric eos_entry_step")
     return 0
 

@@ -49,12 +49,16 @@ def metric_values(ds, metric: str, keep: list[str], reduce: str = "mean",
 
 
 def _log_spaced(v: np.ndarray) -> bool:
-    return v.size > 2 and np.all(v > 0) and np.allclose(np.diff(np.log(v)), np.log(v[1] / v[0]))
+    """Show this axis on a log scale: positive values spanning a decade or more."""
+    v = np.asarray(v, dtype=float)
+    return v.size > 1 and bool(np.all(v > 0)) and v.max() / v.min() >= 10
 
 
 def draw(ax, ds, *, x: str, metric: str, y: str | None = None, hue: str | None = None,
          reduce: str = "mean", sel: dict | None = None) -> None:
     """Draw the heatmap (with ``y``) or the lines (along ``x``) of ``metric`` on ``ax``."""
+    from matplotlib.ticker import NullFormatter
+
     label = f"{metric} ({reduce} over other axes)" if len(ds[metric].dims) > 2 else metric
     if y is not None:
         values, coords = metric_values(ds, metric, [x, y], reduce, sel)
@@ -65,8 +69,10 @@ def draw(ax, ds, *, x: str, metric: str, y: str | None = None, hue: str | None =
         ax.set(xlabel=x, ylabel=y)
         if _log_spaced(xs):
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
         if _log_spaced(ys):
             ax.set_yscale("log")
+            ax.yaxis.set_minor_formatter(NullFormatter())
         if np.isnan(values).any():
             ax.set_facecolor("0.85")
             ax.text(0.01, 0.01, "grey: never / undefined", transform=ax.transAxes, fontsize=7)
@@ -82,6 +88,7 @@ def draw(ax, ds, *, x: str, metric: str, y: str | None = None, hue: str | None =
         ax.set(xlabel=x, ylabel=label)
         if _log_spaced(xs):
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
     at = ", ".join(f"{k}={v}" for k, v in (sel or {}).items())
     ax.set_title(metric + (f" at {at}" if at else ""), fontsize=10)
 
