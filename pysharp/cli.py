@@ -48,8 +48,7 @@ def _demo(args) -> int:
     ds = ps.sweep("bn_linear_regression", **grid, init_norm=10.0, steps=steps, sharpness_every=steps // 20,
                   store=store)
     t_sweep = time.perf_counter() - t0
-    _print_sweep(ds, t_sweep)
-    summary["sweep"] = _sweep_summary(ds, t_sweep) | {"store": str(store) if store else None}
+    summary["sweep"] = _print_sweep(ds, t_sweep) | {"store": str(store) if store else None}
     (out / "demo.json").write_text(json.dumps(summary, indent=2))
     try:
         import matplotlib
@@ -90,7 +89,8 @@ def _sweep_summary(ds, seconds: float) -> dict:
     return summary
 
 
-def _print_sweep(ds, seconds: float) -> None:
+def _print_sweep(ds, seconds: float) -> dict:
+    """Print the summary of a sweep's Dataset; returns it."""
     s = _sweep_summary(ds, seconds)
     steps = int(ds.step.values[-1])
     rate = s["trajectories"] * steps / seconds if s["chunks_computed"] else float("nan")
@@ -101,6 +101,7 @@ def _print_sweep(ds, seconds: float) -> None:
              if "median_sharpness_drop" in s else "")
           + (f", median cosine to the min-norm interpolant {s['median_cosine_min_norm']:.4f}"
              if "median_cosine_min_norm" in s else ""))
+    return s
 
 
 def _executor(args):

@@ -10,9 +10,6 @@ the global trajectory index (``first_trajectory``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-import json
-
 import numpy as np
 
 from ..dynamics import run_gd_wd
@@ -91,18 +88,6 @@ def _truth_rank(model: BNMatrixCompletion) -> int | None:
     return k if 0 < k < min(min(model.shape), model.rank) else None
 
 
-@lru_cache(maxsize=8)
-def _model(spec_json: str) -> ScaleInvariantModel:
-    return _spec.build(json.loads(spec_json))
-
-
-def cached_model(spec: dict) -> ScaleInvariantModel:
-    """The model of ``spec``, built once per process (data specs are rebuilt each time)."""
-    if "data" in spec:
-        return _spec.build(spec)
-    return _model(json.dumps(spec, sort_keys=True))
-
-
 def grid_points(grid: dict[str, np.ndarray], start: int, stop: int) -> dict[str, np.ndarray]:
     """The (lr, wd, seed, init_norm) values of flat trajectories start..stop-1."""
     shape = tuple(len(grid[d]) for d in GRID_DIMS)
@@ -121,7 +106,7 @@ def initial_points(model: ScaleInvariantModel, seeds: np.ndarray,
 def compute_chunk(spec: dict, grid: dict[str, np.ndarray], settings: Settings,
                   start: int, stop: int) -> dict[str, np.ndarray]:
     """Run grid points start..stop-1 in one engine call; arrays with a leading (stop - start,) axis."""
-    model = cached_model(spec)
+    model = _spec.cached(spec)
     pts = grid_points(grid, start, stop)
     W0 = initial_points(model, pts["seed"], pts["init_norm"])
     tr = run_gd_wd(model, W0, pts["lr"], pts["wd"], settings.steps,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
@@ -63,8 +64,9 @@ def normalise(model: Any) -> dict:
         if key not in allowed:
             raise ValueError(f"model.{key}: unknown parameter of {name!r}; "
                              f"it takes {allowed}")
-    build({"name": name, **spec})  # bad values fail here, before any chunk runs
-    return {"name": name, **spec}
+    spec = {"name": name, **spec}
+    cached(spec)  # bad values fail here, before any chunk runs
+    return spec
 
 
 def build(spec: dict) -> ScaleInvariantModel:
@@ -76,6 +78,21 @@ def build(spec: dict) -> ScaleInvariantModel:
         return model
     params = {k: v for k, v in spec.items() if k != "name"}
     return FACTORIES[spec["name"]](**params)
+
+
+@lru_cache(maxsize=8)
+def _cached(spec_json: str) -> ScaleInvariantModel:
+    return build(json.loads(spec_json))
+
+
+def cached(spec: dict) -> ScaleInvariantModel:
+    """The model of ``spec``, built once per process and shared (do not mutate it).
+
+    Data specs (from a model instance) are rebuilt each time.
+    """
+    if "data" in spec:
+        return build(spec)
+    return _cached(json.dumps(spec, sort_keys=True))
 
 
 def describe(spec: dict) -> dict:

@@ -28,6 +28,11 @@ def _digest(a: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
+def chunk_bounds(n_traj: int, chunk_size: int) -> list[tuple[int, int]]:
+    """[start, stop) of every chunk of the flat grid."""
+    return [(a, min(a + chunk_size, n_traj)) for a in range(0, n_traj, chunk_size)]
+
+
 class StoreMismatch(ValueError):
     """The store at a path was made by a different sweep (or is not a sweep store)."""
 
@@ -53,6 +58,7 @@ class SweepStore:
 
         self.path = Path(path)
         self.layout, self.n_traj, self.chunk_size = layout, n_traj, chunk_size
+        self._bounds = chunk_bounds(n_traj, chunk_size)
         self._done = self.path / _DONE
         if self.path.exists() and any(self.path.iterdir()):
             try:
@@ -96,10 +102,10 @@ class SweepStore:
 
     @property
     def n_chunks(self) -> int:
-        return -(-self.n_traj // self.chunk_size)
+        return len(self._bounds)
 
     def bounds(self, k: int) -> tuple[int, int]:
-        return k * self.chunk_size, min((k + 1) * self.chunk_size, self.n_traj)
+        return self._bounds[k]
 
     def _marker(self, k: int) -> Path:
         return self._done / f"{k}.json"
@@ -109,7 +115,7 @@ class SweepStore:
         return sorted(int(p.stem) for p in self._done.glob("*.json") if p.stem.isdigit()
                       and int(p.stem) < self.n_chunks)
 
-    def write(self, k: int, result: dict[str, np.ndarray], info: dict | None = None) -> None:
+    def write(self, k: int, result: dict[str, np.ndarray]) -> None:
         """Store chunk k's arrays, then mark it complete (atomically, with checksums)."""
         start, stop = self.bounds(k)
         if set(result) != set(self.layout):
@@ -121,7 +127,7 @@ class SweepStore:
                 raise RuntimeError(f"chunk {k}: {name} has shape {data.shape}")
             arr[start:stop] = data
             sums[name] = _digest(data)
-        marker = {"chunk": k, "start": start, "stop": stop, "sha256": sums, **(info or {})}
+        marker = {"chunk": k, "start": start, "stop": stop, "sha256": sums}
         tmp = self._marker(k).with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(marker))
         os.replace(tmp, self._marker(k))

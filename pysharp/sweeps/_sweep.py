@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from concurrent.futures import Executor, as_completed
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from .._dispatch import resolve
 from .._validation import as_positive_int, as_real
 from . import _spec
 from ._compute import GRID_DIMS, RECORDED, SUMMARY_DOC, Settings, compute_chunk, layout
-from ._store import SweepStore
+from ._store import SweepStore, chunk_bounds
 
 
 def _need(module: str):
@@ -165,10 +164,10 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
     if executor is not None and not isinstance(executor, Executor):
         raise TypeError("executor must be a concurrent.futures.Executor, e.g. "
                         "dask.distributed.Client(...).get_executor()")
-    probe = _spec.build(spec)
-    out_layout = layout(probe, settings)
+    out_layout = layout(_spec.cached(spec), settings)
     n_traj = int(np.prod([len(grid[d]) for d in GRID_DIMS]))
-    n_chunks = -(-n_traj // chunk_size)
+    bounds = chunk_bounds(n_traj, chunk_size)
+    n_chunks = len(bounds)
     from .. import __version__
     identity = json.loads(json.dumps({
         "model": _spec.describe(spec), "grid": {d: grid[d].tolist() for d in GRID_DIMS},
@@ -187,30 +186,26 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
                 results[k] = got
     reused = len(results)
     todo = [k for k in range(n_chunks) if k not in results]
-    bounds = [(k * chunk_size, min((k + 1) * chunk_size, n_traj)) for k in range(n_chunks)]
     bar = _Progress(progress, n_traj, sum(b - a for k, (a, b) in enumerate(bounds) if k in results))
 
-    def finished(k: int, result: dict, seconds: float) -> None:
+    def finished(k: int, result: dict) -> None:
         results[k] = result
         if db is not None:
-            db.write(k, result, {"seconds": seconds})
+            db.write(k, result)
         bar.update(bounds[k][1] - bounds[k][0])
 
     failed: dict[int, BaseException] = {}
     try:
         if executor is None:
             for k in todo:
-                t0 = time.perf_counter()
-                finished(k, compute_chunk(spec, grid, settings, *bounds[k]),
-                         time.perf_counter() - t0)
+                finished(k, compute_chunk(spec, grid, settings, *bounds[k]))
         else:
-            t0 = time.perf_counter()
             futures = {executor.submit(compute_chunk, spec, grid, settings, *bounds[k]): k
                        for k in todo}
             for fut in as_completed(futures):
                 k = futures[fut]
                 try:
-                    finished(k, fut.result(), time.perf_counter() - t0)
+                    finished(k, fut.result())
                 except Exception as exc:  # noqa: BLE001 - others still finish and are kept
                     failed[k] = exc
     finally:
