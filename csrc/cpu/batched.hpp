@@ -1,11 +1,16 @@
-// Batched CPU drivers: one model evaluation per row of a (B, D) array,
-// OpenMP over rows. Each row is independent, so results do not depend on the
-// thread count. ok[b] = 0 marks a row where the model is undefined.
+// Batched CPU drivers: one model evaluation per row of a (B, D) array. Rows
+// are gathered into lane blocks of W = kNativeLanes (core/lanes.hpp) and the
+// model runs once per block in SIMD across rows; OpenMP splits the blocks.
+// A row's arithmetic never involves another lane, so its result does not
+// depend on B, its position or the thread count. ok[b] = 0 marks a row where
+// the model is undefined.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "pysharp/core/lanes.hpp"
 #include "pysharp/models/derivatives.hpp"
 
 namespace pysharp::cpu {
@@ -17,59 +22,105 @@ bool worth_threads(const Model& m, std::int64_t rows) {
   return rows > 1 && rows * static_cast<std::int64_t>(m.dim()) * (m.work_size() + 1) >= 20000;
 }
 
+// Lane l of dst[0..D) takes row rows[l] of src (B, D); padding lanes
+// (l >= lanes) repeat the first row.
+template <class V, class Real>
+void gather_rows(const Real* src, std::int64_t D, const std::int64_t* rows, int lanes, V* dst) {
+  for (std::int64_t i = 0; i < D; ++i)
+    for (int l = 0; l < lane_width<V>; ++l)
+      set_lane(dst[i], l, src[rows[l < lanes ? l : 0] * D + i]);
+}
+
+// Row rows[l] of dst (B, D) takes lane l of src[0..D), l < lanes.
+template <class V, class Real>
+void scatter_rows(const V* src, std::int64_t D, const std::int64_t* rows, int lanes, Real* dst) {
+  for (int l = 0; l < lanes; ++l)
+    for (std::int64_t i = 0; i < D; ++i) dst[rows[l] * D + i] = lane(src[i], l);
+}
+
+// Calls f(rows, lanes) for consecutive blocks of W row indices of [0, B),
+// OpenMP over blocks when `parallel`.
+template <int W, class F>
+void for_each_block(std::int64_t B, bool parallel, F&& f) {
+  const std::int64_t blocks = (B + W - 1) / W;
+#pragma omp parallel for schedule(static) if (parallel && blocks > 1)
+  for (std::int64_t blk = 0; blk < blocks; ++blk) {
+    std::int64_t rows[W];
+    const int lanes = static_cast<int>(std::min<std::int64_t>(W, B - blk * W));
+    for (int l = 0; l < W; ++l) rows[l] = blk * W + (l < lanes ? l : 0);
+    f(rows, lanes);
+  }
+}
+
 template <class Model, class Real>
 void loss_grad(const Model& m, const Real* W, std::int64_t B, Real* loss, Real* G,
                std::uint8_t* ok) {
+  constexpr int L = kNativeLanes<Real>;
+  using V = Lanes<Real, L>;
   const std::int64_t D = m.dim();
-#pragma omp parallel if (worth_threads(m, B))
-  {
-    std::vector<Real> work(m.work_size() + 1);
-#pragma omp for schedule(static)
-    for (std::int64_t b = 0; b < B; ++b)
-      ok[b] = m.loss_grad(W + b * D, loss + b, G + b * D, work.data());
-  }
+  for_each_block<L>(B, worth_threads(m, B), [&](const std::int64_t* rows, int lanes) {
+    // Per call, not per thread: a few D-sized vectors, small next to the work.
+    std::vector<V> w(D), g(D), work(m.work_size() + 1);
+    gather_rows(W, D, rows, lanes, w.data());
+    V value;
+    const mask_t<V> defined = m.loss_grad(w.data(), &value, g.data(), work.data());
+    scatter_rows(g.data(), D, rows, lanes, G);
+    for (int l = 0; l < lanes; ++l) {
+      loss[rows[l]] = lane(value, l);
+      ok[rows[l]] = lane(defined, l);
+    }
+  });
 }
 
 // Order 1: out = H v (HVP); order 2: out = D^3L[v, v].
 template <int Order, class Model, class Real>
-void directional(const Model& m, const Real* W, const Real* V, std::int64_t B,
-                 Real* out, std::uint8_t* ok) {
+void directional(const Model& m, const Real* W, const Real* Vs, std::int64_t B, Real* out,
+                 std::uint8_t* ok) {
+  constexpr int L = kNativeLanes<Real>;
+  using V = Lanes<Real, L>;
   const std::int64_t D = m.dim();
-#pragma omp parallel if (worth_threads(m, 3 * B))
-  {
-    std::vector<Jet<Real, Order>> scratch(jet_scratch_size(m));
-#pragma omp for schedule(static)
-    for (std::int64_t b = 0; b < B; ++b) {
-      if constexpr (Order == 1)
-        ok[b] = hvp(m, W + b * D, V + b * D, out + b * D, scratch.data());
-      else
-        ok[b] = third_contraction(m, W + b * D, V + b * D, out + b * D,
-                                  scratch.data());
-    }
-  }
+  for_each_block<L>(B, worth_threads(m, 3 * B), [&](const std::int64_t* rows, int lanes) {
+    std::vector<V> w(D), v(D), o(D);
+    std::vector<Jet<V, Order>> scratch(jet_scratch_size(m));
+    gather_rows(W, D, rows, lanes, w.data());
+    gather_rows(Vs, D, rows, lanes, v.data());
+    mask_t<V> defined;
+    if constexpr (Order == 1)
+      defined = hvp(m, w.data(), v.data(), o.data(), scratch.data());
+    else
+      defined = third_contraction(m, w.data(), v.data(), o.data(), scratch.data());
+    scatter_rows(o.data(), D, rows, lanes, out);
+    for (int l = 0; l < lanes; ++l) ok[rows[l]] = lane(defined, l);
+  });
 }
 
 // Dense Hessians (B, D, D), column j = H e_j. For small D only: D HVPs a row.
+// The lanes of a block are consecutive (row, column) pairs, so a single row
+// still fills the lanes and the threads.
 template <class Model, class Real>
 void hessian(const Model& m, const Real* W, std::int64_t B, Real* H, std::uint8_t* ok) {
+  constexpr int L = kNativeLanes<Real>;
+  using V = Lanes<Real, L>;
   const std::int64_t D = m.dim();
-  const std::int64_t total = B * D;
-#pragma omp parallel if (worth_threads(m, 3 * total))
-  {
-    std::vector<Jet<Real, 1>> scratch(jet_scratch_size(m));
-    std::vector<Real> e(D, Real(0)), col(D);
-    // Flattened over (row, column) so that a single row still uses all threads.
-#pragma omp for schedule(static)
-    for (std::int64_t t = 0; t < total; ++t) {
-      const std::int64_t b = t / D, j = t % D;
-      e[j] = Real(1);
-      const bool good = hvp(m, W + b * D, e.data(), col.data(), scratch.data());
-      e[j] = Real(0);
-      Real* Hb = H + b * D * D;
-      for (std::int64_t i = 0; i < D; ++i) Hb[i * D + j] = col[i];
-      if (j == 0) ok[b] = good;
+  std::fill(ok, ok + B, std::uint8_t(1));
+  for_each_block<L>(B * D, worth_threads(m, 3 * B * D), [&](const std::int64_t* pairs,
+                                                           int lanes) {
+    std::vector<V> w(D), e(D, V(Real(0))), col(D);
+    std::vector<Jet<V, 1>> scratch(jet_scratch_size(m));
+    std::int64_t rows[L];
+    for (int l = 0; l < L; ++l) {
+      rows[l] = pairs[l] / D;
+      set_lane(e[pairs[l] % D], l, Real(1));
     }
-  }
+    gather_rows(W, D, rows, lanes, w.data());
+    const mask_t<V> defined = hvp(m, w.data(), e.data(), col.data(), scratch.data());
+    for (int l = 0; l < lanes; ++l) {
+      const std::int64_t b = rows[l], j = pairs[l] % D;
+      Real* Hb = H + b * D * D;
+      for (std::int64_t i = 0; i < D; ++i) Hb[i * D + j] = lane(col[i], l);
+      if (!lane(defined, l)) ok[b] = 0;  // every writer of row b stores 0: benign
+    }
+  });
 }
 
 }  // namespace pysharp::cpu

@@ -8,6 +8,7 @@
 
 #include "pysharp/engine/bn_linreg_spectral.hpp"
 #include "cpu/batched.hpp"
+#include "pysharp/core/lanes.hpp"
 #include "pysharp/engine/lanczos.hpp"
 #include "pysharp/engine/trajectory.hpp"
 
@@ -37,15 +38,44 @@ void run_batch_with(const Model& m, const EngineConfig& c, const Real* W0, const
   }
 }
 
-// Any model, any method: the iterate is stored in full.
+// Any model, any method: the iterate is stored in full, W = kNativeLanes
+// trajectories per block advancing in lockstep, lane-interleaved, so that the
+// model's loss_grad, the update and the divergence masks run in SIMD across
+// trajectories. Every trajectory runs in a lane of a block (the last block is
+// padded), never on a scalar path, so its bits do not depend on B, its
+// position, the chunking or the thread count.
 template <class Model, class Real>
 void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real* lr,
                const Real* wd, long long B, long long offset, const BatchRecords<Real>& out) {
-  run_batch_with(m, c, W0, lr, wd, B, offset, out,
-                 FullSpaceState<Model, Real>::scratch_size(m),
-                 [&m](const Real* w0, Real* scratch) {
-                   return FullSpaceState<Model, Real>(m, w0, scratch);
-                 });
+  constexpr int W = kNativeLanes<Real>;
+  using V = Lanes<Real, W>;
+  using State = FullSpaceState<Model, V>;
+  const int D = m.dim();
+  const long long blocks = (B + W - 1) / W;
+#pragma omp parallel if (blocks > 1)
+  {
+    std::vector<V> state_scratch(State::scratch_size(m)), w0(D);
+    std::vector<Real> scratch(trajectory_scratch_reals(D, c, W));
+    std::vector<Jet<Real, 1>> jets(jet_scratch_size(m));
+    // Dynamic: diverging blocks finish early; the schedule never changes bits.
+#pragma omp for schedule(dynamic, 1)
+    for (long long blk = 0; blk < blocks; ++blk) {
+      const long long first = blk * W;
+      const int lanes = static_cast<int>(std::min<long long>(W, B - first));
+      long long traj[W];
+      TrajectoryRecords<Real> rows[W];
+      for (int l = 0; l < lanes; ++l) {
+        traj[l] = offset + first + l;
+        rows[l] = out.row(first + l, B, D);
+      }
+      for (int i = 0; i < D; ++i)
+        for (int l = 0; l < W; ++l) w0[i].set(l, W0[(first + (l < lanes ? l : 0)) * D + i]);
+      State state(m, w0.data(), state_scratch.data());
+      TrajectoryRunner<Model, State, V> runner(m, c, lanes, traj, state, lr + first, wd + first,
+                                               rows, scratch.data(), jets.data());
+      run_to_end(runner, c);
+    }
+  }
 }
 
 // BN linear regression without jitter: the exact reduced update in the

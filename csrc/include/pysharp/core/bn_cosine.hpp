@@ -9,19 +9,20 @@
 // relative accuracy near interpolation, where 1 - cos cancels.
 #pragma once
 
-#include "pysharp/core/config.hpp"
+#include "pysharp/core/jet.hpp"
 
 namespace pysharp {
 
-// Writes L into *loss and dL/dz into g (g may alias z). Returns false, leaving
-// *loss and g unspecified, when zc is zero to working precision (BatchNorm is
-// undefined there): ||zc||^2 <= floor2, the caller's bound on the rounding
-// error of z itself, or ||zc|| within a few ulps of ||z|| (centring noise).
-template <class S, class Real>
-PYSHARP_HD bool bn_cosine_loss_grad(const S* z, const Real* u, Real scale, int n,
-                                    Real floor2, S* loss, S* g) {
+// Writes L into *loss and dL/dz into g (g may alias z). Returns false (per
+// lane), leaving *loss and g unspecified, when zc is zero to working precision
+// (BatchNorm is undefined there): ||zc||^2 <= floor2, the caller's bound on the
+// rounding error of z itself, or ||zc|| within a few ulps of ||z|| (centring
+// noise). F is Real, or the lane block of a lane computation.
+template <class S, class Real, class F>
+PYSHARP_HD mask_t<S> bn_cosine_loss_grad(const S* z, const Real* u, Real scale, int n,
+                                         const F& floor2, S* loss, S* g) {
   S mean = Real(0);
-  Real z2 = Real(0);
+  value_t<S> z2 = Real(0);
   for (int i = 0; i < n; ++i) {
     mean += z[i];
     z2 += value_of(z[i]) * value_of(z[i]);
@@ -33,7 +34,7 @@ PYSHARP_HD bool bn_cosine_loss_grad(const S* z, const Real* u, Real scale, int n
     r2 += g[i] * g[i];
   }
   const Real noise = Real(8) * Real(n) * machine_eps<Real>();
-  if (!(value_of(r2) > floor2 && value_of(r2) > noise * noise * z2)) return false;
+  const mask_t<S> defined = (value_of(r2) > floor2) & (value_of(r2) > noise * noise * z2);
   const S inv_r = Real(1) / sqrt_(r2);
   S cos_zu = Real(0);
   S err2 = Real(0);
@@ -46,7 +47,7 @@ PYSHARP_HD bool bn_cosine_loss_grad(const S* z, const Real* u, Real scale, int n
   *loss = err2 * (Real(0.5) * scale);
   // dL/dz = -scale (u - cos * zhat) / ||zc||, already centred.
   for (int i = 0; i < n; ++i) g[i] = (cos_zu * g[i] - u[i]) * inv_r * scale;
-  return true;
+  return defined;
 }
 
 }  // namespace pysharp

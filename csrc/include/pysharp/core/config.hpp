@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define PYSHARP_HD __host__ __device__
@@ -29,6 +30,40 @@ PYSHARP_HD inline float value_of(float x) { return x; }
 template <class Real>
 PYSHARP_HD constexpr Real machine_eps() {
   return sizeof(Real) == 8 ? Real(2.220446049250313e-16) : Real(1.1920929e-7);
+}
+
+// The value type, lane count and truth-value type of a scalar, a jet or a
+// lane block (core/lanes.hpp). A model's loss_grad returns mask_t<S>: bool for
+// one problem, one flag per lane for a block, so "undefined here" never
+// branches on data that differs between lanes.
+template <class V>
+struct lane_traits {
+  static constexpr int width = 1;
+  using real = V;
+  using mask = bool;
+};
+template <class S>
+using mask_t = typename lane_traits<S>::mask;
+template <class V>
+using lane_real_t = typename lane_traits<V>::real;
+template <class V>
+inline constexpr int lane_width = lane_traits<V>::width;
+
+template <class T>
+PYSHARP_HD T select(bool m, const T& a, const T& b) {
+  return m ? a : b;
+}
+PYSHARP_HD inline bool any(bool m) { return m; }
+
+// Lane l of a value or a truth value; for a plain scalar (one lane) itself.
+// core/lanes.hpp overloads these for lane blocks.
+template <class T>
+PYSHARP_HD T lane(const T& x, int /*l*/) {
+  return x;
+}
+template <class T, class U>
+PYSHARP_HD void set_lane(T& x, int /*l*/, const U& value) {
+  x = value;
 }
 
 }  // namespace pysharp

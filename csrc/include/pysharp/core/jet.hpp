@@ -8,6 +8,8 @@
 // rounding, with no finite-difference step to tune.
 #pragma once
 
+#include <utility>
+
 #include "pysharp/core/config.hpp"
 
 namespace pysharp {
@@ -23,6 +25,10 @@ struct Jet {
     c[0] = value;
     for (int k = 1; k <= N; ++k) c[k] = T(0);
   }
+  // A plain number is a constant jet also where T is a lane block.
+  template <class U, std::enable_if_t<std::is_arithmetic<U>::value && !std::is_same<U, T>::value,
+                                      int> = 0>
+  PYSHARP_HD Jet(U value) : Jet(T(value)) {}  // NOLINT
 
   PYSHARP_HD Jet& operator+=(const Jet& o) {
     for (int k = 0; k <= N; ++k) c[k] += o.c[k];
@@ -33,7 +39,7 @@ struct Jet {
     return *this;
   }
   PYSHARP_HD Jet& operator*=(const Jet& o) { return *this = *this * o; }
-  PYSHARP_HD Jet& operator*=(T s) {
+  PYSHARP_HD Jet& operator*=(const T& s) {
     for (int k = 0; k <= N; ++k) c[k] *= s;
     return *this;
   }
@@ -45,18 +51,6 @@ struct Jet {
   }
   PYSHARP_HD friend Jet operator+(Jet a, const Jet& b) { return a += b; }
   PYSHARP_HD friend Jet operator-(Jet a, const Jet& b) { return a -= b; }
-  PYSHARP_HD friend Jet operator+(Jet a, T s) {
-    a.c[0] += s;
-    return a;
-  }
-  PYSHARP_HD friend Jet operator+(T s, Jet a) { return a + s; }
-  PYSHARP_HD friend Jet operator-(Jet a, T s) {
-    a.c[0] -= s;
-    return a;
-  }
-  PYSHARP_HD friend Jet operator-(T s, const Jet& a) { return -a + s; }
-  PYSHARP_HD friend Jet operator*(Jet a, T s) { return a *= s; }
-  PYSHARP_HD friend Jet operator*(T s, Jet a) { return a *= s; }
 
   // Cauchy product, truncated at order N.
   PYSHARP_HD friend Jet operator*(const Jet& a, const Jet& b) {
@@ -80,9 +74,48 @@ struct Jet {
     }
     return q;
   }
-  PYSHARP_HD friend Jet operator/(const Jet& a, T s) { return a * (T(1) / s); }
-  PYSHARP_HD friend Jet operator/(T s, const Jet& b) { return Jet(s) / b; }
 };
+
+// Jet-scalar arithmetic. Templates rather than friends, so that a plain real
+// meets a jet of lanes (Jet<Lanes<Real, W>, N>) without a chain of implicit
+// conversions: U is the jet's coefficient type or any arithmetic type.
+template <class U, class T>
+inline constexpr bool is_jet_scalar = std::is_arithmetic<U>::value || std::is_same<U, T>::value;
+
+template <class T, int N, class U, std::enable_if_t<is_jet_scalar<U, T>, int> = 0>
+PYSHARP_HD Jet<T, N> operator+(Jet<T, N> a, const U& s) {
+  a.c[0] += T(s);
+  return a;
+}
+template <class T, int N, class U, std::enable_if_t<is_jet_scalar<U, T>, int> = 0>
+PYSHARP_HD Jet<T, N> operator+(const U& s, Jet<T, N> a) {
+  return a + s;
+}
+template <class T, int N, class U, std::enable_if_t<is_jet_scalar<U, T>, int> = 0>
+PYSHARP_HD Jet<T, N> operator-(Jet<T, N> a, const U& s) {
+  a.c[0] -= T(s);
+  return a;
+}
+template <class T, int N, class U, std::enable_if_t<is_jet_scalar<U, T>, int> = 0>
+PYSHARP_HD Jet<T, N> operator-(const U& s, const Jet<T, N>& a) {
+  return -a + s;
+}
+template <class T, int N, class U, std::enable_if_t<is_jet_scalar<U, T>, int> = 0>
+PYSHARP_HD Jet<T, N> operator*(Jet<T, N> a, const U& s) {
+  return a *= T(s);
+}
+template <class T, int N, class U, std::enable_if_t<is_jet_scalar<U, T>, int> = 0>
+PYSHARP_HD Jet<T, N> operator*(const U& s, Jet<T, N> a) {
+  return a *= T(s);
+}
+template <class T, int N, class U, std::enable_if_t<is_jet_scalar<U, T>, int> = 0>
+PYSHARP_HD Jet<T, N> operator/(const Jet<T, N>& a, const U& s) {
+  return a * (T(1) / T(s));
+}
+template <class T, int N, class U, std::enable_if_t<is_jet_scalar<U, T>, int> = 0>
+PYSHARP_HD Jet<T, N> operator/(const U& s, const Jet<T, N>& b) {
+  return Jet<T, N>(T(s)) / b;
+}
 
 // r = sqrt(a) solves r r = a order by order.
 template <class T, int N>
@@ -103,14 +136,20 @@ PYSHARP_HD T value_of(const Jet<T, N>& a) {
   return a.c[0];
 }
 
-// The real type underneath a scalar or a jet.
-template <class S>
-struct real_of {
-  using type = S;
-};
+// Per-coefficient choice, for branches such as ReLU's on lane blocks.
+template <class M, class T, int N, std::enable_if_t<!std::is_same<M, bool>::value, int> = 0>
+PYSHARP_HD Jet<T, N> select(const M& m, const Jet<T, N>& a, const Jet<T, N>& b) {
+  Jet<T, N> r;
+  for (int k = 0; k <= N; ++k) r.c[k] = select(m, a.c[k], b.c[k]);
+  return r;
+}
+
 template <class T, int N>
-struct real_of<Jet<T, N>> {
-  using type = T;
-};
+struct lane_traits<Jet<T, N>> : lane_traits<T> {};
+
+// The type of value_of(s): Real for a scalar or a jet of scalars, the lane
+// block for lanes or a jet of lanes.
+template <class S>
+using value_t = std::decay_t<decltype(value_of(std::declval<const S&>()))>;
 
 }  // namespace pysharp

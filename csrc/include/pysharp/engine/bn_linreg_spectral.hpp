@@ -103,8 +103,8 @@ struct SpectralState {
   }
   // Jitter and the sphere methods need the full space; callers choose
   // FullSpaceState for those (the Python layer does).
-  PYSHARP_HD bool advance(bool /*sphere*/, Real decay, Real step, Real /*norm*/,
-                          Real /*jitter_amp*/, std::uint64_t, long long, long long) {
+  PYSHARP_HD bool advance(bool /*live*/, bool /*sphere*/, Real decay, Real step, Real /*norm*/,
+                          Real /*jitter_amp*/, std::uint64_t, const long long*, long long) {
     bool finite = true;
     for (int k = 0; k < s.r; ++k) {
       const Real nb = decay * b[k] - step * s.sigma2[k] * gb[k];

@@ -76,114 +76,168 @@ PYSHARP_HD bool all_finite(const Real* x, int n) {
   return true;
 }
 
-template <class Real>
-PYSHARP_HD bool is_finite(Real x) {
-  return x - x == Real(0);
+// Per lane: not NaN and not infinite.
+template <class V>
+PYSHARP_HD mask_t<V> is_finite(const V& x) {
+  return x - x == V(0);
+}
+
+// Sum of a[i] b[i] in order, lane by lane.
+template <class V>
+PYSHARP_HD V lane_dot(const V* a, const V* b, int n) {
+  V s = V(0);
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
 }
 
 // How the engine sees an iterate. FullSpaceState stores w itself; other
 // states (bn_linreg_spectral.hpp) carry an exact reduced representation.
-// A state provides:
-//   bool evaluate(Real& loss, Real& norm2, Real& gnorm2)  L, ||w||^2, ||grad L(w)||^2
-//   const Real* point()                                   w (length D)
-//   Real grad_dot(const Real* v)                          v . grad L(w)
-//   bool advance(bool sphere, Real decay, Real step, Real norm, Real jitter_amp,
-//                std::uint64_t seed, long long traj, long long t)
+// V is Real (one trajectory) or a lane block of W trajectories (core/lanes.hpp),
+// stored lane-interleaved: w[i] holds coordinate i of every lane.
+// A state provides, with M = mask_t<V>:
+//   M evaluate(V& loss, V& norm2, V& gnorm2)            L, ||w||^2, ||grad L(w)||^2
+//   const V* point()                                    w (length D)
+//   Real grad_dot(int l, const Real* v)                 v . grad L(w) of lane l
+//   M advance(M live, bool sphere, V decay, V step, V norm, V jitter_amp,
+//             std::uint64_t seed, const long long* traj, long long t)
 //       w+ = decay w - step grad L(w) + noise, or on the sphere
-//       w+ = Pi(w / norm - step grad L(w) + noise); false if w+ is not finite
-//       (the state then keeps w).
-template <class Model, class Real>
+//       w+ = Pi(w / norm - step grad L(w) + noise); false in a lane where w+ is
+//       not finite. Lanes that are live and finite move; the others keep w.
+template <class Model, class V>
 struct FullSpaceState {
+  using Real = lane_real_t<V>;
   const Model& m;
-  Real* w;
-  Real* g;  // gradient, then the next iterate
-  Real* work;
+  V* w;
+  V* g;  // gradient, then the next iterate
+  V* work;
 
-  // Scratch: 2 D + work_size + 1 Reals.
-  PYSHARP_HD FullSpaceState(const Model& model, const Real* w0, Real* scratch)
+  // Scratch: scratch_size(model) V.
+  PYSHARP_HD FullSpaceState(const Model& model, const V* w0, V* scratch)
       : m(model), w(scratch), g(scratch + model.dim()), work(scratch + 2 * model.dim()) {
     for (int i = 0; i < m.dim(); ++i) w[i] = w0[i];
   }
   PYSHARP_HD static long long scratch_size(const Model& model) {
     return 2LL * model.dim() + model.work_size() + 1;
   }
-  PYSHARP_HD bool evaluate(Real& loss, Real& norm2, Real& gnorm2) {
-    const bool ok = m.loss_grad(w, &loss, g, work);
-    norm2 = detail::dot(w, w, m.dim());
-    gnorm2 = detail::dot(g, g, m.dim());
+  PYSHARP_HD mask_t<V> evaluate(V& loss, V& norm2, V& gnorm2) {
+    const mask_t<V> ok = m.loss_grad(w, &loss, g, work);
+    norm2 = lane_dot(w, w, m.dim());
+    gnorm2 = lane_dot(g, g, m.dim());
     return ok;
   }
-  PYSHARP_HD const Real* point() const { return w; }
-  PYSHARP_HD Real grad_dot(const Real* v) const { return detail::dot(v, g, m.dim()); }
-  PYSHARP_HD bool advance(bool sphere, Real decay, Real step, Real norm, Real jitter_amp,
-                          std::uint64_t seed, long long traj, long long t) {
+  PYSHARP_HD const V* point() const { return w; }
+  PYSHARP_HD Real grad_dot(int l, const Real* v) const {
+    Real s = Real(0);
+    for (int i = 0; i < m.dim(); ++i) s += v[i] * lane(g[i], l);
+    return s;
+  }
+  PYSHARP_HD mask_t<V> advance(const mask_t<V>& live, bool sphere, const V& decay,
+                               const V& step, const V& norm, const V& jitter_amp,
+                               std::uint64_t seed, const long long* traj, long long t) {
     const int D = m.dim();
     if (sphere)
       for (int i = 0; i < D; ++i) g[i] = w[i] / norm - step * g[i];
     else
       for (int i = 0; i < D; ++i) g[i] = decay * w[i] - step * g[i];
-    if (jitter_amp > Real(0))
-      for (int i = 0; i < D; ++i)
-        g[i] += jitter_amp * static_cast<Real>(normal(seed, static_cast<std::uint64_t>(traj),
-                                                      static_cast<std::uint64_t>(t), i));
+    if (any(jitter_amp > V(0)))
+      for (int i = 0; i < D; ++i) {
+        V xi;
+        for (int l = 0; l < lane_width<V>; ++l)
+          set_lane(xi, l, static_cast<Real>(normal(seed, static_cast<std::uint64_t>(traj[l]),
+                                                   static_cast<std::uint64_t>(t), i)));
+        g[i] += jitter_amp * xi;
+      }
     if (sphere) {
-      const Real n_next = sqrt_(detail::dot(g, g, D));
+      const V n_next = sqrt_(lane_dot(g, g, D));
       for (int i = 0; i < D; ++i) g[i] /= n_next;
     }
-    if (!all_finite(g, D)) return false;
-    Real* swap = w;
-    w = g;
-    g = swap;
-    return true;
+    mask_t<V> finite = true;
+    for (int i = 0; i < D; ++i) finite = finite & is_finite(g[i]);
+    const mask_t<V> move = finite & live;
+    for (int i = 0; i < D; ++i) w[i] = select(move, g[i], w[i]);
+    return finite;
   }
 };
 
-// Scratch (Reals) of run_trajectory besides the state's own: v1, the new
-// eigenvector, Lanczos scratch and its two scalar outputs.
-PYSHARP_HD inline long long trajectory_scratch_reals(int D, const EngineConfig& c) {
-  return 2LL * D + lanczos_scratch_size(D, c.lanczos) + 2;
+// Scratch (Reals) of a runner of W lanes besides the state's own: each lane's
+// v1, the new eigenvector, a lane's point, Lanczos scratch and its two scalar
+// outputs.
+PYSHARP_HD inline long long trajectory_scratch_reals(int D, const EngineConfig& c, int W = 1) {
+  return (W + 2LL) * D + lanczos_scratch_size(D, c.lanczos) + 2;
 }
 
-// One trajectory as a sequence of observe(t) (measure and record step t) and
-// step(t) (apply the update of step t) calls, so that drivers may advance
-// several trajectories in lockstep between observations. m supplies the
-// HVPs of Lanczos at state.point(). traj: the trajectory's global index (keys
-// its random streams, so a batch split into chunks gives the same bits when
-// each chunk passes its offset). scratch: trajectory_scratch_reals(D, c)
-// Reals; jets: jet_scratch_size(m) order-1 jets.
-template <class Model, class State, class Real>
+// W trajectories (one lane each; W = 1 for a plain Real) as a sequence of
+// observe(t) (measure and record step t) and step(t) (apply the update of
+// step t) calls. m supplies the HVPs of Lanczos at each lane's point.
+// traj[l]: lane l's global trajectory index (keys its random streams, so a
+// batch split into chunks gives the same bits when each chunk passes its
+// offset). Lanes >= `lanes` are padding: computed, never recorded or flagged.
+// A lane's arithmetic never involves another lane, so its bits do not depend
+// on its position. scratch: trajectory_scratch_reals(D, c, W) Reals; jets:
+// jet_scratch_size(m) order-1 jets (Lanczos runs lane by lane, in Real).
+template <class Model, class State, class V>
 class TrajectoryRunner {
  public:
-  PYSHARP_HD TrajectoryRunner(const Model& m, const EngineConfig& c, long long traj,
-                              State& state, Real lr, Real wd,
-                              const TrajectoryRecords<Real>& out, Real* scratch,
+  using Real = lane_real_t<V>;
+  using Mask = mask_t<V>;
+  static constexpr int W = lane_width<V>;
+
+  PYSHARP_HD TrajectoryRunner(const Model& m, const EngineConfig& c, int lanes,
+                              const long long* traj, State& state, const Real* lr,
+                              const Real* wd, const TrajectoryRecords<Real>* out, Real* scratch,
                               Jet<Real, 1>* jets)
-      : m_(m), c_(c), traj_(traj), state_(state), lr_(lr), decay_(Real(1) - lr * wd),
-        eta_(lr), out_(out), v1_(scratch), v_new_(scratch + m.dim()),
-        lz_(scratch + 2 * m.dim()), jets_(jets) {
+      : m_(m), c_(c), lanes_(lanes), state_(state), v_new_(scratch + W * m.dim()),
+        w_lane_(v_new_ + m.dim()), lz_(w_lane_ + m.dim()), jets_(jets) {
     lz_eval_ = lz_ + lanczos_scratch_size(m.dim(), c.lanczos);
     lz_resid_ = lz_eval_ + 1;
     on_sphere_ = c.method == Method::pgd || c.method == Method::pgd_adaptive;
-    *out.diverged = 0;
-    *out.diverged_step = -1;
+    for (int l = 0; l < W; ++l) {
+      const int src = l < lanes ? l : 0;  // padding repeats lane 0
+      traj_[l] = traj[src];
+      set_lane(lr_, l, lr[src]);
+      set_lane(decay_, l, Real(1) - lr[src] * wd[src]);
+      v1_[l] = scratch + l * m.dim();
+      have_v1_[l] = false;
+      alive_[l] = l < lanes;
+      set_lane(live_, l, alive_[l]);
+      rec_[l] = sh_[l] = th_[l] = 0;
+      if (l < lanes) {
+        out_[l] = out[l];
+        *out_[l].diverged = 0;
+        *out_[l].diverged_step = -1;
+      }
+    }
+    eta_ = lr_;
   }
 
-  PYSHARP_HD bool diverged() const { return *out_.diverged != 0; }
-
-  // Marks the trajectory diverged at step t (its state is kept as it is).
-  PYSHARP_HD void flag(long long t) {
-    *out_.diverged = 1;
-    *out_.diverged_step = t;
+  // One trajectory (W = 1).
+  PYSHARP_HD TrajectoryRunner(const Model& m, const EngineConfig& c, long long traj,
+                              State& state, Real lr, Real wd, const TrajectoryRecords<Real>& out,
+                              Real* scratch, Jet<Real, 1>* jets)
+      : TrajectoryRunner(m, c, 1, &traj, state, &lr, &wd, &out, scratch, jets) {
+    static_assert(W == 1, "one trajectory per runner");
   }
 
+  PYSHARP_HD bool diverged(int l = 0) const { return *out_[l].diverged != 0; }
+
+  // Marks lane l diverged at step t (its state is kept as it is).
+  PYSHARP_HD void flag(int l, long long t) {
+    *out_[l].diverged = 1;
+    *out_[l].diverged_step = t;
+    alive_[l] = false;
+    set_lane(live_, l, false);
+  }
+  PYSHARP_HD void flag(long long t) { flag(0, t); }
+
+  // False once no lane is left running.
   PYSHARP_HD bool observe(long long t) {
     const int D = m_.dim();
-    const long long S = out_.stride;
-    const bool defined = state_.evaluate(loss_, norm2_, gnorm2_);
-    if (!defined || !is_finite(loss_) || !is_finite(gnorm2_) || !is_finite(norm2_)) {
-      flag(t);
-      return false;
-    }
+    const Mask defined = state_.evaluate(loss_, norm2_, gnorm2_) & is_finite(loss_) &
+                         is_finite(gnorm2_) & is_finite(norm2_);
+    if (any(live_ & !defined))
+      for (int l = 0; l < lanes_; ++l)
+        if (alive_[l] && !lane(defined, l)) flag(l, t);
+    if (!any(live_)) return false;
     norm_ = sqrt_(norm2_);
     // Effective LR of this step on the sphere: theta+ = Pi(theta - eff grad L(theta)).
     if (on_sphere_) {
@@ -194,107 +248,141 @@ class TrajectoryRunner {
     } else {
       eff_ = lr_ / (decay_ * norm2_);
     }
-    if (c_.sharpness_every > 0 && t % c_.sharpness_every == 0) {
-      LanczosOptions lo = c_.lanczos;
-      lo.k = 1;
-      lo.stream = static_cast<std::uint64_t>(traj_);
-      lo.counter = static_cast<std::uint64_t>(t);
-      const Real* w = state_.point();
-      Jet<Real, 1>* jets = jets_;
-      const Model& m = m_;
-      auto apply = [&](const Real* x, Real* y) { return hvp(m, w, x, y, jets); };
-      const LanczosReport rep = lanczos(apply, D, lo, have_v1_ ? v1_ : nullptr, lz_eval_,
-                                        v_new_, lz_resid_, lz_);
-      if (!rep.ok || !is_finite(*lz_eval_)) {
-        flag(t);
-        return false;
+    const bool sharp = c_.sharpness_every > 0 && t % c_.sharpness_every == 0;
+    const bool record = t % c_.record_every == 0;
+    const bool snapshot = c_.theta_every > 0 && t % c_.theta_every == 0;
+    if (!(sharp || record || snapshot)) return true;
+    for (int l = 0; l < lanes_; ++l) {
+      if (!alive_[l]) continue;
+      const long long S = out_[l].stride;
+      const Real norm = lane(norm_, l), norm2 = lane(norm2_, l), eff = lane(eff_, l);
+      const Real* w = point(l);
+      if (sharp) {
+        LanczosOptions lo = c_.lanczos;
+        lo.k = 1;
+        lo.stream = static_cast<std::uint64_t>(traj_[l]);
+        lo.counter = static_cast<std::uint64_t>(t);
+        Jet<Real, 1>* jets = jets_;
+        const Model& m = m_;
+        auto apply = [&](const Real* x, Real* y) { return hvp(m, w, x, y, jets); };
+        const LanczosReport rep = lanczos(apply, D, lo, have_v1_[l] ? v1_[l] : nullptr,
+                                          lz_eval_, v_new_, lz_resid_, lz_);
+        if (!rep.ok || !is_finite(*lz_eval_)) {
+          flag(l, t);
+          continue;
+        }
+        // Keep the eigenvector's sign continuous so top_grad shows the oscillation.
+        const Real flip =
+            (have_v1_[l] && detail::dot(v_new_, v1_[l], D) < Real(0)) ? Real(-1) : Real(1);
+        for (int i = 0; i < D; ++i) v1_[l][i] = flip * v_new_[i];
+        have_v1_[l] = true;
+        const Real sharpness = *lz_eval_ * norm2;  // S(w) = ||w||^2 lambda_1(H(w))
+        out_[l].sharpness[sh_[l] * S] = sharpness;
+        out_[l].eos_ratio[sh_[l] * S] = eff * sharpness;
+        out_[l].sharpness_converged[sh_[l] * S] = rep.converged;
+        ++sh_[l];
       }
-      // Keep the eigenvector's sign continuous so top_grad shows the oscillation.
-      const Real flip =
-          (have_v1_ && detail::dot(v_new_, v1_, D) < Real(0)) ? Real(-1) : Real(1);
-      for (int i = 0; i < D; ++i) v1_[i] = flip * v_new_[i];
-      have_v1_ = true;
-      const Real sharp = *lz_eval_ * norm2_;  // S(w) = ||w||^2 lambda_1(H(w))
-      out_.sharpness[sh_ * S] = sharp;
-      out_.eos_ratio[sh_ * S] = eff_ * sharp;
-      out_.sharpness_converged[sh_ * S] = rep.converged;
-      ++sh_;
+      if (record) {
+        const long long r = rec_[l]++;
+        out_[l].loss[r * S] = lane(loss_, l);
+        out_[l].norm2[r * S] = norm2;
+        out_[l].eff_lr[r * S] = eff;
+        // ||grad L(theta)|| = ||w|| ||grad L(w)||
+        out_[l].grad_norm[r * S] = norm * sqrt_(lane(gnorm2_, l));
+        if (out_[l].top_grad)
+          out_[l].top_grad[r * S] =
+              have_v1_[l] ? norm * grad_dot(l, v1_[l]) : Real(0) / Real(0);
+      }
+      if (snapshot) {
+        Real* dst = out_[l].theta + th_[l]++ * S * D;
+        for (int i = 0; i < D; ++i) dst[i] = w[i] / norm;
+      }
     }
-    if (t % c_.record_every == 0) {
-      out_.loss[rec_ * S] = loss_;
-      out_.norm2[rec_ * S] = norm2_;
-      out_.eff_lr[rec_ * S] = eff_;
-      out_.grad_norm[rec_ * S] = norm_ * sqrt_(gnorm2_);  // ||grad L(theta)|| = ||w|| ||grad L(w)||
-      if (out_.top_grad)
-        out_.top_grad[rec_ * S] = have_v1_ ? norm_ * state_.grad_dot(v1_) : Real(0) / Real(0);
-      ++rec_;
-    }
-    if (c_.theta_every > 0 && t % c_.theta_every == 0) {
-      const Real* w = state_.point();
-      Real* dst = out_.theta + th_ * S * D;
-      for (int i = 0; i < D; ++i) dst[i] = w[i] / norm_;
-      ++th_;
-    }
-    return true;
+    return any(live_);
   }
 
   // The update of step t, after observe(t).
   PYSHARP_HD bool step(long long t) {
-    Real step;  // the coefficient of grad L(w) in the update
+    V step;  // the coefficient of grad L(w) in the update
     if (on_sphere_)
       step = eta_ * norm_;  // theta - eta grad L(theta), grad L(theta) = ||w|| grad L(w)
     else if (c_.method == Method::scalar_rmsprop)
       step = lr_ / (sqrt_(rms_v_) + Real(c_.rms_eps));
     else
       step = lr_;
-    const Real amp =
-        c_.jitter > 0 ? Real(c_.jitter) * norm_ / sqrt_(Real(m_.dim())) : Real(0);
-    if (!state_.advance(on_sphere_, decay_, step, norm_, amp, c_.seed, traj_, t)) {
-      flag(t + 1);
-      return false;
-    }
+    const V amp =
+        c_.jitter > 0 ? Real(c_.jitter) * norm_ / sqrt_(Real(m_.dim())) : V(Real(0));
+    const Mask finite =
+        state_.advance(live_, on_sphere_, decay_, step, norm_, amp, c_.seed, traj_, t);
+    if (any(live_ & !finite))
+      for (int l = 0; l < lanes_; ++l)
+        if (alive_[l] && !lane(finite, l)) flag(l, t + 1);
     if (c_.method == Method::pgd_adaptive)  // 1/eta+ = (1 - lr wd)^2 (1/eta + eta ||grad L(theta)||^2)
       eta_ = Real(1) / (decay_ * decay_ * (Real(1) / eta_ + eta_ * norm2_ * gnorm2_));
-    return true;
+    return any(live_);
   }
 
   // A diverged trajectory is frozen: its last finite iterate is kept and the
   // records it never reached are NaN.
   PYSHARP_HD void finish() {
     const int D = m_.dim();
-    const long long S = out_.stride;
     const Real nan = Real(0) / Real(0);
     const long long nrec = n_records(c_.steps, c_.record_every);
     const long long nsh = n_records(c_.steps, c_.sharpness_every);
     const long long nth = n_records(c_.steps, c_.theta_every);
-    for (; rec_ < nrec; ++rec_) {
-      out_.loss[rec_ * S] = out_.norm2[rec_ * S] = out_.eff_lr[rec_ * S] = nan;
-      out_.grad_norm[rec_ * S] = nan;
-      if (out_.top_grad) out_.top_grad[rec_ * S] = nan;
+    for (int l = 0; l < lanes_; ++l) {
+      const TrajectoryRecords<Real>& o = out_[l];
+      const long long S = o.stride;
+      for (long long r = rec_[l]; r < nrec; ++r) {
+        o.loss[r * S] = o.norm2[r * S] = o.eff_lr[r * S] = o.grad_norm[r * S] = nan;
+        if (o.top_grad) o.top_grad[r * S] = nan;
+      }
+      for (long long r = sh_[l]; r < nsh; ++r) {
+        o.sharpness[r * S] = o.eos_ratio[r * S] = nan;
+        o.sharpness_converged[r * S] = 0;
+      }
+      for (long long r = th_[l]; r < nth; ++r)
+        for (int i = 0; i < D; ++i) o.theta[r * S * D + i] = nan;
+      const Real* w = point(l);
+      for (int i = 0; i < D; ++i) o.w_final[i] = w[i];
     }
-    for (; sh_ < nsh; ++sh_) {
-      out_.sharpness[sh_ * S] = out_.eos_ratio[sh_ * S] = nan;
-      out_.sharpness_converged[sh_ * S] = 0;
-    }
-    for (; th_ < nth; ++th_)
-      for (int i = 0; i < D; ++i) out_.theta[th_ * S * D + i] = nan;
-    const Real* w = state_.point();
-    for (int i = 0; i < D; ++i) out_.w_final[i] = w[i];
   }
 
  private:
+  // Lane l's iterate as D contiguous Reals.
+  PYSHARP_HD const Real* point(int l) {
+    const V* w = state_.point();
+    if constexpr (W == 1) {
+      return w;
+    } else {
+      for (int i = 0; i < m_.dim(); ++i) w_lane_[i] = lane(w[i], l);
+      return w_lane_;
+    }
+  }
+  PYSHARP_HD Real grad_dot(int l, const Real* v) const {
+    if constexpr (W == 1)
+      return state_.grad_dot(v);
+    else
+      return state_.grad_dot(l, v);
+  }
+
   const Model& m_;
   const EngineConfig& c_;
-  long long traj_;
+  int lanes_;
   State& state_;
-  Real lr_, decay_, eta_;  // eta_: PGD's effective LR
-  Real rms_v_ = Real(0);   // scalar RMSprop: running mean of ||grad L(w)||^2
-  TrajectoryRecords<Real> out_;  // by value: drivers pass temporaries
-  Real *v1_, *v_new_, *lz_, *lz_eval_ = nullptr, *lz_resid_ = nullptr;
+  long long traj_[W];
+  TrajectoryRecords<Real> out_[W];  // by value: drivers pass temporaries
+  bool alive_[W], have_v1_[W];
+  long long rec_[W], sh_[W], th_[W];  // records written so far, per lane
+  Mask live_;
+  V lr_, decay_, eta_;  // eta_: PGD's effective LR
+  V rms_v_ = V(Real(0));  // scalar RMSprop: running mean of ||grad L(w)||^2
+  Real* v1_[W];
+  Real *v_new_, *w_lane_, *lz_, *lz_eval_ = nullptr, *lz_resid_ = nullptr;
   Jet<Real, 1>* jets_;
-  bool on_sphere_ = false, have_v1_ = false;
-  long long rec_ = 0, sh_ = 0, th_ = 0;  // records written so far
-  Real loss_ = Real(0), norm2_ = Real(0), gnorm2_ = Real(0), norm_ = Real(0), eff_ = Real(0);
+  bool on_sphere_ = false;
+  V loss_ = V(Real(0)), norm2_ = V(Real(0)), gnorm2_ = V(Real(0)), norm_ = V(Real(0)),
+    eff_ = V(Real(0));
 };
 
 // The steps at which anything is recorded: observations between them are
@@ -312,6 +400,12 @@ PYSHARP_HD void run_trajectory(const Model& m, const EngineConfig& c, long long 
                                const TrajectoryRecords<Real>& out, Real* scratch,
                                Jet<Real, 1>* jets) {
   TrajectoryRunner<Model, State, Real> runner(m, c, traj, state, lr, wd, out, scratch, jets);
+  run_to_end(runner, c);
+}
+
+// Runs a runner (one trajectory or a lane block) from its current state.
+template <class Runner>
+PYSHARP_HD void run_to_end(Runner& runner, const EngineConfig& c) {
   for (long long t = 0; t <= c.steps; ++t) {
     if (!runner.observe(t) || t == c.steps || !runner.step(t)) break;
   }

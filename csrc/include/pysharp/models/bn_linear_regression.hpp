@@ -6,6 +6,7 @@
 #pragma once
 
 #include "pysharp/core/bn_cosine.hpp"
+#include "pysharp/core/dense.hpp"
 
 namespace pysharp {
 
@@ -27,24 +28,15 @@ struct BNLinearRegression {
   // Returns false where Xc w = 0 to working precision: ||Xc w|| below the
   // rounding error of the product, ~ d eps ||Xc||_F ||w||.
   template <class S>
-  PYSHARP_HD bool loss_grad(const S* w, S* loss, S* g, S* work) const {
-    Real w2 = Real(0);
+  PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const {
+    value_t<S> w2 = Real(0);
     for (int j = 0; j < d; ++j) w2 += value_of(w[j]) * value_of(w[j]);
     const Real err = Real(d) * machine_eps<Real>();
-    const Real floor2 = err * err * xc_fro2 * w2;
-    for (int i = 0; i < n; ++i) {
-      const Real* x = Xc + static_cast<long long>(i) * d;
-      S z = Real(0);
-      for (int j = 0; j < d; ++j) z += w[j] * x[j];
-      work[i] = z;
-    }
-    if (!bn_cosine_loss_grad(work, u, scale, n, floor2, loss, work)) return false;
-    for (int j = 0; j < d; ++j) g[j] = Real(0);
-    for (int i = 0; i < n; ++i) {
-      const Real* x = Xc + static_cast<long long>(i) * d;
-      for (int j = 0; j < d; ++j) g[j] += work[i] * x[j];
-    }
-    return true;
+    const value_t<S> floor2 = err * err * xc_fro2 * w2;
+    matvec_rows(Xc, n, d, w, work);  // z = Xc w
+    const mask_t<S> defined = bn_cosine_loss_grad(work, u, scale, n, floor2, loss, work);
+    matvec_cols(Xc, n, d, work, g);  // grad = Xc^T dL/dz
+    return defined;
   }
 
   // Ghost batch normalisation: the same loss on the sub-dataset (X_I, y_I) of

@@ -41,9 +41,9 @@ struct BNMatrixCompletion {
   // Returns false where all observed scores are equal to working precision
   // (BatchNorm undefined).
   template <class S>
-  PYSHARP_HD bool loss_grad(const S* w, S* loss, S* g, S* work) const {
+  PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const {
     scores(w, work);
-    if (!bn_cosine_loss_grad(work, u, scale, N, Real(0), loss, work)) return false;
+    const mask_t<S> defined = bn_cosine_loss_grad(work, u, scale, N, Real(0), loss, work);
     const S* U = w;
     const S* V = w + m1 * r;
     S* gU = g;
@@ -60,7 +60,7 @@ struct BNMatrixCompletion {
         gb[q] += gk * a[q];
       }
     }
-    return true;
+    return defined;
   }
 };
 

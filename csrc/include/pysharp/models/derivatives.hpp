@@ -1,8 +1,9 @@
 // Higher derivatives of any model, from its one templated loss_grad.
 //
 // A model is any type with dim(), work_size() and
-//     template <class S> bool loss_grad(const S* w, S* loss, S* g, S* work) const;
-// written once for plain scalars and jets alike. Evaluating it on the jet
+//     template <class S> mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const;
+// written once for plain scalars, jets and lane blocks (core/lanes.hpp) alike;
+// Real here may be a lane block, so one call serves W points. Evaluating it on the jet
 // w + e v gives the HVP (order 1) and the third-order contraction (order 2).
 #pragma once
 
@@ -20,7 +21,7 @@ PYSHARP_HD int jet_scratch_size(const Model& m) {
 // Evaluates grad L on the order-N jet w + e v; on success the gradient's
 // Taylor coefficients sit in scratch[D .. 2D).
 template <int N, class Model, class Real>
-PYSHARP_HD bool seeded_gradient(const Model& m, const Real* w, const Real* v,
+PYSHARP_HD mask_t<Real> seeded_gradient(const Model& m, const Real* w, const Real* v,
                                 Jet<Real, N>* scratch) {
   const int D = m.dim();
   Jet<Real, N>* wj = scratch;
@@ -34,23 +35,23 @@ PYSHARP_HD bool seeded_gradient(const Model& m, const Real* w, const Real* v,
 
 // out = H(w) v. scratch: jet_scratch_size(m) jets of order 1.
 template <class Model, class Real>
-PYSHARP_HD bool hvp(const Model& m, const Real* w, const Real* v, Real* out,
-                    Jet<Real, 1>* scratch) {
-  if (!seeded_gradient<1>(m, w, v, scratch)) return false;
+PYSHARP_HD mask_t<Real> hvp(const Model& m, const Real* w, const Real* v, Real* out,
+                           Jet<Real, 1>* scratch) {
+  const mask_t<Real> defined = seeded_gradient<1>(m, w, v, scratch);
   const Jet<Real, 1>* g = scratch + m.dim();
   for (int i = 0; i < m.dim(); ++i) out[i] = g[i].c[1];
-  return true;
+  return defined;
 }
 
 // out = D^3L(w)[v, v], the derivative of H(w + t v) v at t = 0.
 // scratch: jet_scratch_size(m) jets of order 2.
 template <class Model, class Real>
-PYSHARP_HD bool third_contraction(const Model& m, const Real* w, const Real* v,
-                                  Real* out, Jet<Real, 2>* scratch) {
-  if (!seeded_gradient<2>(m, w, v, scratch)) return false;
+PYSHARP_HD mask_t<Real> third_contraction(const Model& m, const Real* w, const Real* v,
+                                         Real* out, Jet<Real, 2>* scratch) {
+  const mask_t<Real> defined = seeded_gradient<2>(m, w, v, scratch);
   const Jet<Real, 2>* g = scratch + m.dim();
   for (int i = 0; i < m.dim(); ++i) out[i] = Real(2) * g[i].c[2];
-  return true;
+  return defined;
 }
 
 }  // namespace pysharp

@@ -43,9 +43,9 @@ PYSHARP_HD void activate(Activation act, const S& h, S* a, S* da) {
     *a = tanh_(h);
     *da = S(1) - (*a) * (*a);
   } else {
-    const bool on = value_of(h) > 0;
-    *a = on ? h : S(0);
-    *da = S(on ? 1 : 0);
+    const auto on = value_of(h) > value_t<S>(0);
+    *a = select(on, h, S(0));
+    *da = select(on, S(1), S(0));
   }
 }
 
@@ -87,13 +87,13 @@ struct LinearRegression {
   }
 
   template <class S>
-  PYSHARP_HD bool loss_grad(const S* w, S* loss, S* g, S* work) const {
+  PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const {
     return square_loss_grad(*this, w, loss, g, work);
   }
 
   // The generic full-batch loop, shared by all models of this file.
   template <class M, class S>
-  PYSHARP_HD static bool square_loss_grad(const M& m, const S* w, S* loss, S* g, S* work) {
+  PYSHARP_HD static mask_t<S> square_loss_grad(const M& m, const S* w, S* loss, S* g, S* work) {
     for (int k = 0; k < m.dim(); ++k) g[k] = S(0);
     S acc = S(0);
     const Real inv_n = Real(1) / Real(m.n);
@@ -103,7 +103,7 @@ struct LinearRegression {
       acc += r * r;
     }
     *loss = acc * (Real(0.5) * inv_n);
-    return true;
+    return mask_t<S>(true);
   }
 };
 
@@ -176,7 +176,7 @@ struct TwoLayerNet {
   }
 
   template <class S>
-  PYSHARP_HD bool loss_grad(const S* w, S* loss, S* g, S* work) const {
+  PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const {
     return LinearRegression<Real>::square_loss_grad(*this, w, loss, g, work);
   }
 };

@@ -3,7 +3,7 @@
 // circle x = y; spherical sharpness 4 (1 + c z^2) is least at z = 0.
 #pragma once
 
-#include "pysharp/core/config.hpp"
+#include "pysharp/core/jet.hpp"
 
 namespace pysharp {
 
@@ -16,9 +16,9 @@ struct Toy3D {
 
   // Returns false at w = 0.
   template <class S>
-  PYSHARP_HD bool loss_grad(const S* w, S* loss, S* g, S* /*work*/) const {
+  PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S* /*work*/) const {
     const S r2 = w[0] * w[0] + w[1] * w[1] + w[2] * w[2];
-    if (!(value_of(r2) > Real(0))) return false;
+    const mask_t<S> defined = value_of(r2) > Real(0);
     const S inv_r = Real(1) / sqrt_(r2);
     const S x = w[0] * inv_r, y = w[1] * inv_r, z = w[2] * inv_r;
     const S diff = x - y;
@@ -31,7 +31,7 @@ struct Toy3D {
     g[0] = (q0 - radial * x) * inv_r;
     g[1] = (-q0 - radial * y) * inv_r;
     g[2] = (q2 - radial * z) * inv_r;
-    return true;
+    return defined;
   }
 };
 

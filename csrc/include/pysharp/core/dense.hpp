@@ -1,0 +1,57 @@
+// Dense products of a row-major data matrix X (n, d) with parameters, written
+// once for scalars, jets and lane blocks.
+//
+// Each output is summed in index order, exactly as the plain loop would, but
+// kBlock outputs advance together: their sums are independent chains, so the
+// multiply-adds overlap instead of waiting on each other's latency, and each
+// loaded operand serves kBlock of them (register blocking). On lane blocks
+// this is a small GEMM of X with W trajectories.
+#pragma once
+
+#include "pysharp/core/config.hpp"
+
+namespace pysharp {
+
+inline constexpr int kDenseBlock = 8;
+
+// z[i] = sum_j X[i, j] w[j] for i < n.
+template <class S, class Real>
+PYSHARP_HD void matvec_rows(const Real* X, int n, int d, const S* w, S* z) {
+  int i = 0;
+  for (; i + kDenseBlock <= n; i += kDenseBlock) {
+    S acc[kDenseBlock];
+    for (int b = 0; b < kDenseBlock; ++b) acc[b] = S(Real(0));
+    const Real* x = X + static_cast<long long>(i) * d;
+    for (int j = 0; j < d; ++j)
+      for (int b = 0; b < kDenseBlock; ++b) acc[b] += w[j] * x[static_cast<long long>(b) * d + j];
+    for (int b = 0; b < kDenseBlock; ++b) z[i + b] = acc[b];
+  }
+  for (; i < n; ++i) {
+    const Real* x = X + static_cast<long long>(i) * d;
+    S acc = S(Real(0));
+    for (int j = 0; j < d; ++j) acc += w[j] * x[j];
+    z[i] = acc;
+  }
+}
+
+// g[j] = sum_i r[i] X[i, j] for j < d.
+template <class S, class Real>
+PYSHARP_HD void matvec_cols(const Real* X, int n, int d, const S* r, S* g) {
+  int j = 0;
+  for (; j + kDenseBlock <= d; j += kDenseBlock) {
+    S acc[kDenseBlock];
+    for (int b = 0; b < kDenseBlock; ++b) acc[b] = S(Real(0));
+    for (int i = 0; i < n; ++i) {
+      const Real* x = X + static_cast<long long>(i) * d + j;
+      for (int b = 0; b < kDenseBlock; ++b) acc[b] += r[i] * x[b];
+    }
+    for (int b = 0; b < kDenseBlock; ++b) g[j + b] = acc[b];
+  }
+  for (; j < d; ++j) {
+    S acc = S(Real(0));
+    for (int i = 0; i < n; ++i) acc += r[i] * X[static_cast<long long>(i) * d + j];
+    g[j] = acc;
+  }
+}
+
+}  // namespace pysharp

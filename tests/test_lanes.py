@@ -1,0 +1,181 @@
+"""Bits do not depend on placement: the lane engine and the lane kernels.
+
+The compiled core advances trajectories (and evaluates kernel rows) in SIMD
+lane blocks. A trajectory's arithmetic never involves another lane, so its
+iterates, records and flags must be identical, bit for bit, whether it runs
+alone or at any position of any batch, chunk or thread count. These runs go
+far past EoS entry on purpose: the period-two dynamics would amplify any
+difference in rounding, so exact equality there is a strong check. (Different
+code paths -- reduced vs direct, cpp vs numba -- are compared before entry, in
+test_engine.py and test_backends.py.)
+"""
+
+import numpy as np
+import pytest
+
+import pysharp as ps
+from pysharp import _backend
+from pysharp.reference import (BNLinearRegressionReference, BNMatrixCompletionReference,
+                               Toy3DReference)
+
+RECORDS = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad", "sharpness", "eos_ratio",
+           "sharpness_converged", "diverged", "diverged_step", "w", "theta")
+
+
+def _models():
+    lin = ps.BNLinearRegression.synthetic(d=12, n=8, seed=3)
+    mc = ps.BNMatrixCompletion.synthetic(size=6, true_rank=2, rank=3, n_obs=18, seed=0)
+    return {"bn_linreg": lin, "bn_mc": mc, "toy3d": ps.Toy3D(c=10.0)}
+
+
+MODELS = _models()
+# (runner, extra keyword arguments): every method, with and without jitter.
+METHODS = {
+    "gd_wd": (ps.run_gd_wd, {}),
+    "gd_wd_jitter": (ps.run_gd_wd, {"jitter": 1e-3, "seed": 5}),
+    "pgd": (ps.run_pgd, {}),
+    "pgd_adaptive": (ps.run_pgd, {"lr": 0.2, "wd": 1e-2}),
+    "scalar_rmsprop": (ps.run_scalar_rmsprop, {}),
+}
+
+
+def _run(name, method, W0, lr, dtype=np.float64, **kw):
+    model = MODELS[name]
+    runner, extra = METHODS[method]
+    opts = dict(record_every=7, sharpness_every=50, theta_every=100, reduced=False, **extra)
+    opts.update(kw)
+    if runner is ps.run_gd_wd:
+        return runner(model, W0.astype(dtype), lr, 5e-3, 600, **opts)
+    opts.pop("reduced")
+    if runner is ps.run_pgd:  # lr is eta_0; adaptive when extra holds lr and wd
+        return runner(model, W0.astype(dtype), lr, 600, **opts)
+    return runner(model, W0.astype(dtype), lr, 5e-3, 600, **opts)
+
+
+def _row(tr, b):
+    """Everything recorded for trajectory b of a batch (b = None: an unbatched run)."""
+    out = {}
+    for key in RECORDS:
+        x = getattr(tr, key)
+        if x is None or b is None:
+            out[key] = x
+        elif key in ("w", "diverged", "diverged_step"):
+            out[key] = np.asarray(x)[b]
+        else:
+            out[key] = np.asarray(x)[:, b]
+    return out
+
+
+def _assert_same(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        if a[key] is None:
+            assert b[key] is None, key
+        else:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def _batch(name, B=11, seed=2):
+    model = MODELS[name]
+    W0 = model.random_point(B, seed=seed, norm=2.0)
+    lr = np.geomspace(0.05, 0.8, B)
+    return W0, lr
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_trajectory_bits_do_not_depend_on_placement(name, method, dtype):
+    W0, lr = _batch(name)
+    full = _run(name, method, W0, lr, dtype)
+    for b in (0, 5, 10):
+        alone = _run(name, method, W0[b], lr[b], dtype,
+                     first_trajectory=b)
+        _assert_same(_row(alone, None), _row(full, b))
+    chunk = _run(name, method, W0[6:], lr[6:], dtype,
+                 first_trajectory=6)
+    for b in range(6, 11):
+        _assert_same(_row(chunk, b - 6), _row(full, b))
+    if "jitter" in METHODS[method][1]:
+        return
+    # A batch of 11 fills blocks of 2, 4, 8 or 16 lanes only partly: shuffled,
+    # trajectories move between blocks, lanes and the padded last block. The
+    # random streams (jitter, Lanczos starts) are keyed by the global index, so
+    # the shuffled runs use neither.
+    order = np.array([10, 3, 7, 0, 9, 1, 8, 2, 6, 4, 5])
+    plain = _run(name, method, W0, lr, dtype, sharpness_every=0)
+    shuffled = _run(name, method, W0[order], lr[order], dtype, sharpness_every=0)
+    for p, b in enumerate(order):
+        _assert_same(_row(shuffled, p), _row(plain, b))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_trajectory_bits_do_not_depend_on_threads(name):
+    W0, lr = _batch(name, B=37)
+    core = _backend.core()
+    full = _run(name, "gd_wd_jitter", W0, lr)
+    try:
+        core.set_num_threads(1)
+        serial = _run(name, "gd_wd_jitter", W0, lr)
+    finally:
+        core.set_num_threads(max(core.max_threads(), 2))
+    for b in range(37):
+        _assert_same(_row(serial, b), _row(full, b))
+
+
+def test_a_diverging_lane_leaves_its_block_untouched():
+    model = MODELS["bn_linreg"]
+    W0, lr = _batch("bn_linreg", B=8)
+    lr = lr.copy()
+    lr[2] = 1e308  # lr * grad overflows at the first step
+    kw = dict(record_every=7, sharpness_every=50, reduced=False)
+    full = ps.run_gd_wd(model, W0, lr, 0.0, 300, **kw)
+    assert full.diverged.tolist() == [b == 2 for b in range(8)]
+    # Frozen at its last finite iterate, later records NaN.
+    t = full.diverged_step[2]
+    assert 1 <= t <= 3 and np.isfinite(full.w[2]).all()
+    assert np.isnan(full.loss[full.steps >= t, 2]).all()
+    assert np.isfinite(full.loss[full.steps < t, 2]).all()
+    for b in (1, 3, 7):
+        alone = ps.run_gd_wd(model, W0[b], lr[b], 0.0, 300, first_trajectory=b, **kw)
+        _assert_same(_row(alone, None), _row(full, b))
+
+
+def _oracles():
+    lin, mc = MODELS["bn_linreg"], MODELS["bn_mc"]
+    return {
+        "bn_linreg": BNLinearRegressionReference(lin.X, lin.y),
+        "bn_mc": BNMatrixCompletionReference(mc.rows, mc.cols, mc.values, mc.shape, mc.rank),
+        "toy3d": Toy3DReference(10.0),
+    }
+
+
+ORACLES = _oracles()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_kernel_rows_do_not_depend_on_placement_and_match_the_oracle(name, dtype):
+    model, ref = MODELS[name], ORACLES[name]
+    rng = np.random.default_rng(4)
+    W = model.random_point(13, seed=6, norm=1.7).astype(dtype)
+    V = rng.standard_normal(W.shape).astype(dtype)
+    loss, grad = model.loss_and_grad(W)
+    hv = model.hvp(W, V)
+    third = model.third(W, V)
+    hess = model.hessian(W[:5])
+    for b in (0, 6, 12):
+        l1, g1 = model.loss_and_grad(W[b])
+        assert l1 == loss[b]
+        np.testing.assert_array_equal(g1, grad[b])
+        np.testing.assert_array_equal(model.hvp(W[b], V[b]), hv[b])
+        np.testing.assert_array_equal(model.third(W[b], V[b]), third[b])
+    np.testing.assert_array_equal(model.hessian(W[3]), hess[3])
+    W64, V64 = W.astype(np.float64), V.astype(np.float64)
+    tol = 1e-12 if dtype == np.float64 else 2e-4
+    scale = np.abs(ref.grad(W64)).max()
+    assert np.abs(grad - ref.grad(W64)).max() <= tol * scale
+    assert np.abs(hv - ref.hvp(W64, V64)).max() <= tol * np.abs(ref.hvp(W64, V64)).max()
+    D = W.shape[1]
+    H = np.stack([ref.hvp(W64[:5], np.broadcast_to(e, (5, D))) for e in np.eye(D)], axis=-1)
+    assert np.abs(hess - H).max() <= tol * np.abs(H).max()
