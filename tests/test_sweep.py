@@ -321,7 +321,7 @@ def test_sharpness_drop_does_not_depend_on_the_record_grid():
     Oracle: the same runs with the sharpness recorded at every step (and one step
     more): the peak up to the exact entry step minus the mean of the last two steps.
     The old definition (sharpness at the entry record minus the smallest after it)
-    was off by up to 2x here: right after entry sharpness falls within a few hundred
+    was off by up to 2.5x here: right after entry sharpness falls within a few hundred
     steps, and the entry record lags the entry by 0..sharpness_every steps, a lag
     that jumps between neighbouring grid points (the checkerboard of the demo's map).
     """

@@ -119,6 +119,40 @@ def compute_chunk(spec: dict, grid: dict[str, np.ndarray], settings: Settings,
     return summarise(model, tr, settings)
 
 
+def end_sharpness(model: ScaleInvariantModel, w: np.ndarray, lr, wd) -> np.ndarray:
+    """Mean spherical sharpness over the two phases of the period-two oscillation, (B,).
+
+    Parameters
+    ----------
+    model : ScaleInvariantModel
+    w : ndarray, shape (B, D)
+        Final iterates w_T.
+    lr, wd : float or ndarray, shape (B,)
+        Their hyperparameters; one more GD+WD step gives w_T+1.
+
+    Returns
+    -------
+    ndarray, shape (B,)
+        (S(w_T) + S(w_T+1)) / 2. Lanczos is warm-started from the gradient (at EoS it
+        lies along the top eigenvector), so no random start enters and each row is
+        computed alone: a row's value does not depend on the rest of the batch.
+    """
+    from ..sharpness import spherical_sharpness
+    w = np.atleast_2d(np.asarray(w, dtype=np.float64))
+    lr = np.broadcast_to(np.asarray(lr, dtype=np.float64), w.shape[:1])
+    wd = np.broadcast_to(np.asarray(wd, dtype=np.float64), w.shape[:1])
+    fallback = np.ones(model.dim) / np.sqrt(model.dim)
+    total = np.zeros(w.shape[0])
+    point = w
+    for _ in range(2):
+        grad = model.grad(point)
+        start = grad + 1e-3 * np.linalg.norm(grad, axis=1, keepdims=True) * fallback
+        start[~np.any(grad != 0, axis=1)] = fallback
+        total += spherical_sharpness(model, point, start=start, method="lanczos").eigenvalues[:, 0]
+        point = (1 - lr * wd)[:, None] * point - lr[:, None] * grad
+    return 0.5 * total
+
+
 def sharpness_drop(model: ScaleInvariantModel, tr) -> np.ndarray:
     """Sharpness lost after EoS entry, (B,); NaN where the edge was never reached or the run diverged.
 
@@ -139,7 +173,6 @@ def sharpness_drop(model: ScaleInvariantModel, tr) -> np.ndarray:
       top eigenvector) so no random start enters and each row is computed alone:
       the value does not depend on the chunk.
     """
-    from ..sharpness import spherical_sharpness
     sharp = tr.sharpness
     B = sharp.shape[1]
     first = tr.sharpness_steps[1] if len(tr.sharpness_steps) > 1 else np.inf
@@ -151,19 +184,8 @@ def sharpness_drop(model: ScaleInvariantModel, tr) -> np.ndarray:
     at = np.searchsorted(tr.sharpness_steps, tr.eos_entry_step[idx])
     upto = np.arange(len(sharp))[:, None] <= at
     peak = np.max(np.where(upto, sharp[:, idx], -np.inf), axis=0)
-    w = tr.w[idx].astype(np.float64)
-    g = model.grad(w)
-    lr, wd = tr.lr[idx].astype(np.float64), tr.wd[idx].astype(np.float64)
-    w_next = (1 - lr * wd)[:, None] * w - lr[:, None] * g
-    ends = []
-    for point in (w, w_next):
-        grad = model.grad(point)
-        fallback = np.ones(model.dim) / np.sqrt(model.dim)
-        start = grad + 1e-3 * np.linalg.norm(grad, axis=1, keepdims=True) * fallback
-        start[~np.any(grad != 0, axis=1)] = fallback
-        ends.append(spherical_sharpness(model, point, start=start, method="lanczos")
-                    .eigenvalues[:, 0])
-    drop[idx] = peak - 0.5 * (ends[0] + ends[1])
+    end = end_sharpness(model, tr.w[idx], tr.lr[idx], tr.wd[idx])
+    drop[idx] = peak - end
     return drop
 
 
