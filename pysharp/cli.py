@@ -257,6 +257,8 @@ def _reproduce(args) -> int:
     for key, value in summary.items():
         if not isinstance(value, (list, dict)):
             print(f"  {key}: {value}")
+    for line in summary.get("side_by_side", []):
+        print(f"  {line}")
     print(f"figures: {', '.join(summary.get('figures', []))} in {args.out}")
     return 0
 
