@@ -1,6 +1,9 @@
 """The README's first example runs as written, and the demo CLI works."""
 
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,4 +27,20 @@ def test_demo_quick(tmp_path, capsys):
     assert main(["demo", "--quick", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "EoS entry at step" in out
-    assert (tmp_path / "demo.json").exists()
+    # the theory's reduction runs from the edge onwards: entry -> end, and it falls
+    m = re.search(r"spherical sharpness ([\d.]+) at EoS entry -> ([\d.]+) at the end", out)
+    assert m, out
+    assert float(m[1]) > float(m[2])
+    summary = json.loads((tmp_path / "demo.json").read_text())
+    assert summary["sharpness_at_entry"] == pytest.approx(float(m[1]), abs=1e-3)
+    assert summary["sharpness_at_entry"] > summary["sharpness_end"]
+
+
+def test_python_dash_m_runs_the_cli(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pysharp", "info"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "backends:" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "pysharp", "reproduce", "nope"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert bad.returncode == 2 and "unknown experiment" in bad.stderr

@@ -32,7 +32,10 @@ SUMMARY_DOC = {
     "final_eff_lr": "effective LR lr / ((1 - lr wd) ||w||^2) at the last step (NaN if diverged)",
     "final_sharpness": "spherical sharpness at the last sharpness step (NaN if diverged)",
     "min_sharpness": "smallest spherical sharpness recorded before divergence",
-    "sharpness_drop": "sharpness at EoS entry minus the smallest one after it (NaN: never entered)",
+    "sharpness_drop": "peak sharpness recorded up to EoS entry minus the end sharpness, the mean "
+                      "of S(w_T) and S(w_T+1) over the two phases of the period-two oscillation "
+                      "(NaN: never entered, diverged, or entered before the first sharpness record "
+                      "after step 0, which leaves the peak unrecorded)",
     "cosine_min_norm": "cosine of the final w to the min-norm interpolant (BN linear regression; "
                        "NaN if diverged)",
     "test_loss": "held-out loss of the final w (BN matrix completion; NaN if diverged)",
@@ -116,6 +119,76 @@ def compute_chunk(spec: dict, grid: dict[str, np.ndarray], settings: Settings,
     return summarise(model, tr, settings)
 
 
+def end_sharpness(model: ScaleInvariantModel, w: np.ndarray, lr, wd) -> np.ndarray:
+    """Mean spherical sharpness over the two phases of the period-two oscillation, (B,).
+
+    Parameters
+    ----------
+    model : ScaleInvariantModel
+    w : ndarray, shape (B, D)
+        Final iterates w_T.
+    lr, wd : float or ndarray, shape (B,)
+        Their hyperparameters; one more GD+WD step gives w_T+1.
+
+    Returns
+    -------
+    ndarray, shape (B,)
+        (S(w_T) + S(w_T+1)) / 2. Lanczos is warm-started from the gradient (at EoS it
+        lies along the top eigenvector), so no random start enters and each row is
+        computed alone: a row's value does not depend on the rest of the batch.
+    """
+    from ..sharpness import spherical_sharpness
+    w = np.atleast_2d(np.asarray(w, dtype=np.float64))
+    lr = np.broadcast_to(np.asarray(lr, dtype=np.float64), w.shape[:1])
+    wd = np.broadcast_to(np.asarray(wd, dtype=np.float64), w.shape[:1])
+    fallback = np.ones(model.dim) / np.sqrt(model.dim)
+    total = np.zeros(w.shape[0])
+    point = w
+    for _ in range(2):
+        grad = model.grad(point)
+        start = grad + 1e-3 * np.linalg.norm(grad, axis=1, keepdims=True) * fallback
+        start[~np.any(grad != 0, axis=1)] = fallback
+        total += spherical_sharpness(model, point, start=start, method="lanczos").eigenvalues[:, 0]
+        point = (1 - lr * wd)[:, None] * point - lr[:, None] * grad
+    return 0.5 * total
+
+
+def sharpness_drop(model: ScaleInvariantModel, tr) -> np.ndarray:
+    """Sharpness lost after EoS entry, (B,); NaN where the edge was never reached or the run diverged.
+
+    Neither end may depend on where the sharpness records fall (a quantity that does
+    paints lr x wd maps as a checkerboard):
+
+    - the start is the largest sharpness recorded at or before the entry record.
+      Before the edge, sharpness only rises to a plateau; right after it, it falls
+      within a few hundred steps, so the sharpness *at* the entry record depends on
+      how long before that record the edge was crossed, which jumps between 0 and
+      ``sharpness_every`` steps from one grid point to the next. A run that enters
+      before the first record after step 0 has no such record: NaN (step 0 is the
+      start, usually far from the minimisers and their sharpness).
+    - the end is the mean of S(w_T) and S(w_T+1), one more GD+WD step: at EoS the
+      iterate oscillates with period two and S differs between the two phases by a
+      few per cent, while which phase lands on step T is an accident of each run.
+      Lanczos is warm-started from the gradient (at EoS the gradient lies along the
+      top eigenvector) so no random start enters and each row is computed alone:
+      the value does not depend on the chunk.
+    """
+    sharp = tr.sharpness
+    B = sharp.shape[1]
+    first = tr.sharpness_steps[1] if len(tr.sharpness_steps) > 1 else np.inf
+    entered = (tr.eos_entry_step > first) & ~tr.diverged
+    drop = np.full(B, np.nan)
+    if not entered.any():
+        return drop
+    idx = np.flatnonzero(entered)
+    at = np.searchsorted(tr.sharpness_steps, tr.eos_entry_step[idx])
+    upto = np.arange(len(sharp))[:, None] <= at
+    peak = np.max(np.where(upto, sharp[:, idx], -np.inf), axis=0)
+    end = end_sharpness(model, tr.w[idx], tr.lr[idx], tr.wd[idx])
+    drop[idx] = peak - end
+    return drop
+
+
 def summarise(model: ScaleInvariantModel, tr, settings: Settings) -> dict[str, np.ndarray]:
     """The chunk's outputs (see ``layout``) from a batched Trajectory."""
     out = {name: np.ascontiguousarray(getattr(tr, name).T) for name, axis in RECORDED.items()
@@ -129,11 +202,7 @@ def summarise(model: ScaleInvariantModel, tr, settings: Settings) -> dict[str, n
         finite = np.isfinite(sharp)
         out["min_sharpness"] = np.where(finite.any(axis=0),
                                         np.min(np.where(finite, sharp, np.inf), axis=0), np.nan)
-        entered = tr.eos_entry_step >= 0
-        at = np.searchsorted(tr.sharpness_steps, np.maximum(tr.eos_entry_step, 0))
-        after = np.where(finite & (np.arange(len(sharp))[:, None] >= at), sharp, np.inf)
-        drop = sharp[at, np.arange(sharp.shape[1])] - after.min(axis=0)
-        out["sharpness_drop"] = np.where(entered, drop, np.nan)
+        out["sharpness_drop"] = sharpness_drop(model, tr)
     if isinstance(model, BNLinearRegression):
         from ..theory import min_norm_interpolant
         wt = min_norm_interpolant(model)
