@@ -63,7 +63,8 @@ def run(out, quick: bool) -> dict:
         lr, batch, loss = float(LR[j]), int(BB[j]), float(res.loss[-1, j])
         where = {"lr": lr, "batch": batch, "seed": int(SS[j]), "loss": loss}
         if res.diverged[j] or not loss < INTERPOLATION_LOSS:
-            missed.append(where | {"diverged": bool(res.diverged[j])})
+            missed.append(where | {"loss": None if res.diverged[j] else loss,
+                                   "diverged": bool(res.diverged[j])})
             continue
         rows.append(where | _analyse(model, res.w[j], lr, batch))
 
@@ -127,7 +128,7 @@ def _figure(out, rows, lrs, batches, n) -> None:
     ax[1].axhline(1, color="grey", ls="--", lw=0.8, label="Wu et al. s bound (not necessary)")
     top = max([r["lr_sqrt_kappa_s"] for r in rows] + [1.0])
     ax[1].set(xlabel="lr a", ylabel="lr sqrt(kappa) s", xlim=(0, 2.2), ylim=(0, 1.3 * top),
-              title="filled: rho(T_2) <= 1 (exact)")
+              title="filled: rho(T_2) <= 1 (exact), open: > 1")
     ax[1].legend(fontsize=7, loc="upper left")
     ax[2].axhline(1, color="k", ls=":", lw=0.8)
     ax[2].set(xscale="log", xlabel="batch size", ylabel="lr / exact critical lr",
