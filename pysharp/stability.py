@@ -9,14 +9,34 @@ size B is x_{t+1} = (I - eta H_{I_t}) x_t, H_I = (1/B) sum_{i in I} H_i, and
     E (I - eta H_I)^2 = (I - eta H)^2 + eta^2 kappa Sigma,
     kappa = (n - B) / (B (n - 1)) without replacement, 1 / B with.
 
+A minimum is linearly stable (second moment) iff the spectral radius of
+T_2(M) = E_I (I - eta H_I) M (I - eta H_I) is <= 1. Every stability verdict
+here rests on that exact number. Around it, from strongest to weakest:
+
+- sufficient: lambda_max((I - eta H)^2 + eta^2 kappa Sigma) <= 1 (the "vector
+  criterion": E ||x_{t+1}||^2 <= lambda_max(...) E ||x_t||^2);
+- necessary: a <= 2/eta (the mean obeys I - eta H).
+
+Wu et al.'s pair a <= 2/eta, s <= 1/(eta sqrt(kappa)) is necessary for the
+sufficient criterion, not for stability: a stable minimum can violate the s
+bound (common near the edge of stability: 15% of Gaussian n = 7, D = 3, B = 3
+problems at 0.99 of their critical eta). When D = 1 (or all a_i parallel) the
+sufficient criterion is exact: T_2 is the number (1 - eta a)^2 + eta^2 kappa s^2;
+the pair is then necessary, still not sufficient.
+
 Everything here is computed from the per-sample Jacobian A = [a_1; ...; a_n]
 (n, D), never from a D x D second-moment matrix when D is large:
 
 - ``sharpness_nonuniformity``: a = lambda_max(H), s = sqrt(lambda_max(Sigma));
-- ``second_moment_operator``: the exact T_2(M) = E_I (I - eta H_I) M (I - eta H_I)
-  on symmetric matrices, its spectral radius, ``is_linearly_stable``;
+- ``second_moment_operator``: the exact T_2 on symmetric matrices and its
+  spectral radius; ``is_linearly_stable``;
+- ``stability_conditions``: the verdict rho(T_2) <= 1 with the sufficient
+  criterion, the necessary a <= 2/eta and Wu et al.'s pair, each named for what it is;
+- ``critical_lr``: the exact largest stable eta (rho(T_2) = 1, by root finding)
+  per batch size, or the sufficient criterion's;
+- ``stability_boundary``: the closed-form (a, s) curve of the sufficient
+  criterion in one direction, for plots;
 - ``moment_growth``: Monte Carlo k-th moment growth of linearised SGD, in the core;
-- ``necessary_conditions`` (Wu et al.): a <= 2/eta, s <= sqrt(1/kappa)/eta;
 - ``gradient_moment_ratio``: (1/n) sum_i ||a_i||_{2k}^{2k} / (2 D (2B)^(k-1) / eta^k);
 - ``input_smoothness``: g_W, g_x and the first-layer inequality
   ||grad_x f|| <= ||W1||_2 ||grad_W1 f||_F / ||x||.
@@ -38,10 +58,10 @@ from ._backend import core
 from ._validation import as_batch, as_float_array, as_positive_int, as_real
 from .models import BNLinearRegression, SquareLossModel
 
-__all__ = ["StabilityQuantities", "SecondMomentOperator", "MomentGrowth", "NecessaryConditions",
+__all__ = ["StabilityQuantities", "SecondMomentOperator", "MomentGrowth", "StabilityConditions",
            "InputSmoothness", "per_sample_gradients", "kappa", "sharpness_nonuniformity",
            "second_moment_operator", "is_linearly_stable", "moment_growth",
-           "necessary_conditions", "gradient_moment_ratio", "input_smoothness",
+           "stability_conditions", "critical_lr", "gradient_moment_ratio", "input_smoothness",
            "stability_boundary"]
 
 
@@ -228,6 +248,78 @@ def sharpness_nonuniformity(model, w, *, method: str = "auto", tol: float = 1e-1
 
 
 # ------------------------------------------------------------------- exact T_2
+#: Largest r (r + 1) / 2 for which T_2 is diagonalised densely (r = rank of H; r <= 44).
+_DENSE_MAX = 1000
+
+
+def _sym_embedding(r: int) -> np.ndarray:
+    """Orthonormal basis of symmetric r x r matrices as row-major vec columns: (r^2, r(r+1)/2)."""
+    i, j = np.triu_indices(r)
+    S = np.zeros((r * r, i.size))
+    cols = np.arange(i.size)
+    val = np.where(i == j, 1.0, np.sqrt(0.5))
+    S[i * r + j, cols] = val
+    S[j * r + i, cols] = val
+    return S
+
+
+class _T2Parts:
+    """T_2 = I - eta L + eta^2 [(1 - kappa) Q_H + kappa Q_I] on symmetric r x r matrices.
+
+    L(M) = H M + M H, Q_H(M) = H M H, Q_I(M) = mean_i (c_i^T M c_i) c_i c_i^T, as
+    (m, m) matrices in the orthonormal basis ``S`` (m = r(r+1)/2); all symmetric,
+    as T_2 is self-adjoint in the Frobenius product.
+    """
+
+    def __init__(self, C: np.ndarray):
+        n, r = C.shape
+        H = C.T @ C / n
+        K = np.einsum("ni,nj->nij", C, C).reshape(n, r * r)  # rows vec(c_i c_i^T)
+        eye = np.eye(r)
+        self.S = _sym_embedding(r)
+        self.L = self.S.T @ (np.kron(H, eye) + np.kron(eye, H)) @ self.S
+        self.QH = self.S.T @ np.kron(H, H) @ self.S
+        KS = K @ self.S
+        self.QI = KS.T @ KS / n
+
+    def matrix(self, lr: float, kap: float) -> np.ndarray:
+        Q = (1 - kap) * self.QH + kap * self.QI
+        T = np.eye(self.L.shape[0]) - lr * self.L + lr**2 * Q
+        return 0.5 * (T + T.T)
+
+    def radius(self, lr: float, kap: float) -> float:
+        ev = np.linalg.eigvalsh(self.matrix(lr, kap))
+        return float(max(abs(ev[0]), abs(ev[-1])))
+
+
+def _apply_t2(C: np.ndarray, M: np.ndarray, lr: float, kap: float) -> np.ndarray:
+    n = C.shape[0]
+    H = C.T @ C / n
+    q = np.einsum("ij,jk,ik->i", C, M, C)  # a_i^T M a_i
+    S = (C.T * q) @ C / n
+    return M - lr * (H @ M + M @ H) + lr**2 * ((1 - kap) * H @ M @ H + kap * S)
+
+
+def _power_radius(C: np.ndarray, lr: float, kap: float, tol: float, max_iter: int):
+    """Power iteration from the identity: (rho, unit eigenmatrix, iterations, converged)."""
+    r = C.shape[1]
+    M = np.eye(r) / np.sqrt(r)
+    rho_old, conv, it, rho = np.inf, False, 0, 0.0
+    for it in range(1, max_iter + 1):
+        TM = _apply_t2(C, M, lr, kap)
+        rho = float(np.sum(TM * M))  # Rayleigh quotient, ||M||_F = 1
+        nrm = np.linalg.norm(TM)
+        if not np.isfinite(nrm) or nrm == 0:
+            rho, conv = (0.0, True) if nrm == 0 else (np.inf, False)
+            break
+        M = TM / nrm
+        if abs(rho - rho_old) <= tol * max(abs(rho), 1e-300) and abs(nrm - rho) <= np.sqrt(tol) * rho:
+            conv = True
+            break
+        rho_old = rho
+    return rho, 0.5 * (M + M.T), it, conv
+
+
 @dataclass
 class SecondMomentOperator:
     """The exact second-moment operator of linearised SGD on the range of H.
@@ -239,11 +331,11 @@ class SecondMomentOperator:
     span of the a_i (r = rank of H). On the null space of H linearised SGD
     does not move, which adds the eigenvalue 1 (``null_dim`` = D - r directions).
 
-    ``spectral_radius`` (on the range; 0 when r = 0) is found by power
-    iteration from the identity: T_2 preserves the cone of PSD matrices and is
-    self-adjoint in the Frobenius product, so its spectral radius is its top
-    eigenvalue, with a PSD eigenmatrix (``eigenmatrix``, unit Frobenius norm).
-    Linearised SGD's second moment stays bounded iff spectral_radius <= 1.
+    T_2 preserves the cone of PSD matrices and is self-adjoint in the
+    Frobenius product, so its spectral radius (``spectral_radius``, on the
+    range; 0 when r = 0) is its top eigenvalue, with a PSD eigenmatrix
+    (``eigenmatrix``, unit Frobenius norm). Linearised SGD's second moment
+    stays bounded iff spectral_radius <= 1: the exact stability verdict.
     """
 
     lr: float
@@ -272,24 +364,17 @@ class SecondMomentOperator:
         """T_2(M) for symmetric M: (r, r) in the range basis, or (D, D) in full space."""
         M = np.asarray(M, dtype=np.float64)
         if M.shape == (self.rank, self.rank):
-            return self._apply(M, self.coords)
+            return _apply_t2(self.coords, M, self.lr, self.kappa)
         if M.shape == (self.dim, self.dim):
-            return self._apply(M, self.coords @ self.basis.T)
+            return _apply_t2(self.coords @ self.basis.T, M, self.lr, self.kappa)
         raise ValueError(f"M must be ({self.rank}, {self.rank}) or ({self.dim}, {self.dim}), "
                          f"got {M.shape}")
-
-    def _apply(self, M: np.ndarray, C: np.ndarray | None = None) -> np.ndarray:
-        C = self.coords if C is None else C
-        n, eta, k = self.n, self.lr, self.kappa
-        H = C.T @ C / n
-        q = np.einsum("ij,jk,ik->i", C, M, C)  # a_i^T M a_i
-        S = (C.T * q) @ C / n
-        return M - eta * (H @ M + M @ H) + eta**2 * ((1 - k) * H @ M @ H + k * S)
 
     def matrix(self) -> np.ndarray:
         """T_2 as an (r^2, r^2) matrix on row-major vec(M) (small r only)."""
         r = self.rank
-        cols = [self._apply(np.eye(r * r)[j].reshape(r, r)).ravel() for j in range(r * r)]
+        cols = [_apply_t2(self.coords, np.eye(r * r)[j].reshape(r, r), self.lr, self.kappa).ravel()
+                for j in range(r * r)]
         return np.array(cols).T
 
     def expected_square(self) -> np.ndarray:
@@ -304,7 +389,7 @@ class SecondMomentOperator:
 
 
 def second_moment_operator(model, w, lr, batch, *, replacement: bool = False,
-                           method: str = "power", tol: float = 1e-12,
+                           method: str = "auto", tol: float = 1e-12,
                            max_iter: int = 100_000) -> SecondMomentOperator:
     """The exact T_2 of linearised SGD at w and its spectral radius.
 
@@ -319,10 +404,13 @@ def second_moment_operator(model, w, lr, batch, *, replacement: bool = False,
         Batch size B (<= n without replacement).
     replacement : bool
         Sampling scheme (default: without replacement).
-    method : {"power", "dense"}
-        "power": power iteration on r x r matrices, O(n r^2) per step, with a
-        Rayleigh-quotient stopping rule (relative change < tol). "dense":
-        eigenvalues of the (r^2, r^2) matrix; r up to ~40.
+    method : {"auto", "dense", "power"}
+        "dense": all eigenvalues of T_2 on the r(r+1)/2 symmetric matrices
+        (symmetric eigensolver, O(r^6)): exact to rounding, the choice up to
+        r ~ 44. "power": power iteration on r x r matrices, O(n r^2) per step,
+        with a Rayleigh-quotient stopping rule (relative change < tol); slow
+        when T_2's top two eigenvalues are close. "auto": dense when
+        r(r+1)/2 <= 1000, else power.
     tol, max_iter
         Power-iteration stopping rule and cap.
 
@@ -336,41 +424,30 @@ def second_moment_operator(model, w, lr, batch, *, replacement: bool = False,
     n, D = A.shape
     lr = _lr(lr)
     batch, replacement = _batch(batch, n, replacement)
-    if method not in ("power", "dense"):
-        raise ValueError(f"method must be 'power' or 'dense', got {method!r}")
+    if method not in ("auto", "power", "dense"):
+        raise ValueError(f"method must be 'auto', 'power' or 'dense', got {method!r}")
     tol = as_real(tol, "tol", minimum=0.0, strict=True)
     max_iter = as_positive_int(max_iter, "max_iter")
     C, Q = _range_basis(A)
-    op = SecondMomentOperator(lr, batch, replacement, kappa(n, batch, replacement), n, D, Q, C,
-                              0.0, np.zeros((C.shape[1],) * 2), 0, True, method)
     r = C.shape[1]
+    if method == "auto":
+        method = "dense" if r * (r + 1) // 2 <= _DENSE_MAX else "power"
+    kap = kappa(n, batch, replacement)
+    op = SecondMomentOperator(lr, batch, replacement, kap, n, D, Q, C,
+                              0.0, np.zeros((r, r)), 0, True, method)
     if r == 0:
         return op
     if method == "dense":
-        T = op.matrix()
-        evals, evecs = np.linalg.eig(T)
-        j = int(np.argmax(np.abs(evals)))
-        M = np.real(evecs[:, j]).reshape(r, r)
-        M = 0.5 * (M + M.T)
-        M /= np.linalg.norm(M) * (1 if np.trace(M) >= 0 else -1)
-        op.spectral_radius, op.eigenmatrix = float(np.abs(evals[j])), M
+        parts = _T2Parts(C)
+        evals, evecs = np.linalg.eigh(parts.matrix(lr, kap))
+        j = 0 if abs(evals[0]) > abs(evals[-1]) else -1
+        M = (parts.S @ evecs[:, j]).reshape(r, r)
+        M = 0.5 * (M + M.T) * (1 if np.trace(M) >= 0 else -1)
+        op.spectral_radius, op.eigenmatrix = float(abs(evals[j])), M / np.linalg.norm(M)
         op.iterations, op.converged = 1, True
         return op
-    M = np.eye(r) / np.sqrt(r)
-    rho_old, conv, it = np.inf, False, 0
-    for it in range(1, max_iter + 1):
-        TM = op._apply(M)
-        rho = float(np.sum(TM * M))  # Rayleigh quotient, ||M||_F = 1
-        nrm = np.linalg.norm(TM)
-        if not np.isfinite(nrm) or nrm == 0:
-            rho, conv = (0.0, True) if nrm == 0 else (np.inf, False)
-            break
-        M = TM / nrm
-        if abs(rho - rho_old) <= tol * max(abs(rho), 1e-300) and abs(nrm - rho) <= np.sqrt(tol) * rho:
-            conv = True
-            break
-        rho_old = rho
-    op.spectral_radius, op.eigenmatrix, op.iterations, op.converged = rho, 0.5 * (M + M.T), it, conv
+    rho, M, it, conv = _power_radius(C, lr, kap, tol, max_iter)
+    op.spectral_radius, op.eigenmatrix, op.iterations, op.converged = rho, M, it, conv
     return op
 
 
@@ -527,58 +604,184 @@ def moment_growth(model, w, lr, batch, *, order: int = 2, replacement: bool = Fa
                          "resample_every": s})
 
 
-# ------------------------------------------------------------- Wu et al., moment bound
-@dataclass
-class NecessaryConditions:
-    """Wu et al.'s necessary conditions for linear stability (order 2).
+# ------------------------------------------------- verdict, conditions, critical lr
+def _expected_square_top(C: np.ndarray, lr: float, kap: float) -> float:
+    """lambda_max((I - eta H)^2 + eta^2 kappa Sigma) on the range of H (0 when r = 0)."""
+    n, r = C.shape
+    if r == 0:
+        return 0.0
+    H = C.T @ C / n
+    sq = np.einsum("ij,ij->i", C, C)
+    Sigma = (C.T * sq) @ C / n - H @ H
+    P = np.eye(r) - lr * H
+    return float(np.linalg.eigvalsh(P @ P + lr**2 * kap * Sigma)[-1])
 
-    ``sharpness_ok``: a <= 2/eta; ``nonuniformity_ok``: s <= sqrt(1/kappa)/eta
-    (always true for kappa = 0, B = n without replacement); ``satisfied`` both.
+
+@dataclass
+class StabilityConditions:
+    """The linear-stability verdict at a minimum, and the conditions around it.
+
+    ``stable``: spectral_radius(T_2) <= 1, the exact criterion (``spectral_radius``,
+    on the range of H). Around it, each named for what it is:
+
+    - ``sufficient``: ``vector_criterion`` = lambda_max((I - eta H)^2 +
+      eta^2 kappa Sigma) (on the range of H) <= 1. Implies ``stable``.
+    - ``sharpness_ok``: a <= ``sharpness_bound`` = 2/eta. Necessary for ``stable``.
+    - ``nonuniformity_ok``: s <= ``nonuniformity_bound`` = 1/(eta sqrt(kappa))
+      (inf for kappa = 0). With ``sharpness_ok`` it forms Wu et al.'s pair
+      (``wu_pair``), necessary for ``sufficient`` but NOT for ``stable``: a
+      minimum with spectral_radius < 1 can violate it.
+
+    So sufficient => stable => sharpness_ok, and sufficient => wu_pair. When
+    D = 1 (all a_i parallel) sufficient == stable, and the pair is necessary
+    but still not sufficient.
     """
 
+    lr: float
+    batch: int
+    kappa: float
     sharpness: float
     nonuniformity: float
     sharpness_bound: float
     nonuniformity_bound: float
-    kappa: float
+    spectral_radius: float
+    vector_criterion: float
+    stable: bool
+    sufficient: bool
     sharpness_ok: bool
     nonuniformity_ok: bool
 
     @property
-    def satisfied(self) -> bool:
+    def wu_pair(self) -> bool:
+        """Wu et al.'s pair a <= 2/eta, s <= 1/(eta sqrt(kappa)): necessary for ``sufficient`` only."""
         return self.sharpness_ok and self.nonuniformity_ok
 
 
-def necessary_conditions(model, w, lr, batch, *, replacement: bool = False,
+def stability_conditions(model, w, lr, batch, *, replacement: bool = False,
                          quantities: StabilityQuantities | None = None,
-                         rtol: float = 1e-9) -> NecessaryConditions:
-    """Check a <= 2/eta and s <= sqrt(1/kappa)/eta at a single point w.
+                         rtol: float = 1e-9) -> StabilityConditions:
+    """The exact stability verdict rho(T_2) <= 1 at a single point w, and its conditions.
 
-    ``quantities`` reuses a ``sharpness_nonuniformity`` result. ``rtol`` is the
-    slack given to the comparisons (rounding of the eigenvalues).
+    Parameters
+    ----------
+    model : LinearRegression, TwoLayerNet or BNLinearRegression
+    w : array_like, shape (D,)
+    lr : float
+        Learning rate eta > 0.
+    batch : int
+        Batch size B.
+    replacement : bool
+        Sampling scheme (default: without replacement).
+    quantities : StabilityQuantities, optional
+        A ``sharpness_nonuniformity`` result at w, to reuse.
+    rtol : float
+        Slack of every comparison (rounding of the eigenvalues): x <= bound (1 + rtol).
+
+    Returns
+    -------
+    StabilityConditions
+        ``stable`` rests on ``second_moment_operator`` (dense T_2 up to rank 44).
     """
     _check_model(model)
     lr = _lr(lr)
     batch, replacement = _batch(batch, model.n, replacement)
+    rtol = as_real(rtol, "rtol", minimum=0.0)
     q = quantities if quantities is not None else sharpness_nonuniformity(model, w)
     if np.ndim(q.sharpness) != 0:
-        raise ValueError("necessary_conditions takes a single point w")
-    k = kappa(model.n, batch, replacement)
+        raise ValueError("stability_conditions takes a single point w")
+    op = second_moment_operator(model, w, lr, batch, replacement=replacement)
+    k = op.kappa
     a_max = 2.0 / lr
-    s_max = np.inf if k == 0 else np.sqrt(1.0 / k) / lr
-    return NecessaryConditions(q.sharpness, q.nonuniformity, a_max, s_max, k,
+    s_max = np.inf if k == 0 else float(1.0 / (lr * np.sqrt(k)))
+    vec = _expected_square_top(op.coords, lr, k)
+    return StabilityConditions(lr, batch, k, q.sharpness, q.nonuniformity, a_max, s_max,
+                               op.spectral_radius, vec,
+                               bool(op.spectral_radius <= 1 + rtol), bool(vec <= 1 + rtol),
                                bool(q.sharpness <= a_max * (1 + rtol)),
                                bool(q.nonuniformity <= s_max * (1 + rtol)))
 
 
+def critical_lr(model, w, batch, *, replacement: bool = False, criterion: str = "exact",
+                xtol: float = 1e-12):
+    """The largest learning rate at which the minimum w is linearly stable, per batch size.
+
+    "exact": the eta with spectral_radius(T_2) = 1, found by root finding
+    (Brent's method). rho(T_2) is convex in eta (the top eigenvalue of
+    I - eta L + eta^2 Q, Q PSD), equals 1 at eta = 0 and decreases from there,
+    so {eta : rho(T_2) <= 1} = (0, eta*] and the root is unique; eta* <= 2/a.
+    "sufficient": the eta with lambda_max((I - eta H)^2 + eta^2 kappa Sigma) = 1
+    on the range of H (convex in eta likewise), a lower bound of the exact one.
+
+    Parameters
+    ----------
+    model : LinearRegression, TwoLayerNet or BNLinearRegression
+    w : array_like, shape (D,)
+    batch : int or array_like of int, shape (K,)
+        Batch size(s) B.
+    replacement : bool
+        Sampling scheme (default: without replacement).
+    criterion : {"exact", "sufficient"}
+    xtol : float
+        Relative tolerance of the root.
+
+    Returns
+    -------
+    float or ndarray, shape (K,)
+        eta*, one per batch size; inf where H = 0. B = n without replacement
+        (kappa = 0) gives 2/a.
+    """
+    A = _point(model, w)
+    n = A.shape[0]
+    if criterion not in ("exact", "sufficient"):
+        raise ValueError(f"criterion must be 'exact' or 'sufficient', got {criterion!r}")
+    xtol = as_real(xtol, "xtol", minimum=0.0, strict=True)
+    single = np.ndim(batch) == 0
+    batches = [_batch(b, n, replacement)[0] for b in np.atleast_1d(batch).tolist()]
+    C = _range_basis(A)[0]
+    r = C.shape[1]
+    out = np.full(len(batches), np.inf)
+    if r > 0:
+        from scipy.optimize import brentq
+
+        hi = 2.0 * n / np.linalg.svd(C, compute_uv=False)[0] ** 2  # 2 / a
+        parts = _T2Parts(C) if criterion == "exact" and r * (r + 1) // 2 <= _DENSE_MAX else None
+        for j, B in enumerate(batches):
+            kap = kappa(n, B, replacement)
+            if criterion == "sufficient":
+                def f(lr, kap=kap):
+                    return _expected_square_top(C, lr, kap) - 1.0
+            elif parts is not None:
+                def f(lr, kap=kap):
+                    return parts.radius(lr, kap) - 1.0
+            else:
+                def f(lr, kap=kap):
+                    return _power_radius(C, lr, kap, 1e-14, 1_000_000)[0] - 1.0
+            if f(hi) <= 0:  # the root is 2/a itself (kappa = 0)
+                out[j] = hi
+                continue
+            lo = 0.5 * hi
+            while f(lo) >= 0:  # below eta* rho < 1 (convexity); halve until there
+                lo *= 0.5
+                if lo < 1e-12 * hi:
+                    raise RuntimeError("critical_lr: no stable learning rate found above "
+                                       f"{lo:.3e} (H nearly singular on its range?)")
+            out[j] = brentq(f, lo, hi, xtol=xtol * lo, rtol=max(xtol, 4 * np.finfo(float).eps))
+    return float(out[0]) if single else out
+
+
 def stability_boundary(lr: float, batch: int, n: int, *, replacement: bool = False,
                        points: int = 200) -> dict:
-    """The stability region in the (a, s) plane for plotting.
+    """The sufficient criterion's closed-form curve in the (a, s) plane, for plotting.
 
-    Returns the box of the necessary conditions (``a_max`` = 2/eta,
-    ``s_max`` = sqrt(1/kappa)/eta) and the curve (1 - eta a)^2 + eta^2 kappa s^2 = 1
-    (``a``, ``s`` arrays): the exact boundary when H and Sigma share their top
-    eigenvector, inside the box.
+    Returns the curve (1 - eta a)^2 + eta^2 kappa s^2 = 1 (``a``, ``s`` arrays):
+    the vector criterion lambda_max((I - eta H)^2 + eta^2 kappa Sigma) <= 1
+    evaluated along one direction shared by the top eigenvectors of H and Sigma.
+    It is NOT the exact stability boundary (rho(T_2) = 1 depends on more than
+    a and s: for a_i = (2, 0), (0.5, +-1), B = 1 the curve gives eta = 0.5414,
+    the exact critical eta is 0.5565; use ``critical_lr``); it is exact when
+    D = 1 (all a_i parallel). Also returns ``a_max`` = 2/eta (a <= a_max is necessary for
+    stability) and ``s_max`` = 1/(eta sqrt(kappa)) (s <= s_max is necessary for
+    the sufficient criterion only), and ``kappa``.
     """
     lr = _lr(lr)
     n = as_positive_int(n, "n")
@@ -588,15 +791,18 @@ def stability_boundary(lr: float, batch: int, n: int, *, replacement: bool = Fal
     s = (np.sqrt(np.clip(1 - (1 - lr * a) ** 2, 0, None) / k) / lr if k > 0
          else np.full(points, np.inf))
     return {"a_max": 2.0 / lr, "s_max": np.inf if k == 0 else np.sqrt(1 / k) / lr, "kappa": k,
-            "a": a, "s": s}
+            "a": a, "s": s, "criterion": "sufficient, one direction"}
 
 
 def gradient_moment_ratio(model, w, lr, batch, *, k: int = 1) -> np.ndarray:
     """Ma & Ying's moment bound at a minimum, as a ratio (<= 1 where it holds).
 
     (1/n) sum_i ||a_i||_{2k}^{2k} / (2 D (2B)^(k-1) / eta^k), with ||.||_{2k}
-    the vector 2k-norm and D the number of parameters. w (D,) or (B, D):
-    returns a float or a (B,) array.
+    the vector 2k-norm and D the number of parameters (Ma & Ying, Theorem 2:
+    it holds at minima linearly stable of order k). k = 1 is vacuous beside
+    a <= 2/eta: its ratio is eta tr(H) / (2D) <= eta a / 2; k >= 2 bound the
+    higher moments, the paper's contribution. w (D,) or (B, D): returns a
+    float or a (B,) array.
     """
     _check_model(model)
     lr = _lr(lr)

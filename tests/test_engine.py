@@ -239,16 +239,6 @@ def test_run_validation(kwargs, exc, match):
                      args.pop("steps"), **args)
 
 
-def test_theorem_4_2_holds_on_a_run():
-    model = ps.BNLinearRegression.synthetic(d=12, n=8, seed=3)
-    w0 = model.random_point(seed=0, norm=20.0)  # eff_lr(0) small enough to apply
-    lr, wd = 0.5, 1e-3
-    thm = ps.theory.theorem_4_2(model, w0, lr, wd)
-    assert thm.applicable and thm.T0 > 0
-    tr = ps.run_gd_wd(model, w0, lr, wd, thm.T0, record_every=1, sharpness_every=0)
-    assert 0 <= thm.witness(tr) <= thm.T0
-
-
 def test_reduced_update_equals_direct_update():
     """The singular-basis shortcut for BN linear regression is the same GD+WD."""
     for n, d in ((20, 40), (30, 10)):  # overparameterised and not

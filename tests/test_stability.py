@@ -109,15 +109,10 @@ def test_second_moment_of_the_update_matches_the_kappa_closed_form(replacement, 
     assert rel_err(acc / count, closed) < 1e-13
 
 
-@pytest.mark.parametrize("replacement", [False, True])
-def test_t2_spectral_radius_matches_the_enumerated_operator(replacement):
-    m = _linreg(n=6, d=3, seed=6)
-    w = np.zeros(m.dim)
-    q = stability.sharpness_nonuniformity(m, w)
-    A = m.param_gradients(w)
+def _enumerated_t2(A, eta, B, replacement=False):
+    """T_2 = E_I (I - eta H_I) (x) (I - eta H_I) over every batch: (D^2, D^2)."""
     n, D = A.shape
     Hs = np.einsum("ni,nj->nij", A, A)
-    eta, B = 1.5 / q.sharpness, 2
     batches = (itertools.product(range(n), repeat=B) if replacement
                else itertools.combinations(range(n), B))
     T, count = np.zeros((D * D, D * D)), 0
@@ -125,13 +120,30 @@ def test_t2_spectral_radius_matches_the_enumerated_operator(replacement):
         M = np.eye(D) - eta * Hs[list(I)].mean(0)
         T += np.kron(M, M)
         count += 1
-    rho_dense = np.max(np.abs(np.linalg.eigvals(T / count)))
-    op = stability.second_moment_operator(m, w, eta, B, replacement=replacement)
-    assert op.converged
-    assert op.spectral_radius == pytest.approx(rho_dense, rel=1e-8)
-    dense = stability.second_moment_operator(m, w, eta, B, replacement=replacement,
-                                             method="dense")
-    assert dense.spectral_radius == pytest.approx(rho_dense, rel=1e-10)
+    return T / count
+
+
+def _enumerated_rho(A, eta, B, replacement=False):
+    return np.max(np.abs(np.linalg.eigvals(_enumerated_t2(A, eta, B, replacement))))
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+def test_t2_spectral_radius_matches_the_enumerated_operator(replacement):
+    m = _linreg(n=6, d=3, seed=6)
+    w = np.zeros(m.dim)
+    q = stability.sharpness_nonuniformity(m, w)
+    eta, B = 1.5 / q.sharpness, 2
+    rho_dense = _enumerated_rho(m.param_gradients(w), eta, B, replacement)
+    for method in ("auto", "dense", "power"):
+        op = stability.second_moment_operator(m, w, eta, B, replacement=replacement,
+                                              method=method)
+        assert op.converged
+        assert op.spectral_radius == pytest.approx(rho_dense, rel=1e-8 if method == "power"
+                                                   else 1e-12), method
+        # the Perron eigenmatrix: PSD, and T_2(M) = rho M
+        M = op.eigenmatrix
+        assert np.linalg.eigvalsh(M)[0] >= -1e-8
+        assert rel_err(op.apply(M), op.spectral_radius * M) < 1e-6
 
 
 def test_sharpness_and_nonuniformity_match_dense_numpy():
@@ -225,17 +237,119 @@ def test_diverging_sgd_is_flagged_and_the_rest_completes():
     assert np.isfinite(res.loss[-1, [0, 2]]).all() and np.isnan(res.loss[-1, 1])
 
 
-def test_sgd_found_minima_satisfy_the_necessary_conditions_and_moment_bound():
+def test_sgd_found_minima_are_linearly_stable_and_meet_the_moment_bounds():
     m = _linreg(n=12, d=4, seed=10)
     a = stability.sharpness_nonuniformity(m, np.zeros(m.dim)).sharpness
     for lr_a, B in [(0.5, 2), (1.2, 4), (1.6, 12)]:
         res = run_sgd(m, np.zeros(m.dim), lr_a / a, B, 3000, seed=2)
         assert res.loss[-1] < 1e-20, (lr_a, B)  # SGD reached the interpolating minimum
         w = res.w
-        cond = stability.necessary_conditions(m, w, lr_a / a, B)
-        assert cond.satisfied, (lr_a, B, cond)
+        cond = stability.stability_conditions(m, w, lr_a / a, B)
+        assert cond.stable and cond.sharpness_ok, (lr_a, B, cond)
+        assert cond.spectral_radius == pytest.approx(
+            _enumerated_rho(m.param_gradients(w), lr_a / a, B), rel=1e-10)
         assert stability.is_linearly_stable(m, w, lr_a / a, B)
-        assert stability.gradient_moment_ratio(m, w, lr_a / a, B, k=1) <= 1.0
+        for k in (2, 3):
+            assert stability.gradient_moment_ratio(m, w, lr_a / a, B, k=k) <= 1.0
+
+
+# -- the stability criteria: exact, sufficient, necessary ------------------------------
+def _audit_problem():
+    """LinearRegression n 7, D 3 (seed 11, found by a seeded search), B 3, eta a = 1.16."""
+    X = np.random.default_rng(11).standard_normal((7, 3))
+    m = LinearRegression(X, X @ np.ones(3))
+    a = np.linalg.eigvalsh(X.T @ X / 7)[-1]
+    return m, 1.16 / a, 3
+
+
+def test_a_stable_minimum_can_violate_wu_s_bound():
+    """Regression (issue 13 item 1): s <= 1/(eta sqrt(kappa)) is not necessary for rho(T_2) <= 1."""
+    m, eta, B = _audit_problem()
+    w = np.zeros(m.dim)
+    A = m.param_gradients(w)
+    n, D = A.shape
+    T = _enumerated_t2(A, eta, B)  # every one of the 35 batches
+    rho = np.max(np.abs(np.linalg.eigvals(T)))
+    # E ||x_t||^2 from x_0 ~ N(0, I/D), exactly: vec(E x x^T) evolves by T
+    m2 = np.eye(D).ravel() / D
+    for _ in range(400):
+        m2 = T @ m2
+    growth = np.trace(m2.reshape(D, D))
+    Hs = np.einsum("ni,nj->nij", A, A)
+    H = Hs.mean(0)
+    Sigma = np.einsum("nij,njk->ik", Hs, Hs) / n - H @ H
+    kap = (n - B) / (B * (n - 1))
+    s = np.sqrt(np.linalg.eigvalsh(Sigma)[-1])
+    assert rho < 0.98 and growth < 0.03  # stable, and visibly so
+    assert eta * np.sqrt(kap) * s > 1.02  # yet the s bound fails
+    c = stability.stability_conditions(m, w, eta, B)
+    assert c.stable and c.spectral_radius == pytest.approx(rho, rel=1e-12)
+    assert c.sharpness_ok and not c.nonuniformity_ok and not c.wu_pair
+    P = np.eye(D) - eta * H
+    assert c.vector_criterion == pytest.approx(
+        np.linalg.eigvalsh(P @ P + eta**2 * kap * Sigma)[-1], rel=1e-12)
+    assert not c.sufficient  # the criterion the pair is necessary for fails too
+    assert stability.is_linearly_stable(m, w, eta, B)
+
+
+def test_sufficient_implies_stable_implies_necessary_and_d1_sufficient_is_exact():
+    rng = np.random.default_rng(21)
+    seen = set()
+    for trial in range(60):
+        D = 1 if trial % 4 == 0 else 3
+        X = rng.standard_normal((6, D)) * rng.uniform(0.3, 2.0, D)
+        m = LinearRegression(X, np.zeros(6))
+        w = np.zeros(D)
+        B = int(rng.integers(1, 6))
+        eta = rng.uniform(0.6, 1.05) * stability.critical_lr(m, w, B)
+        c = stability.stability_conditions(m, w, eta, B)
+        assert c.stable == (_enumerated_rho(X, eta, B) <= 1 + 1e-9)
+        assert (not c.sufficient or c.stable) and (not c.stable or c.sharpness_ok)
+        assert not c.sufficient or c.wu_pair
+        if D == 1:  # T_2 is the number (1 - eta a)^2 + eta^2 kappa s^2
+            assert c.sufficient == c.stable and (not c.stable or c.wu_pair)
+        seen.add((c.stable, c.sufficient, c.wu_pair))
+    # every implication was put to the test (stable without the pair: the audit problem above)
+    assert {(True, True, True), (True, False, True), (False, False, False)} <= seen
+
+
+def test_critical_lr_is_the_exact_boundary_by_enumeration():
+    """Regression (issue 13 item 2): a_i = (2, 0), (0.5, +-1), B = 1."""
+    from scipy.optimize import brentq
+
+    A = np.array([[2.0, 0.0], [0.5, 1.0], [0.5, -1.0]])
+    m = LinearRegression(A, np.zeros(3))
+    w = np.zeros(2)
+    exact = brentq(lambda e: _enumerated_rho(A, e, 1) - 1, 0.3, 2 / 1.5, xtol=1e-15)
+    assert exact == pytest.approx(0.5565, abs=5e-5)
+    assert stability.critical_lr(m, w, 1) == pytest.approx(exact, rel=1e-10)
+    # H = diag(1.5, 2/3), Sigma = diag(79/24, 7/18), kappa = 1: sufficient criterion in closed form
+    suff = 3 / (1.5**2 + 79 / 24)
+    assert suff == pytest.approx(0.5414, abs=5e-5)
+    assert stability.critical_lr(m, w, 1, criterion="sufficient") == pytest.approx(suff, rel=1e-10)
+    # the closed-form curve is that sufficient criterion: it passes through (a, s) at eta = suff
+    b = stability.stability_boundary(suff, 1, 3, points=3)  # a = 0, 1/suff, 2/suff
+    assert b["a"][1] == pytest.approx(1 / suff)
+    curve_s = np.sqrt(1 - (1 - suff * 1.5) ** 2) / suff
+    assert curve_s == pytest.approx(np.sqrt(79 / 24), rel=1e-12)
+    # per batch size, with and without replacement, against enumeration
+    for rep, Bs in ((False, [1, 2, 3]), (True, [1, 2, 4])):
+        etas = stability.critical_lr(m, w, Bs, replacement=rep)
+        assert etas.shape == (3,)
+        for eta, B in zip(etas, Bs):
+            assert _enumerated_rho(A, eta * (1 - 1e-6), B, rep) < 1 < _enumerated_rho(
+                A, eta * (1 + 1e-6), B, rep)
+        assert np.all(stability.critical_lr(m, w, Bs, replacement=rep,
+                                            criterion="sufficient") <= etas * (1 + 1e-12))
+    assert stability.critical_lr(m, w, 3) == pytest.approx(2 / 1.5, rel=1e-14)  # B = n: 2/a
+
+
+def test_critical_lr_power_path_matches_the_dense_path(monkeypatch):
+    m, eta, B = _audit_problem()
+    w = np.zeros(m.dim)
+    dense = stability.critical_lr(m, w, [1, 3])
+    monkeypatch.setattr(stability, "_DENSE_MAX", 0)
+    assert rel_err(stability.critical_lr(m, w, [1, 3]), dense) < 1e-9
 
 
 def test_input_smoothness_and_the_multiplicative_inequality():
@@ -254,6 +368,9 @@ def test_input_smoothness_and_the_multiplicative_inequality():
     (lambda m: run_sgd(m, np.zeros(3), 0.1, 0, 10), "batch"),
     (lambda m: run_sgd(m, np.full(3, np.nan), 0.1, 2, 10), "non-finite"),
     (lambda m: stability.moment_growth(m, np.zeros(3), 0.1, 2, order=0), "order"),
+    (lambda m: stability.critical_lr(m, np.zeros(3), 2, criterion="wu"), "criterion"),
+    (lambda m: stability.critical_lr(m, np.zeros(3), [2, 99]), "batch"),
+    (lambda m: stability.stability_conditions(m, np.zeros(3), 0.0, 2), "lr"),
 ])
 def test_bad_input_is_refused_with_the_argument_named(call, match):
     with pytest.raises((ValueError, TypeError), match=match):
