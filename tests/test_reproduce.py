@@ -1,6 +1,7 @@
 """Every `pysharp reproduce` experiment runs (quick) and reports the predicted effects."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -110,8 +111,10 @@ def test_readme_numbers_are_those_of_a_default_run(tmp_path):
     # a stale number and a changed text are both caught
     text = tool.README.read_text()
     summaries = tool._summaries(tmp_path)
+    # The slope is measured after EoS entry, where rounding (SIMD width, build)
+    # moves it within the tool's tolerance: make the README's own number stale.
     slope = summaries["tracking"]["fitted_slope"]
-    stale = text.replace(f"fitted slope {slope:.2f}", f"fitted slope {slope * 1.5:.2f}")
+    stale = re.sub(r"fitted slope [0-9.]+", f"fitted slope {slope * 1.5:.2f}", text)
     assert stale != text and tool.check(stale, summaries)
     assert tool.check(text.replace("(theory ≥ 1/4)", "(theory ≥ 1/3)"), summaries)
     assert not tool.check(tool.update(stale, summaries), summaries)

@@ -232,8 +232,8 @@ class TrajectoryRunner {
   // False once no lane is left running.
   PYSHARP_HD bool observe(long long t) {
     const int D = m_.dim();
-    const Mask defined = state_.evaluate(loss_, norm2_, gnorm2_) & is_finite(loss_) &
-                         is_finite(gnorm2_) & is_finite(norm2_);
+    const Mask evaluated = state_.evaluate(loss_, norm2_, gnorm2_);  // before the checks
+    const Mask defined = evaluated & is_finite(loss_) & is_finite(gnorm2_) & is_finite(norm2_);
     if (any(live_ & !defined))
       for (int l = 0; l < lanes_; ++l)
         if (alive_[l] && !lane(defined, l)) flag(l, t);

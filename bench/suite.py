@@ -1,0 +1,306 @@
+"""The engine's targets in one run: every workload of the lane engine, pysharp vs its peers.
+
+Each row times pysharp and the peers a user would pick instead (JAX jit+vmap,
+the NumPy reference, Numba) on the same inputs, after checking that they agree
+(relative deviation <= 1e-8 on a short run before EoS entry; float32 rows and
+sharpness rows to looser, stated bounds). Throughput is work per second (best
+of 3 after a warm-up); ratios are pysharp / peer. With ``--baseline PATH`` the
+pysharp rows are also timed, in a subprocess, on an older pysharp tree (its
+compiled core built), so one run gives the before and after columns.
+
+Usage (from the repository root)::
+
+    python -m bench.suite                         # about 2-4 minutes on 2 cores
+    python -m bench.suite --quick                 # smaller, under a minute
+    python -m bench.suite --baseline ../old-tree --json bench-suite.json --markdown table.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+try:
+    from bench._common import LoadMonitor, import_pysharp
+except ImportError:  # run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench._common import LoadMonitor, import_pysharp
+from bench.engine import Problem, machine_info, make_numba, numpy_gd_wd, rel_dev
+from bench.kernels import jax_kernels, jax_loss
+
+LR, WD = 0.5, 2e-4
+
+
+def best_rate(fn, work: float, repeats: int = 3) -> dict:
+    """work / best wall time of fn over repeats, after a warm-up call."""
+    fn()
+    best, load = np.inf, 0.0
+    for _ in range(repeats):
+        with LoadMonitor() as mon:
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+        if dt < best:
+            best, load = dt, mon.other
+    return {"rate": work / best, "seconds": best, "load": load}
+
+
+def import_jax():
+    try:
+        import jax
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+def jax_gd_wd(jax, loss, lr, wd, dtype):
+    """jit(vmap(fori_loop of GD+WD steps)) on the autodiff gradient of ``loss``."""
+    jnp = jax.numpy
+    grad = jax.grad(loss)
+    decay = 1.0 - lr * wd
+
+    def trajectory(w0, steps):
+        return jax.lax.fori_loop(0, steps, lambda _, w: decay * w - lr * grad(w), w0)
+
+    run = jax.jit(jax.vmap(trajectory, in_axes=(0, None)))
+    return lambda W0, steps: np.asarray(
+        run(jnp.asarray(W0, dtype=dtype), jnp.int32(steps)).block_until_ready())
+
+
+# --------------------------------------------------------------------------- workloads
+def trajectory_workloads(ps, quick: bool):
+    """(key, model, jax name, B, steps, lr, wd, init norm)."""
+    s = 4 if quick else 1
+    lin = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
+    big = ps.BNLinearRegression.synthetic(d=100, n=200, seed=0)
+    mc800 = ps.BNMatrixCompletion.synthetic(size=20, true_rank=2, rank=20, seed=0)
+    mc80 = ps.BNMatrixCompletion.synthetic(size=10, true_rank=2, rank=4, seed=0)
+    toy = ps.Toy3D(c=10.0)
+    return [
+        ("bn_linreg d40 n20 B4096", lin, "bn_linreg", 4096 // s, 1000 // s, LR, WD, 3.0),
+        ("bn_linreg d100 n200 B1024", big, "bn_linreg", 1024 // s, 200 // s, LR, WD, 3.0),
+        ("bn_mc D800 B256", mc800, "bn_mc", 256 // s, 200 // s, 0.1, 1e-3, 10.0),
+        ("bn_mc D80 B4096", mc80, "bn_mc", 4096 // s, 300 // s, 0.1, 1e-3, 10.0),
+        ("toy3d B65536", toy, "toy3d", 65536 // s, 1000 // s, 0.1, 1e-3, 3.0),
+    ]
+
+
+def pysharp_rows(ps, quick: bool) -> dict:
+    """Every pysharp-only measurement, keyed by row name: {"rate": ...}."""
+    out = {}
+    for key, model, _, B, steps, lr, wd, norm in trajectory_workloads(ps, quick):
+        W0 = model.random_point(B, seed=1, norm=norm)
+        kw = dict(record_every=steps, sharpness_every=0)
+        if isinstance(model, ps.BNLinearRegression):
+            kw["reduced"] = False
+        out[key] = best_rate(lambda: ps.run_gd_wd(model, W0, lr, wd, steps, **kw), B * steps)
+        if key.startswith("bn_linreg d40"):
+            W32 = W0.astype(np.float32)
+            out[key + " float32"] = best_rate(
+                lambda: ps.run_gd_wd(model, W32, lr, wd, steps, **kw), B * steps)
+            tracked = dict(kw, sharpness_every=100)
+            out[key + " sharpness every 100"] = best_rate(
+                lambda: ps.run_gd_wd(model, W0, lr, wd, steps, **tracked), B * steps)
+            reduced = dict(kw, reduced=True)
+            out[key + " reduced"] = best_rate(
+                lambda: ps.run_gd_wd(model, W0, lr, wd, steps, **reduced), B * steps)
+    kb = 1024 if quick else 4096
+    lin = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
+    mc = ps.BNMatrixCompletion.synthetic(size=20, true_rank=2, rank=20, seed=0)
+    for name, model in (("bn_linreg", lin), ("bn_mc", mc), ("toy3d", ps.Toy3D(c=10.0))):
+        W = model.random_point(kb, seed=2, norm=2.0)
+        V = np.random.default_rng(3).standard_normal(W.shape)
+        out[f"kernel {name} loss+grad B{kb}"] = best_rate(lambda: model.loss_and_grad(W), kb)
+        out[f"kernel {name} hvp B{kb}"] = best_rate(lambda: model.hvp(W, V), kb)
+    P = 64 if quick else 256
+    Wp = lin.random_point(P, seed=4, norm=2.0)
+    out[f"spherical_sharpness d40 B{P}"] = best_rate(
+        lambda: ps.spherical_sharpness(lin, Wp, method="lanczos"), P)
+    return out
+
+
+def peer_rows(ps, quick: bool, checks: list) -> dict:
+    """Peer measurements keyed as pysharp_rows, each a dict of peer -> {"rate": ...}."""
+    jax = import_jax()
+    out: dict = {}
+    for key, model, jname, B, steps, lr, wd, norm in trajectory_workloads(ps, quick):
+        W0 = model.random_point(B, seed=1, norm=norm)
+        peers = {}
+        short = min(steps, 50)
+        kw = dict(record_every=short, sharpness_every=0)
+        if isinstance(model, ps.BNLinearRegression):
+            kw["reduced"] = False
+        ref = ps.run_gd_wd(model, W0[:64], lr, wd, short, **kw).w
+        if jax is not None:
+            jrun = jax_gd_wd(jax, jax_loss(jname, model, jax.numpy, np.float64), lr, wd,
+                             np.float64)
+            dev = rel_dev(jrun(W0[:64], short), ref)
+            checks.append({"row": key, "peer": "jax", "rel_dev": dev, "ok": dev <= 1e-8})
+            peers["jax"] = best_rate(lambda: jrun(W0, steps), B * steps)
+        if jname == "bn_linreg":
+            prob = Problem(model)
+            dev = rel_dev(numpy_gd_wd(prob, W0[:64], lr, wd, short), ref)
+            checks.append({"row": key, "peer": "numpy", "rel_dev": dev, "ok": dev <= 1e-8})
+            np_steps = max(steps // 10, 1)
+            peers["numpy"] = best_rate(lambda: numpy_gd_wd(prob, W0, lr, wd, np_steps),
+                                       B * np_steps, repeats=1)
+            if key.startswith("bn_linreg d40"):
+                try:
+                    import numba
+                    nrun = make_numba(numba)
+                    dev = rel_dev(nrun(prob, W0[:64], lr, wd, short), ref)
+                    checks.append({"row": key, "peer": "numba", "rel_dev": dev,
+                                   "ok": dev <= 1e-8})
+                    peers["numba (naive prange)"] = best_rate(
+                        lambda: nrun(prob, W0, lr, wd, steps), B * steps)
+                    nb_kw = dict(kw, reduced=False, backend="numba")
+                    nb = ps.run_gd_wd(model, W0[:64], lr, wd, short, **nb_kw).w
+                    dev = rel_dev(nb, ref)
+                    checks.append({"row": key, "peer": "pysharp numba backend",
+                                   "rel_dev": dev, "ok": dev <= 1e-8})
+                    nb_steps = max(steps // 10, 1)
+                    peers["pysharp numba backend"] = best_rate(
+                        lambda: ps.run_gd_wd(model, W0, lr, wd, nb_steps,
+                                             **dict(nb_kw, record_every=nb_steps)),
+                        B * nb_steps, repeats=1)
+                except ImportError:
+                    pass
+        out[key] = peers
+    kb = 1024 if quick else 4096
+    lin = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
+    mc = ps.BNMatrixCompletion.synthetic(size=20, true_rank=2, rank=20, seed=0)
+    from pysharp import reference
+    oracles = {
+        "bn_linreg": reference.BNLinearRegressionReference(lin.X, lin.y),
+        "bn_mc": reference.BNMatrixCompletionReference(mc.rows, mc.cols, mc.values, mc.shape,
+                                                       mc.rank),
+        "toy3d": reference.Toy3DReference(10.0),
+    }
+    for name, model in (("bn_linreg", lin), ("bn_mc", mc), ("toy3d", ps.Toy3D(c=10.0))):
+        W = model.random_point(kb, seed=2, norm=2.0)
+        V = np.random.default_rng(3).standard_normal(W.shape)
+        ref = oracles[name]
+        g_ps, hv_ps = model.loss_and_grad(W)[1], model.hvp(W, V)
+        lg_peers = {"numpy reference": best_rate(lambda: ref.grad(W), kb)}
+        hv_peers = {"numpy reference": best_rate(lambda: ref.hvp(W, V), kb)}
+        checks.append({"row": f"kernel {name}", "peer": "numpy reference",
+                       "rel_dev": max(rel_dev(ref.grad(W), g_ps), rel_dev(ref.hvp(W, V), hv_ps)),
+                       "ok": True})
+        if jax is not None:
+            lg, hvp = jax_kernels(jax, jax_loss(name, model, jax.numpy, np.float64))
+            jW, jV = jax.numpy.asarray(W), jax.numpy.asarray(V)
+            dev = max(rel_dev(np.asarray(lg(jW)[1]), g_ps), rel_dev(np.asarray(hvp(jW, jV)), hv_ps))
+            checks.append({"row": f"kernel {name}", "peer": "jax", "rel_dev": dev,
+                           "ok": dev <= 1e-8})
+            lg_peers["jax"] = best_rate(lambda: lg(jW)[1].block_until_ready(), kb)
+            hv_peers["jax"] = best_rate(lambda: hvp(jW, jV).block_until_ready(), kb)
+        out[f"kernel {name} loss+grad B{kb}"] = lg_peers
+        out[f"kernel {name} hvp B{kb}"] = hv_peers
+    P = 64 if quick else 256
+    Wp = lin.random_point(P, seed=4, norm=2.0)
+    if jax is not None:
+        loss = jax_loss("bn_linreg", lin, jax.numpy, np.float64)
+
+        @jax.jit
+        def top(W):
+            Wn = W / jax.numpy.linalg.norm(W, axis=1, keepdims=True)
+            return jax.numpy.linalg.eigvalsh(jax.vmap(jax.hessian(loss))(Wn))[:, -1]
+
+        ours = ps.spherical_sharpness(lin, Wp, method="lanczos").eigenvalues[:, 0]
+        dev = rel_dev(np.asarray(top(jax.numpy.asarray(Wp))), ours)
+        checks.append({"row": "spherical_sharpness", "peer": "jax", "rel_dev": dev,
+                       "ok": dev <= 1e-8})
+        out[f"spherical_sharpness d40 B{P}"] = {
+            "jax vmap(hessian)+eigvalsh": best_rate(
+                lambda: top(jax.numpy.asarray(Wp)).block_until_ready(), P)}
+    return out
+
+
+def baseline_rows(path: str, quick: bool) -> dict:
+    """pysharp_rows measured on another pysharp tree, in a subprocess."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "base.json"
+        env = dict(os.environ, PYTHONPATH=str(Path(path).resolve()) + os.pathsep +
+                   str(Path(__file__).resolve().parent.parent))
+        cmd = [sys.executable, "-m", "bench.suite", "--pysharp-only", "--json", str(out)]
+        if quick:
+            cmd.append("--quick")
+        subprocess.run(cmd, check=True, env=env, cwd=tmp)
+        return json.loads(out.read_text())["pysharp"]
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def table(result: dict) -> str:
+    """Markdown: one row per workload, pysharp (before, after), peers, ratios."""
+    peak = result["machine"].get("peak_fp64_gflops_estimate")
+    lines = ["| workload | before | pysharp | peers (rate) | pysharp / peer | % FP64 peak |",
+             "|---|---|---|---|---|---|"]
+    flops = result.get("flops_per_unit", {})
+    for key, row in result["pysharp"].items():
+        before = result.get("baseline", {}).get(key, {}).get("rate")
+        peers = result.get("peers", {}).get(key, {})
+        rate = row["rate"]
+        pct = ""
+        if peak and key in flops:
+            pct = f"{100 * rate * flops[key] / (peak * 1e9):.1f}%"
+        lines.append("| " + " | ".join([
+            key, fmt(before) if before else "", fmt(rate),
+            ", ".join(f"{p} {fmt(v['rate'])}" for p, v in peers.items()),
+            ", ".join(f"{rate / v['rate']:.2f}x {p}" for p, v in peers.items()),
+            pct]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller batches and runs")
+    ap.add_argument("--baseline", metavar="PATH", help="an older pysharp tree to time too")
+    ap.add_argument("--pysharp-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    ap.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    args = ap.parse_args(argv)
+    ps, note = import_pysharp()
+    result = {"machine": machine_info(), "quick": args.quick,
+              "pysharp": pysharp_rows(ps, args.quick)}
+    if not args.pysharp_only:
+        if note:
+            print(note)
+        checks: list = []
+        result["peers"] = peer_rows(ps, args.quick, checks)
+        result["checks"] = checks
+        if args.baseline:
+            result["baseline"] = baseline_rows(args.baseline, args.quick)
+        lin = Problem(ps.BNLinearRegression.synthetic(d=40, n=20, seed=0))
+        big = Problem(ps.BNLinearRegression.synthetic(d=100, n=200, seed=0))
+        result["flops_per_unit"] = {
+            "bn_linreg d40 n20 B4096": lin.flops_per_step,
+            "bn_linreg d40 n20 B4096 float32": lin.flops_per_step,
+            "bn_linreg d100 n200 B1024": big.flops_per_step}
+        if args.quick:
+            result["flops_per_unit"] = {}
+        for c in checks:
+            if not c["ok"]:
+                print(f"MISMATCH {c['row']} vs {c['peer']}: rel dev {c['rel_dev']:.2e}")
+        md = table(result)
+        print(md)
+        if args.markdown:
+            Path(args.markdown).write_text(md + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
