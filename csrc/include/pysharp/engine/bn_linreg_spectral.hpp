@@ -92,7 +92,7 @@ struct SpectralState {
     }
     return w;
   }
-  PYSHARP_HD Real grad_dot(const Real* v) const {  // v . V (sigma * gb)
+  PYSHARP_HD Real grad_dot(int /*lane*/, const Real* v) const {  // v . V (sigma * gb)
     Real acc = Real(0);
     for (int k = 0; k < s.r; ++k) {
       Real vk = Real(0);

@@ -208,6 +208,8 @@ class TrajectoryRunner {
       }
     }
     eta_ = lr_;
+    if (c.sharpness_every <= 0) next_sh_ = -1;
+    if (c.theta_every <= 0) next_th_ = -1;
   }
 
   // One trajectory (W = 1).
@@ -238,20 +240,24 @@ class TrajectoryRunner {
       for (int l = 0; l < lanes_; ++l)
         if (alive_[l] && !lane(defined, l)) flag(l, t);
     if (!any(live_)) return false;
-    norm_ = sqrt_(norm2_);
-    // Effective LR of this step on the sphere: theta+ = Pi(theta - eff grad L(theta)).
-    if (on_sphere_) {
-      eff_ = eta_;
-    } else if (c_.method == Method::scalar_rmsprop) {
+    if (c_.method == Method::scalar_rmsprop)
       rms_v_ = Real(c_.rms_beta) * rms_v_ + Real(1 - c_.rms_beta) * gnorm2_;
+    // Events come from counters, not t % every: an integer division per step
+    // costs as much as a small model's whole update.
+    const bool sharp = t == next_sh_, record = t == next_rec_, snapshot = t == next_th_;
+    if (sharp) next_sh_ += c_.sharpness_every;
+    if (record) next_rec_ += c_.record_every;
+    if (snapshot) next_th_ += c_.theta_every;
+    const bool event = sharp || record || snapshot;
+    if (event || on_sphere_ || c_.jitter > 0) norm_ = sqrt_(norm2_);
+    if (!event) return true;
+    // Effective LR of this step on the sphere: theta+ = Pi(theta - eff grad L(theta)).
+    if (on_sphere_)
+      eff_ = eta_;
+    else if (c_.method == Method::scalar_rmsprop)
       eff_ = lr_ / ((sqrt_(rms_v_) + Real(c_.rms_eps)) * decay_ * norm2_);
-    } else {
+    else
       eff_ = lr_ / (decay_ * norm2_);
-    }
-    const bool sharp = c_.sharpness_every > 0 && t % c_.sharpness_every == 0;
-    const bool record = t % c_.record_every == 0;
-    const bool snapshot = c_.theta_every > 0 && t % c_.theta_every == 0;
-    if (!(sharp || record || snapshot)) return true;
     for (int l = 0; l < lanes_; ++l) {
       if (!alive_[l]) continue;
       const long long S = out_[l].stride;
@@ -291,7 +297,7 @@ class TrajectoryRunner {
         out_[l].grad_norm[r * S] = norm * sqrt_(lane(gnorm2_, l));
         if (out_[l].top_grad)
           out_[l].top_grad[r * S] =
-              have_v1_[l] ? norm * grad_dot(l, v1_[l]) : Real(0) / Real(0);
+              have_v1_[l] ? norm * state_.grad_dot(l, v1_[l]) : Real(0) / Real(0);
       }
       if (snapshot) {
         Real* dst = out_[l].theta + th_[l]++ * S * D;
@@ -359,12 +365,6 @@ class TrajectoryRunner {
       return w_lane_;
     }
   }
-  PYSHARP_HD Real grad_dot(int l, const Real* v) const {
-    if constexpr (W == 1)
-      return state_.grad_dot(v);
-    else
-      return state_.grad_dot(l, v);
-  }
 
   const Model& m_;
   const EngineConfig& c_;
@@ -381,6 +381,7 @@ class TrajectoryRunner {
   Real *v_new_, *w_lane_, *lz_, *lz_eval_ = nullptr, *lz_resid_ = nullptr;
   Jet<Real, 1>* jets_;
   bool on_sphere_ = false;
+  long long next_rec_ = 0, next_sh_ = 0, next_th_ = 0;  // the next step of each event
   V loss_ = V(Real(0)), norm2_ = V(Real(0)), gnorm2_ = V(Real(0)), norm_ = V(Real(0)),
     eff_ = V(Real(0));
 };
