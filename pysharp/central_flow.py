@@ -67,9 +67,6 @@ from .models._square_loss import SquareLossModel
 
 _METHODS = ("gd_wd", "gd", "scalar_rmsprop")
 
-# Dormand-Prince 5(4), the tableau of pysharp.flow.
-from .flow import _A, _B4, _B5  # noqa: E402
-
 
 @dataclass
 class CentralState:
@@ -376,7 +373,7 @@ class CentralFlow:
 
         y, t = x.copy(), 1.0
         scale = max(1e-300, np.max(np.abs(c)))
-        for _ in range(20000):
+        for _ in range(5000):
             x_new = project(y - (c + Q @ y) / L)
             t_new = 0.5 * (1 + np.sqrt(1 + 4 * t * t))
             y = x_new + (t - 1) / t_new * (x_new - x)
@@ -438,6 +435,8 @@ class CentralFlow:
             On a failure ``success`` is False, ``message`` says why and the
             solution holds the records so far.
         """
+        from .flow import _A, _B4, _B5   # Dormand-Prince 5(4); flow.py re-exports this module
+
         steps = as_real(steps, "steps", minimum=0.0, strict=True)
         max_step = as_real(max_step, "max_step", minimum=0.0, strict=True)
         record_every = as_real(record_every, "record_every", minimum=0.0, strict=True)
