@@ -373,3 +373,6 @@ def compare_to_flow(trajectory, flow: FlowSolution, *, t_eos: int | None = None,
     zeta = flow.sol(tau[keep])
     error = np.linalg.norm(theta[keep] - zeta, axis=1)
     return TrackingResult(steps[keep], tau[keep], error)
+
+# The central flow (Cohen, Damian et al. 2024) lives in its own module.
+from .central_flow import CentralFlow, CentralFlowSolution, compare_to_central  # noqa: E402,F401
