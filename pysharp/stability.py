@@ -325,7 +325,7 @@ class SecondMomentOperator:
     """The exact second-moment operator of linearised SGD on the range of H.
 
     T_2(M) = E_I (I - eta H_I) M (I - eta H_I)
-           = M - eta (H M + M H) + eta^2 [(1 - kappa) H M H + kappa mean_i H_i M H_i],
+    = M - eta (H M + M H) + eta^2 [(1 - kappa) H M H + kappa mean_i H_i M H_i],
     the expectation over batches taken exactly (the kappa identity), acting on
     symmetric r x r matrices in an orthonormal basis ``basis`` (D, r) of the
     span of the a_i (r = rank of H). On the null space of H linearised SGD
