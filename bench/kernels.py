@@ -138,7 +138,8 @@ def throughput(fn, batch: int, target_s: float, repeats: int) -> dict:
 
 # --------------------------------------------------------------------------- JAX models
 def jax_loss(name: str, model, jnp, dtype):
-    """The model's loss, written from the DESIGN.md definitions, as a jnp function of w (D,)."""
+    """The model's loss, written from the definitions of docs/theory.rst, as a jnp function
+    of w (D,)."""
     if name == "bn_linreg":
         Xc = jnp.asarray(model.X - model.X.mean(axis=0), dtype=dtype)
         yc = model.y - model.y.mean()

@@ -1,6 +1,6 @@
 """Linear stability of SGD at interpolating minima, and input smoothness.
 
-DESIGN.md section 1, "SGD linear stability" (Wu et al. 2018; Ma & Ying,
+docs/theory.rst, section "SGD linear stability" (Wu et al. 2018; Ma & Ying,
 NeurIPS 2021). At an interpolating W* of L = (1/2n) sum_i (f(x_i; W) - y_i)^2
 let a_i = grad_W f(x_i; W*), H_i = a_i a_i^T, H = mean_i H_i and
 Sigma = mean_i H_i^2 - H^2. Linearised SGD with learning rate eta and batch

@@ -25,7 +25,8 @@ IDS = ["bn_linreg", "bn_mc", "toy3d"]
 
 
 def numpy_gd_wd(ref, w0, lr, wd, steps):
-    """The DESIGN.md update, one step at a time, on the NumPy oracle."""
+    """The update of docs/theory.rst, "GD with weight decay", one step at a time, on the
+    NumPy oracle."""
     w = np.array(w0, dtype=float)[None]
     for _ in range(steps):
         w = (1 - lr * wd) * w - lr * ref.grad(w)

@@ -32,7 +32,7 @@ def test_toy3d_flow_matches_the_one_dimensional_ode(phi0):
     assert np.max(np.abs(sol.zeta[:, 0] - sol.zeta[:, 1])) < 1e-10          # on Gamma
     assert np.max(np.abs(np.linalg.norm(sol.zeta, axis=1) - 1)) < 1e-10     # on the sphere
     assert np.all(np.diff(sol.sharpness) <= 1e-12 * sol.sharpness[0])       # monotone
-    # lambda_1 on Gamma is 4 (1 + c z^2) (DESIGN.md).
+    # lambda_1 on Gamma is 4 (1 + c z^2) (docs/theory.rst, "The 3-D toy loss").
     np.testing.assert_allclose(sol.sharpness, 4 * (1 + c * sol.zeta[:, 2] ** 2), rtol=1e-9)
     # Dense output interpolates between the accepted steps.
     mid = 0.5 * (sol.tau[1] + sol.tau[2])

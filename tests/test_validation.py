@@ -1,4 +1,5 @@
-"""Bad input gets a clear ValueError/TypeError naming the argument (DESIGN.md section 4).
+"""Bad input gets a clear ValueError/TypeError naming the argument
+(docs/conventions.rst, "Errors").
 
 Also: accepted-but-unusual input (non-contiguous views, integers) gives the same
 result as the plain float array, and no call crashes the interpreter or

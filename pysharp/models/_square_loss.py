@@ -1,7 +1,7 @@
 """Square-loss models with per-sample Jacobians, for SGD and its linear stability.
 
-L(W) = (1/2n) sum_i (f(x_i; W) - y_i)^2 (DESIGN.md section 1, "SGD linear
-stability"). Unlike the scale-invariant models these are not defined up to
+L(W) = (1/2n) sum_i (f(x_i; W) - y_i)^2 (docs/theory.rst, section "SGD
+linear stability"). Unlike the scale-invariant models these are not defined up to
 scale: any finite W is a valid point, W = 0 included.
 """
 
