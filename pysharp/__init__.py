@@ -3,16 +3,21 @@
 A compiled C++ core (pysharp._core) with a thin Python layer. See README.md.
 """
 
+from . import stability, theory
 from ._backend import build_info
 from ._dispatch import BackendUnavailable, backends
-from . import stability, theory
 from .dynamics import Trajectory, run_gd_wd, run_pgd, run_scalar_rmsprop
-from .models import (BNLinearRegression, BNMatrixCompletion, LinearRegression, ScaleInvariantModel,
-                     Toy3D, TwoLayerNet)
+from .models import (
+    BNLinearRegression,
+    BNMatrixCompletion,
+    LinearRegression,
+    ScaleInvariantModel,
+    Toy3D,
+    TwoLayerNet,
+)
 from .sgd import SGDResult, run_sgd
 from .sharpness import EigenResult, lanczos, spherical_sharpness
 from .sweeps import open_sweep, sweep
-
 
 
 def _version() -> str:

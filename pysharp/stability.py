@@ -305,7 +305,7 @@ def _power_radius(C: np.ndarray, lr: float, kap: float, tol: float, max_iter: in
     r = C.shape[1]
     M = np.eye(r) / np.sqrt(r)
     rho_old, conv, it, rho = np.inf, False, 0, 0.0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - it is returned: the iterations run
         TM = _apply_t2(C, M, lr, kap)
         rho = float(np.sum(TM * M))  # Rayleigh quotient, ||M||_F = 1
         nrm = np.linalg.norm(TM)
@@ -313,7 +313,8 @@ def _power_radius(C: np.ndarray, lr: float, kap: float, tol: float, max_iter: in
             rho, conv = (0.0, True) if nrm == 0 else (np.inf, False)
             break
         M = TM / nrm
-        if abs(rho - rho_old) <= tol * max(abs(rho), 1e-300) and abs(nrm - rho) <= np.sqrt(tol) * rho:
+        if (abs(rho - rho_old) <= tol * max(abs(rho), 1e-300)
+                and abs(nrm - rho) <= np.sqrt(tol) * rho):
             conv = True
             break
         rho_old = rho
@@ -653,7 +654,8 @@ class StabilityConditions:
 
     @property
     def wu_pair(self) -> bool:
-        """Wu et al.'s pair a <= 2/eta, s <= 1/(eta sqrt(kappa)): necessary for ``sufficient`` only."""
+        """Wu et al.'s pair a <= 2/eta, s <= 1/(eta sqrt(kappa)): necessary for ``sufficient``
+        only."""
         return self.sharpness_ok and self.nonuniformity_ok
 
 

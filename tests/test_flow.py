@@ -126,9 +126,11 @@ def test_descent_lemma_in_the_stable_regime():
     assert np.all(tr.eos_ratio < 1.0)  # stable throughout
     theta, eff, g2 = tr.theta, tr.eff_lr, tr.grad_norm ** 2
     grad_theta = model.grad(theta)  # grad L(theta_t) on the unit sphere
-    # lambda_max: sup of lambda_1(H) over the segment theta_t - alpha grad L(theta_t), alpha <= eff_t.
+    # lambda_max: sup of lambda_1(H) over the segment theta_t - alpha grad L(theta_t),
+    # alpha <= eff_t.
     alphas = np.linspace(0, 1, 6)
-    seg = theta[:-1, None, :] - (alphas[None, :, None] * eff[:-1, None, None]) * grad_theta[:-1, None, :]
+    seg = (theta[:-1, None, :]
+           - (alphas[None, :, None] * eff[:-1, None, None]) * grad_theta[:-1, None, :])
     pts = seg.reshape(-1, model.dim)
     lam = ps.spherical_sharpness(model, pts).eigenvalues[:, 0] / np.sum(pts * pts, axis=1)
     lam_max = lam.reshape(len(theta) - 1, len(alphas)).max(axis=1)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import get_case, rel_err, tol
 
 import pysharp._core as _core
 from pysharp.models import BNLinearRegression, BNMatrixCompletion, Toy3D
 from pysharp.reference import BNMatrixCompletionReference, Toy3DReference
-
-from conftest import get_case, rel_err, tol
 
 B = 5  # batch size of the identity checks
 
@@ -701,7 +700,7 @@ def test_kernels_exact_across_scales(key, dt):
     bad = []
     for name, k in order.items():
         f = {"loss": case.model.loss, "grad": case.model.grad}.get(name) or (
-            lambda x, f=getattr(case.model, name): f(x, vc))
+            lambda x, f=getattr(case.model, name): f(x, vc))  # noqa: B008 - binds this name's
         with np.errstate(over="ignore", under="ignore"):
             mag = np.max(np.abs(base[name])) * 10.0 ** np.clip(-k * exps, -400, 400).astype(float)
         keep = (np.abs(k * exps) < 300) & (mag > fi.tiny * 1e6) & (mag < fi.max / 1e6)

@@ -1,4 +1,4 @@
-"""Sweeps: the grid's numbers equal raw engine calls, and the store survives kills and corruption."""
+"""Sweeps: the grid's numbers equal raw engine calls; the store survives kills and corruption."""
 
 from __future__ import annotations
 
@@ -135,8 +135,8 @@ def test_store_resumes_and_reads_back(tmp_path, reference):
 
 
 def _chunk_files(store: Path, name: str) -> list[Path]:
-    return sorted((store / name / "c").rglob("*"), key=lambda p: [int(x) for x in
-                                                                   p.relative_to(store / name / "c").parts])
+    root = store / name / "c"
+    return sorted(root.rglob("*"), key=lambda p: [int(x) for x in p.relative_to(root).parts])
 
 
 def test_corrupted_chunks_are_detected_and_recomputed(tmp_path, reference):
@@ -219,7 +219,8 @@ def test_diverging_points_are_flagged_and_the_sweep_completes():
     div = ds.diverged.values.ravel()
     assert div.tolist() == [False, True]
     assert ds.diverged_step.values.ravel()[1] >= 1
-    assert np.isnan(ds.final_loss.values.ravel()[1]) and np.isfinite(ds.final_loss.values.ravel()[0])
+    final_loss = ds.final_loss.values.ravel()
+    assert np.isnan(final_loss[1]) and np.isfinite(final_loss[0])
     assert np.isnan(ds.cosine_min_norm.values.ravel()[1])
 
 

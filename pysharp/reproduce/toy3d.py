@@ -63,5 +63,6 @@ def run(out, quick: bool) -> dict:
     return {"figures": ["toy3d.png"], "c": c, "lr": lr, "wd": wd, "steps": steps,
             "phi_start": phi0, "phi_end_gd": float(_phi(th[-1])),
             "phi_end_flow": float(_phi(sol.zeta[-1])),
-            "sharpness_start": float(sol.sharpness[0]), "sharpness_end_flow": float(sol.sharpness[-1]),
+            "sharpness_start": float(sol.sharpness[0]),
+            "sharpness_end_flow": float(sol.sharpness[-1]),
             "tracking_error_max": track.max_error, "flow_success": sol.success}

@@ -223,7 +223,8 @@ class SweepStore:
         region = self._region(k)
         block = tuple(s.stop - s.start for s in region)
         if set(result) != set(self.arrays):
-            raise RuntimeError(f"chunk {k} returned {sorted(result)}, expected {sorted(self.arrays)}")
+            raise RuntimeError(f"chunk {k} returned {sorted(result)}, "
+                               f"expected {sorted(self.arrays)}")
         sums = {}
         for name, arr in self.arrays.items():
             data = np.ascontiguousarray(result[name], dtype=self.dtypes[name])
