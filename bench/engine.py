@@ -512,7 +512,8 @@ def main(argv=None) -> int:
     print("\nSecondary measurements")
     print(f"  (a) pysharp float32 vs float64: {r32['best_s']:.3f} s vs {base_row['best_s']:.3f} s"
           f" -> float32 speed-up {f32_speedup:.2f}x (f32/f64 traj-steps/s); "
-          f"f32 final-iterate deviation on the check run {dev_of.get('pysharp float32', float('nan')):.1e}")
+          "f32 final-iterate deviation on the check run "
+          f"{dev_of.get('pysharp float32', float('nan')):.1e}")
     print(f"  (b) sharpness tracking: sharpness_every={ckpt_every} ({n_ckpt} checkpoints, "
           f"warm-started Lanczos) vs 0: {sharp_row['best_s']:.3f} s vs "
           f"{base_row['best_s']:.3f} s -> overhead {overhead:.2f}x the untracked run; "

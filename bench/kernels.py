@@ -138,7 +138,8 @@ def throughput(fn, batch: int, target_s: float, repeats: int) -> dict:
 
 # --------------------------------------------------------------------------- JAX models
 def jax_loss(name: str, model, jnp, dtype):
-    """The model's loss, written from the DESIGN.md definitions, as a jnp function of w (D,)."""
+    """The model's loss, written from the definitions of docs/theory.rst, as a jnp function
+    of w (D,)."""
     if name == "bn_linreg":
         Xc = jnp.asarray(model.X - model.X.mean(axis=0), dtype=dtype)
         yc = model.y - model.y.mean()
@@ -160,7 +161,8 @@ def jax_loss(name: str, model, jnp, dtype):
         u = jnp.asarray(vc / np.linalg.norm(vc), dtype=dtype)
         scale = 2.0 * float(vals.var())
 
-        def loss(w):  # p_k = std(v)(s_k - mu)/sd + mean(v), as 2 var(v)(1 - cos(s - mu, v - mean v))
+        # p_k = std(v)(s_k - mu)/sd + mean(v), as 2 var(v)(1 - cos(s - mu, v - mean v))
+        def loss(w):
             U = w[: m1 * r].reshape(m1, r)
             V = w[m1 * r:].reshape(m2, r)
             s = jnp.sum(U[rows] * V[cols], axis=-1)
@@ -197,7 +199,8 @@ def check(label: str, pairs: dict, tol: float, report: list) -> bool:
     """pairs: quantity -> (peer value, pysharp value). Appends rows to report."""
     errs = {k: rel_err(a, b) for k, (a, b) in pairs.items()}
     ok = all(e <= tol for e in errs.values())
-    report.append({"check": label, "ok": ok, "tol": tol, **{f"rel_err_{k}": e for k, e in errs.items()}})
+    report.append({"check": label, "ok": ok, "tol": tol,
+                   **{f"rel_err_{k}": e for k, e in errs.items()}})
     return ok
 
 
@@ -220,11 +223,12 @@ def print_table(title: str, rows: list) -> None:
         np_cell = fmt_rate(r["numpy"], r.get("numpy_load"))
         if r["numpy"] is not None and r.get("numpy_batch", r["B"]) != r["B"]:
             np_cell += "*"
-        body.append([r["model"], str(r["B"]), fmt_rate(r["pysharp"], r.get("pysharp_load")), np_cell,
-                     fmt_rate(r["jax"], r.get("jax_load")), fmt_ratio(r["pysharp"], r["numpy"]),
-                     fmt_ratio(r["pysharp"], r["jax"])])
+        body.append([r["model"], str(r["B"]), fmt_rate(r["pysharp"], r.get("pysharp_load")),
+                     np_cell, fmt_rate(r["jax"], r.get("jax_load")),
+                     fmt_ratio(r["pysharp"], r["numpy"]), fmt_ratio(r["pysharp"], r["jax"])])
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    line = "  ".join(h.rjust(w) if i > 1 else h.ljust(w) for i, (h, w) in enumerate(zip(head, widths)))
+    line = "  ".join(h.rjust(w) if i > 1 else h.ljust(w)
+                     for i, (h, w) in enumerate(zip(head, widths)))
     print(f"\n{title}")
     print(line)
     print("-" * len(line))
@@ -235,7 +239,8 @@ def print_table(title: str, rows: list) -> None:
 
 # --------------------------------------------------------------------------- main
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.kernels",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
                    help="tiny repeat counts (smoke test; numbers are noisy)")
     p.add_argument("--batches", default="1,64,4096",
@@ -269,7 +274,8 @@ def main(argv=None) -> int:
     jax, jnp, jax_reason = import_jax()
     mach = machine_info()
 
-    print("pysharp kernel microbenchmark" + ("  [--quick: tiny repeat counts, noisy]" if args.quick else ""))
+    print("pysharp kernel microbenchmark"
+          + ("  [--quick: tiny repeat counts, noisy]" if args.quick else ""))
     print(f"machine : {mach['cpu']}, {mach['cores']} cores (os.cpu_count()), "
           f"{mach['mhz']:.0f} MHz (/proc/cpuinfo), {mach['isa']}" if mach["mhz"] else
           f"machine : {mach['cpu']}, {mach['cores']} cores (os.cpu_count()), {mach['isa']}")
@@ -278,14 +284,16 @@ def main(argv=None) -> int:
     print(f"build   : {pysharp.build_info()}")
     if import_note:
         print(f"note    : {import_note}")
-    threads_env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                                               "XLA_FLAGS") if k in os.environ}
+    threads_env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                               "MKL_NUM_THREADS", "XLA_FLAGS") if k in os.environ}
     print(f"threads : pysharp OpenMP max_threads {pysharp.build_info().get('max_threads')}; "
           f"env {threads_env or '(no thread variables set)'}")
     print(f"numpy   : {np.__version__}")
-    print(f"jax     : {jax.__version__ + ' (' + str(jax.devices()[0]) + ', x64 enabled)' if jax else 'n/a (' + jax_reason + ')'}")
-    print(f"dtype   : {dtype.name}; batches {args.batches}; best of {repeats} repeats of ~{target_s * 1e3:.0f} ms "
-          "after a warm-up; evals/s = B * calls / seconds")
+    jax_text = (f"{jax.__version__} ({jax.devices()[0]}, x64 enabled)" if jax
+                else f"n/a ({jax_reason})")
+    print(f"jax     : {jax_text}")
+    print(f"dtype   : {dtype.name}; batches {args.batches}; best of {repeats} repeats of "
+          f"~{target_s * 1e3:.0f} ms after a warm-up; evals/s = B * calls / seconds")
 
     models = [
         ("bn_linreg", "BN linreg d=40 n=20", pysharp.BNLinearRegression.synthetic(),
@@ -355,16 +363,19 @@ def main(argv=None) -> int:
     print_table("loss_and_grad: evaluations per second (higher is better)", tables["loss_and_grad"])
     print_table("hvp: evaluations per second (higher is better)", tables["hvp"])
     if any(r["numpy_batch"] != r["B"] for t in tables.values() for r in t):
-        print(f"\n* the NumPy matrix-completion reference loops over B in Python (np.add.at per row), "
-              f"so it is timed on B = min(B, {mc_cap}) rows;\n  its evals/s is that per-row rate "
-              "(its cost is linear in B), not a run on the full batch.")
-    print("  numpy loss_and_grad = reference.loss + reference.grad (the reference has no fused call).")
+        print("\n* the NumPy matrix-completion reference loops over B in Python (np.add.at per "
+              f"row), so it is timed on B = min(B, {mc_cap}) rows;\n  its evals/s is that "
+              "per-row rate (its cost is linear in B), not a run on the full batch.")
+    print("  numpy loss_and_grad = reference.loss + reference.grad "
+          "(the reference has no fused call).")
     flagged = [r for r in results if (r["background_load"] or 0) > BUSY_THRESHOLD]
     if run_load.other is not None:
-        print(f"  background CPU load from other processes during the run: {100 * run_load.other:.0f}% of "
-              f"the machine; {len(flagged)} measurement(s) taken above {100 * BUSY_THRESHOLD:.0f}% are marked !"
+        print("  background CPU load from other processes during the run: "
+              f"{100 * run_load.other:.0f}% of the machine; {len(flagged)} measurement(s) taken "
+              f"above {100 * BUSY_THRESHOLD:.0f}% are marked !"
               + (" -- rerun on a quiet machine before trusting them" if flagged else "")
-              + (" (per-measurement load is not tracked with --quick: windows too short)" if args.quick else ""))
+              + (" (per-measurement load is not tracked with --quick: windows too short)"
+                 if args.quick else ""))
 
     # --- accuracy
     print(f"\naccuracy checks (max |peer - pysharp| / max |pysharp| over the batch, tol {tol:g}):")
@@ -389,37 +400,47 @@ def main(argv=None) -> int:
             peak *= 2
         flops = {"B": Bmax, "n": n, "d": d, "flops_per_eval": per_eval,
                  "peak_gflops_estimate": peak, "achieved": []}
-        print(f"\nBN linreg (n={n}, d={d}) at B={Bmax}: GFLOP/s counting ~4nd = {per_eval['loss_and_grad']} "
-              f"flops per loss+grad (two matvecs of Xc), ~8nd = {per_eval['hvp']} per HVP")
+        print(f"\nBN linreg (n={n}, d={d}) at B={Bmax}: GFLOP/s counting "
+              f"~4nd = {per_eval['loss_and_grad']} flops per loss+grad (two matvecs of Xc), "
+              f"~8nd = {per_eval['hvp']} per HVP")
         if peak:
-            print(f"  estimated peak {dtype.name}: {peak:.1f} GFLOP/s = {mach['fp64_flops_per_cycle_per_core'] * (2 if dtype == np.float32 else 1)} "
-                  f"flops/cycle/core ({mach['isa']}: vector width x FMA x 2 units) x {mach['cores']} cores "
-                  f"x {mach['mhz']:.0f} MHz  [an ESTIMATE: cpu MHz is the current clock; vCPUs may be "
-                  "SMT siblings; some cores execute AVX-512 as 2 x 256-bit]")
+            per_cycle = mach["fp64_flops_per_cycle_per_core"] * (2 if dtype == np.float32 else 1)
+            print(f"  estimated peak {dtype.name}: {peak:.1f} GFLOP/s = {per_cycle} "
+                  f"flops/cycle/core ({mach['isa']}: vector width x FMA x 2 units) x "
+                  f"{mach['cores']} cores x {mach['mhz']:.0f} MHz  [an ESTIMATE: cpu MHz is the "
+                  "current clock; vCPUs may be SMT siblings; some cores execute AVX-512 as "
+                  "2 x 256-bit]")
         for op in ("loss_and_grad", "hvp"):
             for r in lin:
                 if r["op"] != op or r["B"] != Bmax:
                     continue
                 g = r["evals_per_s"] * per_eval[op] * 1e-9
                 frac = g / peak if peak else None
-                flops["achieved"].append({"op": op, "backend": r["backend"], "gflops": g, "fraction_of_peak": frac})
-                star = "  (B timed = %d)" % r["batch_timed"] if r["batch_timed"] != Bmax else ""
+                flops["achieved"].append({"op": op, "backend": r["backend"], "gflops": g,
+                                          "fraction_of_peak": frac})
+                star = f"  (B timed = {r['batch_timed']})" if r["batch_timed"] != Bmax else ""
                 print(f"  {op:13s} {r['backend']:7s} {g:8.2f} GFLOP/s"
-                      + (f"  = {100 * frac:5.1f}% of estimated peak" if frac is not None else "") + star)
+                      + (f"  = {100 * frac:5.1f}% of estimated peak" if frac is not None else "")
+                      + star)
 
     if warnings:
-        print(f"\n{len(warnings)} accuracy WARNING(s) above: the affected timings compare different numbers.")
+        print(f"\n{len(warnings)} accuracy WARNING(s) above: the affected timings compare "
+              "different numbers.")
 
     if args.json:
-        out = {"machine": mach, "build_info": pysharp.build_info(), "pysharp_version": pysharp.__version__,
-               "pysharp_path": str(Path(pysharp.__file__).resolve().parent), "import_note": import_note,
+        out = {"machine": mach, "build_info": pysharp.build_info(),
+               "pysharp_version": pysharp.__version__,
+               "pysharp_path": str(Path(pysharp.__file__).resolve().parent),
+               "import_note": import_note,
                "numpy_version": np.__version__, "jax_version": jax.__version__ if jax else None,
                "jax_unavailable_reason": jax_reason, "dtype": dtype.name, "batches": args.batches,
                "quick": args.quick, "target_s": target_s, "repeats": repeats,
-               "mc_reference_cap": mc_cap, "background_load": run_load.other, "results": results, "checks": checks, "flops": flops}
+               "mc_reference_cap": mc_cap, "background_load": run_load.other,
+               "results": results, "checks": checks, "flops": flops}
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=2, default=lambda o: sorted(o) if isinstance(o, set) else str(o)))
+        path.write_text(json.dumps(
+            out, indent=2, default=lambda o: sorted(o) if isinstance(o, set) else str(o)))
         print(f"\nwrote {path}")
     return 0
 

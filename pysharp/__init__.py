@@ -3,17 +3,40 @@
 A compiled C++ core (pysharp._core) with a thin Python layer. See README.md.
 """
 
+from . import stability, theory
 from ._backend import build_info
 from ._dispatch import BackendUnavailable, backends
-from . import stability, theory
 from .dynamics import Trajectory, run_gd_wd, run_pgd, run_scalar_rmsprop
-from .models import (BNLinearRegression, BNMatrixCompletion, LinearRegression, ScaleInvariantModel,
-                     Toy3D, TwoLayerNet)
+from .models import (
+    BNLinearRegression,
+    BNMatrixCompletion,
+    LinearRegression,
+    ScaleInvariantModel,
+    Toy3D,
+    TwoLayerNet,
+)
 from .sgd import SGDResult, run_sgd
 from .sharpness import EigenResult, lanczos, spherical_sharpness
 from .sweeps import open_sweep, sweep
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The installed distribution's version; from a source tree, pyproject.toml's."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("pysharp")
+    except PackageNotFoundError:  # imported from a source tree (PYTHONPATH), not installed
+        import re
+        from pathlib import Path
+        try:
+            text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+        except OSError:
+            return "0+unknown"
+        found = re.search(r'^version\s*=\s*"([^"]+)"', text, flags=re.MULTILINE)
+        return found.group(1) if found else "0+unknown"
+
+
+__version__ = _version()
 
 __all__ = ["BNLinearRegression", "BNMatrixCompletion", "ScaleInvariantModel", "Toy3D",
            "LinearRegression", "TwoLayerNet", "run_sgd", "SGDResult", "stability",

@@ -40,5 +40,6 @@ def broadcast_batch(w0, dim: int, dtype, **params: np.ndarray):
                                    [f"{k}: {v.shape[0]}" for k, v in params.items()]))
     B = sizes.pop() if sizes else 1
     W0 = np.ascontiguousarray(np.broadcast_to(W0, (B, dim)))
-    out = {k: np.ascontiguousarray(np.broadcast_to(v, (B,)), dtype=W0.dtype) for k, v in params.items()}
+    out = {k: np.ascontiguousarray(np.broadcast_to(v, (B,)), dtype=W0.dtype)
+           for k, v in params.items()}
     return W0, out, single

@@ -54,8 +54,8 @@ def _demo(args) -> int:
     print(f"\n  sweep: lr x wd = {n_side} x {n_side} (log-spaced) x {n_seeds} seeds = {n} "
           f"trajectories of {steps} steps" + (f" -> {store}" if store else ""))
     t0 = time.perf_counter()
-    ds = ps.sweep("bn_linear_regression", **grid, init_norm=10.0, steps=steps, sharpness_every=steps // 50,
-                  store=store)
+    ds = ps.sweep("bn_linear_regression", **grid, init_norm=10.0, steps=steps,
+                  sharpness_every=steps // 50, store=store)
     t_sweep = time.perf_counter() - t0
     summary["sweep"] = _print_sweep(ds, t_sweep) | {"store": str(store) if store else None}
     (out / "demo.json").write_text(json.dumps(summary, indent=2))
@@ -149,6 +149,7 @@ def _executor(args):
 
 def _sweep(args) -> int:
     import pysharp as ps
+
     from .sweeps._config import load_config
 
     kwargs = load_config(args.config)

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._hyper import broadcast_batch, per_trajectory
 from ._dispatch import resolve
+from ._hyper import broadcast_batch, per_trajectory
 from ._validation import as_positive_int, as_real, check_nonzero_rows
 from .models import BNLinearRegression, ScaleInvariantModel
 
@@ -131,8 +131,8 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     max_iter = min(max_iter, 128) if lanczos_max_iter is None else max_iter
     raw = model._core(W0.dtype, backend).run(
         W0, hyper["lr"], hyper["wd"], _METHODS[method], steps, record_every, sharpness_every,
-        theta_every, jitter, seed, first_trajectory, rms_beta, rms_eps, max_iter, min(D, 8), lanczos_tol,
-        reduced)
+        theta_every, jitter, seed, first_trajectory, rms_beta, rms_eps, max_iter, min(D, 8),
+        lanczos_tol, reduced)
 
     sharpness_steps = np.arange(0, steps + 1, sharpness_every) if sharpness_every else \
         np.zeros(0, dtype=np.int64)

@@ -274,7 +274,8 @@ class SharpnessReductionFlow:
         if geo.gap < self.gap_tol:
             return FlowSolution(np.array(taus), np.array(zetas), np.array(sharp), np.array(gnorm),
                                 np.array(ranks), False,
-                                f"at tau = 0: degenerate top eigenvalue (relative gap {geo.gap:.2e})",
+                                "at tau = 0: degenerate top eigenvalue "
+                                f"(relative gap {geo.gap:.2e})",
                                 np.array(vels))
         tau = 0.0
         h = first_step or min(max_step, tau_end, 0.01 / max(np.linalg.norm(f), 1e-12))

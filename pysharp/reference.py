@@ -1,9 +1,9 @@
 """NumPy reference implementations of the models: the test oracles.
 
 Written for clarity, not speed, and independently of the C++ core: the loss
-comes straight from the model definitions in DESIGN.md (predictions, then
-mean squared error), the gradient and Hessian-vector product from hand
-derivations, and the third-order contraction D^3L(w)[v, v] from a
+comes straight from the model definitions in docs/theory.rst, section "The
+models" (predictions, then mean squared error), the gradient and
+Hessian-vector product from hand derivations, and the third-order contraction D^3L(w)[v, v] from a
 complex-step derivative of the analytic HVP, exact to rounding. Every
 function takes a batch ``w`` of shape (B, D) (and ``v`` of the same shape)
 and works on float64 or complex128 input.

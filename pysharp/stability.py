@@ -1,6 +1,6 @@
 """Linear stability of SGD at interpolating minima, and input smoothness.
 
-DESIGN.md section 1, "SGD linear stability" (Wu et al. 2018; Ma & Ying,
+docs/theory.rst, section "SGD linear stability" (Wu et al. 2018; Ma & Ying,
 NeurIPS 2021). At an interpolating W* of L = (1/2n) sum_i (f(x_i; W) - y_i)^2
 let a_i = grad_W f(x_i; W*), H_i = a_i a_i^T, H = mean_i H_i and
 Sigma = mean_i H_i^2 - H^2. Linearised SGD with learning rate eta and batch
@@ -305,7 +305,7 @@ def _power_radius(C: np.ndarray, lr: float, kap: float, tol: float, max_iter: in
     r = C.shape[1]
     M = np.eye(r) / np.sqrt(r)
     rho_old, conv, it, rho = np.inf, False, 0, 0.0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - it is returned: the iterations run
         TM = _apply_t2(C, M, lr, kap)
         rho = float(np.sum(TM * M))  # Rayleigh quotient, ||M||_F = 1
         nrm = np.linalg.norm(TM)
@@ -313,7 +313,8 @@ def _power_radius(C: np.ndarray, lr: float, kap: float, tol: float, max_iter: in
             rho, conv = (0.0, True) if nrm == 0 else (np.inf, False)
             break
         M = TM / nrm
-        if abs(rho - rho_old) <= tol * max(abs(rho), 1e-300) and abs(nrm - rho) <= np.sqrt(tol) * rho:
+        if (abs(rho - rho_old) <= tol * max(abs(rho), 1e-300)
+                and abs(nrm - rho) <= np.sqrt(tol) * rho):
             conv = True
             break
         rho_old = rho
@@ -325,7 +326,7 @@ class SecondMomentOperator:
     """The exact second-moment operator of linearised SGD on the range of H.
 
     T_2(M) = E_I (I - eta H_I) M (I - eta H_I)
-           = M - eta (H M + M H) + eta^2 [(1 - kappa) H M H + kappa mean_i H_i M H_i],
+    = M - eta (H M + M H) + eta^2 [(1 - kappa) H M H + kappa mean_i H_i M H_i],
     the expectation over batches taken exactly (the kappa identity), acting on
     symmetric r x r matrices in an orthonormal basis ``basis`` (D, r) of the
     span of the a_i (r = rank of H). On the null space of H linearised SGD
@@ -653,7 +654,8 @@ class StabilityConditions:
 
     @property
     def wu_pair(self) -> bool:
-        """Wu et al.'s pair a <= 2/eta, s <= 1/(eta sqrt(kappa)): necessary for ``sufficient`` only."""
+        """Wu et al.'s pair a <= 2/eta, s <= 1/(eta sqrt(kappa)): necessary for ``sufficient``
+        only."""
         return self.sharpness_ok and self.nonuniformity_ok
 
 

@@ -19,7 +19,8 @@ def effective_lr(lr, wd, norm2):
 
 
 def next_norm2(norm2, lr, wd, grad_norm2_w):
-    """||w+||^2 = (1 - lr wd)^2 ||w||^2 + lr^2 ||grad L(w)||^2 (exact, as grad L(w) is orthogonal to w)."""
+    """||w+||^2 = (1 - lr wd)^2 ||w||^2 + lr^2 ||grad L(w)||^2 (exact, as grad L(w) is
+    orthogonal to w)."""
     decay = 1 - np.asarray(lr) * np.asarray(wd)
     return decay ** 2 * np.asarray(norm2) + np.asarray(lr) ** 2 * np.asarray(grad_norm2_w)
 

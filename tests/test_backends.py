@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import rel_err
 
 import pysharp as ps
 from pysharp import _dispatch
 from pysharp._dispatch import BackendUnavailable, resolve
-
-from conftest import rel_err
 
 numba_only = pytest.mark.skipif(not ps.backends()["numba"]["available"],
                                 reason="numba is not installed")

@@ -5,8 +5,11 @@ import pytest
 
 import pysharp as ps
 from pysharp import _backend
-from pysharp.reference import (BNLinearRegressionReference, BNMatrixCompletionReference,
-                               Toy3DReference)
+from pysharp.reference import (
+    BNLinearRegressionReference,
+    BNMatrixCompletionReference,
+    Toy3DReference,
+)
 
 
 def _models():
@@ -25,7 +28,8 @@ IDS = ["bn_linreg", "bn_mc", "toy3d"]
 
 
 def numpy_gd_wd(ref, w0, lr, wd, steps):
-    """The DESIGN.md update, one step at a time, on the NumPy oracle."""
+    """The update of docs/theory.rst, "GD with weight decay", one step at a time, on the
+    NumPy oracle."""
     w = np.array(w0, dtype=float)[None]
     for _ in range(steps):
         w = (1 - lr * wd) * w - lr * ref.grad(w)
@@ -213,7 +217,8 @@ def test_grid_in_one_call_broadcasts():
     lr = np.repeat([0.05, 0.1], 3)
     wd = np.tile([0.0, 1e-3, 1e-2], 2)
     tr = ps.run_gd_wd(model, [1.0, 0.2, 0.4], lr, wd, 100, sharpness_every=0)
-    assert tr.w.shape == (6, 3) and tr.loss.shape == (101 if tr.steps.size == 101 else tr.steps.size, 6)
+    assert tr.w.shape == (6, 3)
+    assert tr.loss.shape == (101 if tr.steps.size == 101 else tr.steps.size, 6)
 
 
 @pytest.mark.parametrize("kwargs,exc,match", [

@@ -32,7 +32,7 @@ def test_toy3d_flow_matches_the_one_dimensional_ode(phi0):
     assert np.max(np.abs(sol.zeta[:, 0] - sol.zeta[:, 1])) < 1e-10          # on Gamma
     assert np.max(np.abs(np.linalg.norm(sol.zeta, axis=1) - 1)) < 1e-10     # on the sphere
     assert np.all(np.diff(sol.sharpness) <= 1e-12 * sol.sharpness[0])       # monotone
-    # lambda_1 on Gamma is 4 (1 + c z^2) (DESIGN.md).
+    # lambda_1 on Gamma is 4 (1 + c z^2) (docs/theory.rst, "The 3-D toy loss").
     np.testing.assert_allclose(sol.sharpness, 4 * (1 + c * sol.zeta[:, 2] ** 2), rtol=1e-9)
     # Dense output interpolates between the accepted steps.
     mid = 0.5 * (sol.tau[1] + sol.tau[2])
@@ -126,9 +126,11 @@ def test_descent_lemma_in_the_stable_regime():
     assert np.all(tr.eos_ratio < 1.0)  # stable throughout
     theta, eff, g2 = tr.theta, tr.eff_lr, tr.grad_norm ** 2
     grad_theta = model.grad(theta)  # grad L(theta_t) on the unit sphere
-    # lambda_max: sup of lambda_1(H) over the segment theta_t - alpha grad L(theta_t), alpha <= eff_t.
+    # lambda_max: sup of lambda_1(H) over the segment theta_t - alpha grad L(theta_t),
+    # alpha <= eff_t.
     alphas = np.linspace(0, 1, 6)
-    seg = theta[:-1, None, :] - (alphas[None, :, None] * eff[:-1, None, None]) * grad_theta[:-1, None, :]
+    seg = (theta[:-1, None, :]
+           - (alphas[None, :, None] * eff[:-1, None, None]) * grad_theta[:-1, None, :])
     pts = seg.reshape(-1, model.dim)
     lam = ps.spherical_sharpness(model, pts).eigenvalues[:, 0] / np.sum(pts * pts, axis=1)
     lam_max = lam.reshape(len(theta) - 1, len(alphas)).max(axis=1)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import rel_err
 
 from pysharp import _backend, run_gd_wd
 from pysharp.models import BNLinearRegression
 from pysharp.sgd import run_sgd, sgd_batches
-
-from conftest import rel_err
 
 
 def _model(n=10, d=4, seed=0, noise=0.3):
@@ -47,7 +46,8 @@ def np_batch_loss_grad(X, y, w, idx):
     r = sy * zhat - yc  # p_i - y_i
     L = np.mean(r ** 2)
     v = 2.0 * sy * r / B  # dL/dzhat
-    dz = (v - zhat * (zhat @ v) / B) / sig  # d zhat_i / d z_j = (delta_ij - zhat_i zhat_j / B) / sig
+    # d zhat_i / d z_j = (delta_ij - zhat_i zhat_j / B) / sig
+    dz = (v - zhat * (zhat @ v) / B) / sig
     return L, Xc.T @ dz
 
 

@@ -15,8 +15,11 @@ import pytest
 
 import pysharp as ps
 from pysharp import _backend
-from pysharp.reference import (BNLinearRegressionReference, BNMatrixCompletionReference,
-                               Toy3DReference)
+from pysharp.reference import (
+    BNLinearRegressionReference,
+    BNMatrixCompletionReference,
+    Toy3DReference,
+)
 
 RECORDS = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad", "sharpness", "eos_ratio",
            "sharpness_converged", "diverged", "diverged_step", "w", "theta")

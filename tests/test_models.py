@@ -1,6 +1,6 @@
 """Correctness of the model kernels: identities, oracles, closed forms, batching.
 
-Every identity in DESIGN.md section 1 is checked for every model in float64
+Every identity of docs/theory.rst is checked for every model in float64
 and float32; the compiled kernels are compared with the NumPy oracles of
 pysharp.reference and with finite differences; the closed forms of section 2
 (BN linear regression, BN matrix completion, the 3-D toy) are recomputed here
@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import get_case, rel_err, tol
 
 import pysharp._core as _core
 from pysharp.models import BNLinearRegression, BNMatrixCompletion, Toy3D
 from pysharp.reference import BNMatrixCompletionReference, Toy3DReference
-
-from conftest import get_case, rel_err, tol
 
 B = 5  # batch size of the identity checks
 
@@ -30,7 +29,7 @@ def rowdot(a, b):
 
 
 # ======================================================================================
-# Scale invariance and its consequences (DESIGN.md section 1)
+# Scale invariance and its consequences (docs/theory.rst, "Scale invariance")
 # ======================================================================================
 SCALES = [1e-3, 0.1, 0.7, 3.0, 1e3]
 
@@ -266,7 +265,7 @@ def test_inputs_not_modified(case, dtype):
 
 
 # ======================================================================================
-# Determinism across thread counts (DESIGN.md section 4)
+# Determinism across thread counts (docs/conventions.rst, "Determinism")
 # ======================================================================================
 def test_deterministic_across_thread_counts(case):
     W = case.points(64, seed=31)
@@ -296,7 +295,7 @@ def test_repeated_calls_identical(case):
 
 
 # ======================================================================================
-# BN linear regression: closed forms (DESIGN.md section 2)
+# BN linear regression: closed forms (docs/theory.rst, "BN linear regression")
 # ======================================================================================
 def _cosine(a, b):
     return np.sum(a * b, axis=-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b))
@@ -371,7 +370,8 @@ def test_linreg_min_norm_interpolant_is_a_minimiser(linreg_case):
 
 
 def test_linreg_hessian_rank_at_interpolant(linreg_case):
-    """At the interpolant H is PSD of rank n - 2 (DESIGN.md section 1)."""
+    """At the interpolant H is PSD of rank n - 2 (docs/theory.rst,
+    "The sharpness-reduction flow")."""
     m = linreg_case.model
     X, y = np.array(m.X), np.array(m.y)
     Xc = X - X.mean(axis=0)
@@ -425,7 +425,7 @@ def test_linreg_integer_data():
 # BN matrix completion
 # ======================================================================================
 def _mc_closed_form(model, w, rows, cols, values, stats_from_train=True):
-    """L straight from the DESIGN.md definitions, with U V^T formed explicitly."""
+    """L straight from the definitions of docs/theory.rst, with U V^T formed explicitly."""
     m1, m2 = model.shape
     r = model.rank
     U = w[: m1 * r].reshape(m1, r)
@@ -531,7 +531,7 @@ def test_mc_general_instance_against_reference():
 
 
 # ======================================================================================
-# Toy 3-D loss: closed forms of DESIGN.md section 2
+# Toy 3-D loss: closed forms of docs/theory.rst, "The 3-D toy loss"
 # ======================================================================================
 PHIS = [0.0, 0.3, -0.9, 1.2, np.pi / 2 - 1e-3]
 
@@ -700,7 +700,7 @@ def test_kernels_exact_across_scales(key, dt):
     bad = []
     for name, k in order.items():
         f = {"loss": case.model.loss, "grad": case.model.grad}.get(name) or (
-            lambda x, f=getattr(case.model, name): f(x, vc))
+            lambda x, f=getattr(case.model, name): f(x, vc))  # noqa: B008 - binds this name's
         with np.errstate(over="ignore", under="ignore"):
             mag = np.max(np.abs(base[name])) * 10.0 ** np.clip(-k * exps, -400, 400).astype(float)
         keep = (np.abs(k * exps) < 300) & (mag > fi.tiny * 1e6) & (mag < fi.max / 1e6)

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
+from conftest import get_case  # noqa: E402
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.extra import numpy as hnp  # noqa: E402
 
 import pysharp as ps  # noqa: E402
-from conftest import get_case  # noqa: E402
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -122,7 +122,8 @@ def test_run_gd_wd_rejects_bad_hyperparameters_naming_them(lr, wd, steps):
 @FAST
 @given(lr=st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=0, max_size=4),
        wd=st.one_of(st.floats(allow_nan=True), st.lists(st.floats(-1, 1), max_size=3)),
-       seeds=st.one_of(st.integers(-3, 5), st.floats(-1, 2), st.lists(st.integers(-2, 3), max_size=3)),
+       seeds=st.one_of(st.integers(-3, 5), st.floats(-1, 2),
+                       st.lists(st.integers(-2, 3), max_size=3)),
        init_norm=st.one_of(st.floats(allow_nan=True), st.integers(-1, 3)))
 def test_sweep_grid_rejects_naming_the_axis(lr, wd, seeds, init_norm):
     pytest.importorskip("xarray")

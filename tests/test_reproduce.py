@@ -42,7 +42,7 @@ def test_experiment_numbers_show_the_theory(results):
     assert abs(per["eos_ratio_median_after_entry"] - 2) < 0.02          # 1.989
     assert per["eos_ratio_fraction_in_band"] >= 0.95                      # 1.0
     mn = res["bn-linreg-minnorm"]
-    assert abs(mn["cosine_gd_wd"] - mn["cosine_flow"]) < 1e-3            # 1e-4: GD+WD tracks the flow
+    assert abs(mn["cosine_gd_wd"] - mn["cosine_flow"]) < 1e-3  # 1e-4: GD+WD tracks the flow
     assert 1 - mn["cosine_gd_wd"] < 0.05 * (1 - mn["cosine_gd_no_wd"])   # 0.0033 vs 0.18
     mc = res["matrix-completion"]
     assert mc["sharpness_end"] < 0.5 * mc["sharpness_at_entry"]          # 17.3 vs 45.7

@@ -12,12 +12,11 @@ import itertools
 
 import numpy as np
 import pytest
+from conftest import rel_err
 
 from pysharp import _backend, stability
 from pysharp.models import LinearRegression, TwoLayerNet
 from pysharp.sgd import run_sgd, sgd_batches
-
-from conftest import rel_err
 
 
 def _linreg(n=6, d=3, seed=0, realizable=True):

@@ -85,7 +85,8 @@ def test_bn_matrix_completion_has_unbounded_hessian_and_theorem_4_2_does_not_app
 
 
 def test_bn_linreg_full_rank_bound_is_an_upper_bound():
-    """d < n: rho_2 <= (4/sqrt 3) var(y) cond(Xc)^2; probe ||H|| hardest near the weakest direction."""
+    """d < n: rho_2 <= (4/sqrt 3) var(y) cond(Xc)^2; probe ||H|| hardest near the weakest
+    direction."""
     model = ps.BNLinearRegression.synthetic(d=5, n=20, seed=1)
     bound, why = ps.theory.smoothness_bound(model)
     assert math.isfinite(bound) and why.startswith("proven")

@@ -1,4 +1,5 @@
-"""Bad input gets a clear ValueError/TypeError naming the argument (DESIGN.md section 4).
+"""Bad input gets a clear ValueError/TypeError naming the argument
+(docs/conventions.rst, "Errors").
 
 Also: accepted-but-unusual input (non-contiguous views, integers) gives the same
 result as the plain float array, and no call crashes the interpreter or
@@ -15,8 +16,6 @@ import numpy as np
 import pytest
 
 from pysharp.models import BNLinearRegression, BNMatrixCompletion, Toy3D
-
-
 
 W_KERNELS = ["loss", "grad", "loss_and_grad", "hessian", "hvp", "third"]
 
@@ -101,9 +100,9 @@ def test_v_checked(case, kernel):
     m = case.model
     with pytest.raises(ValueError, match=rf"v must have shape \({D},\) or \(B, {D}\)"):
         as_v_call(m, kernel, w, np.ones(D + 1))
-    with pytest.raises(ValueError, match=rf"v must have shape"):
+    with pytest.raises(ValueError, match=r"v must have shape"):
         as_v_call(m, kernel, w, np.ones((3, D, 1)))
-    with pytest.raises(ValueError, match=rf"v must have shape"):
+    with pytest.raises(ValueError, match=r"v must have shape"):
         as_v_call(m, kernel, w, np.ones((0, D)))
     with pytest.raises(TypeError, match="v must be a real floating or integer array"):
         as_v_call(m, kernel, w, np.ones(D, complex))

@@ -56,7 +56,8 @@ ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
         {"s0": ("sharpness_at_entry", 0), "s1": ("sharpness_end", 0.1),
          "t0": ("test_loss_at_entry", 0), "t1": ("test_loss_end", 0.1),
          "g0": ("sigma3_over_sigma2_at_entry", 0), "g1": ("sigma3_over_sigma2_end", 0.1),
-         "m0": ("paper_scale.all_entry_mse_before_entry", 0), "m1": ("paper_scale.all_entry_mse_end", 0.3),
+         "m0": ("paper_scale.all_entry_mse_before_entry", 0),
+         "m1": ("paper_scale.all_entry_mse_end", 0.3),
          "p0": ("paper_scale.sharpness_at_entry", 0), "p1": ("paper_scale.sharpness_end", 0.1)}),
     "tracking": (
         "max ‖θ_t − ζ(τ)‖ against lr·wd on a log-log plot: fitted slope {slope:.2f} "
@@ -115,7 +116,8 @@ def compare(name: str, cell: str, summary: dict) -> list[str]:
     template, fields = ROWS[name]
     m = _pattern(template).fullmatch(cell.strip())
     if m is None:
-        return [f"{name}: the README text is not the template's; expected\n  {render(name, summary)}"]
+        return [f"{name}: the README text is not the template's; "
+                f"expected\n  {render(name, summary)}"]
     problems = []
     for field, (path, rtol) in fields.items():
         shown, actual = float(m[field]), float(_value(summary, path))
@@ -136,7 +138,8 @@ def _summaries(folder: Path) -> dict[str, dict]:
     found = {name: json.loads((folder / f"{name}.json").read_text())
              for name in ROWS if (folder / f"{name}.json").exists()}
     if not found:
-        raise SystemExit(f"no experiment JSON in {folder}: run `pysharp reproduce all --out {folder}`")
+        raise SystemExit(f"no experiment JSON in {folder}: "
+                         f"run `pysharp reproduce all --out {folder}`")
     quick = [name for name, s in found.items() if s.get("quick")]
     if quick:
         raise SystemExit(f"{', '.join(quick)} ran with --quick; the README shows default runs")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from functools import lru_cache
+from functools import cache
 
 NAMES = ("cpp", "cuda", "cupy", "numba", "numpy")
 _ENGINE = ("cpp", "cuda", "cupy", "numba")  # backends that run trajectories and Lanczos
@@ -29,7 +29,7 @@ class BackendUnavailable(ImportError):
     """The requested backend cannot run here; the message says why."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def _probe(name: str) -> str | None:
     """None when ``name`` can run here, else the reason it cannot."""
     if name == "cpp":

@@ -7,8 +7,8 @@ Each exposes batched, exact ``loss``, ``grad``, ``loss_and_grad``, ``hvp``,
 from ._base import ScaleInvariantModel
 from ._bn_linear_regression import BNLinearRegression
 from ._bn_matrix_completion import BNMatrixCompletion
-from ._toy3d import Toy3D
 from ._square_loss import LinearRegression, SquareLossModel, TwoLayerNet  # SGD stability
+from ._toy3d import Toy3D
 
 __all__ = ["ScaleInvariantModel", "BNLinearRegression", "BNMatrixCompletion", "Toy3D"]
 __all__ += ["SquareLossModel", "LinearRegression", "TwoLayerNet"]

@@ -108,7 +108,7 @@ class BNLinearRegression(ScaleInvariantModel):
 
     @classmethod
     def synthetic(cls, d: int = 40, n: int = 20, seed: int = 0,
-                  noise: float = 0.0) -> "BNLinearRegression":
+                  noise: float = 0.0) -> BNLinearRegression:
         """The paper's setting: x ~ N(0, I_d), y = x . w_true (+ noise), ||w_true|| = 1.
 
         Parameters

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_batch, as_float_array, as_positive_int
 from .._dispatch import resolve
+from .._validation import as_batch, as_float_array, as_positive_int
 from ._base import ScaleInvariantModel
 
 
@@ -35,8 +35,8 @@ def _entries(rows, cols, values, shape, label: str) -> tuple[np.ndarray, np.ndar
     uniq, first, counts = np.unique(flat, return_index=True, return_counts=True)
     if np.any(counts > 1):
         k = int(first[np.argmax(counts > 1)])
-        raise ValueError(f"entry ({r[k]}, {c[k]}) appears more than once in {label or 'the observed '}"
-                         "entries; each entry may be observed once")
+        raise ValueError(f"entry ({r[k]}, {c[k]}) appears more than once in "
+                         f"{label or 'the observed '}entries; each entry may be observed once")
     return r.astype(np.int32), c.astype(np.int32), v
 
 
@@ -71,7 +71,8 @@ class BNMatrixCompletion(ScaleInvariantModel):
         try:
             pair = tuple(shape)
         except TypeError:
-            raise TypeError(f"shape must be a pair (m1, m2) of positive integers, got {shape!r}") from None
+            raise TypeError("shape must be a pair (m1, m2) of positive integers, "
+                            f"got {shape!r}") from None
         if len(pair) != 2:
             raise ValueError(f"shape must be a pair (m1, m2), got {len(pair)} entries: {shape!r}")
         m1, m2 = (as_positive_int(s, "shape entry") for s in pair)
@@ -81,7 +82,8 @@ class BNMatrixCompletion(ScaleInvariantModel):
         if self.values.size < 2:
             raise ValueError(f"need N >= 2 observed entries, got {self.values.size}")
         if np.ptp(self.values) == 0:
-            raise ValueError("values are constant: their std is 0, so the BN prediction is undefined")
+            raise ValueError("values are constant: their std is 0, so the BN prediction is "
+                             "undefined")
         self.test = None
         if test is not None:
             if len(test) != 3:
@@ -145,13 +147,14 @@ class BNMatrixCompletion(ScaleInvariantModel):
         W = self._unit_scale(W)[0]  # scale invariant
         rows, cols, values = self.test
         loss, ok = self._core(W.dtype, backend).test_loss(
-            W, rows, cols, values.astype(W.dtype), float(self.values.mean()), float(self.values.std()))
+            W, rows, cols, values.astype(W.dtype), float(self.values.mean()),
+            float(self.values.std()))
         self._checked(ok)
         return self._shape(loss, single)
 
     @classmethod
     def synthetic(cls, size: int = 20, true_rank: int = 2, rank: int = 20,
-                  n_obs: int | None = None, seed: int = 0) -> "BNMatrixCompletion":
+                  n_obs: int | None = None, seed: int = 0) -> BNMatrixCompletion:
         """A random rank-``true_rank`` size x size matrix, partly observed.
 
         The truth is M = A B^T with A, B ~ N(0, 1) of shape (size, true_rank),

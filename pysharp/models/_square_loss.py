@@ -1,7 +1,7 @@
 """Square-loss models with per-sample Jacobians, for SGD and its linear stability.
 
-L(W) = (1/2n) sum_i (f(x_i; W) - y_i)^2 (DESIGN.md section 1, "SGD linear
-stability"). Unlike the scale-invariant models these are not defined up to
+L(W) = (1/2n) sum_i (f(x_i; W) - y_i)^2 (docs/theory.rst, section "SGD
+linear stability"). Unlike the scale-invariant models these are not defined up to
 scale: any finite W is a valid point, W = 0 included.
 """
 
@@ -65,7 +65,7 @@ class SquareLossModel(abc.ABC):
         """The ``pysharp._core`` object for dtype suffix '_f64' or '_f32'."""
 
     @abc.abstractmethod
-    def with_data(self, X, y=None) -> "SquareLossModel":
+    def with_data(self, X, y=None) -> SquareLossModel:
         """The same architecture on other data (y defaults to zeros)."""
 
     @abc.abstractmethod
@@ -219,7 +219,7 @@ class LinearRegression(SquareLossModel):
         return getattr(core(), "LinearRegression" + suffix)(self.X.astype(dtype),
                                                            self.y.astype(dtype), self.bias)
 
-    def with_data(self, X, y=None) -> "LinearRegression":
+    def with_data(self, X, y=None) -> LinearRegression:
         return LinearRegression(X, y, bias=self.bias)
 
     def first_layer(self, w):
@@ -262,7 +262,8 @@ class TwoLayerNet(SquareLossModel):
         d = as_positive_int(d, "d")
         self.width = as_positive_int(m, "m")
         if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, "
+                             f"got {activation!r}")
         self.activation = activation
         if X is None:
             if y is not None:
@@ -290,7 +291,7 @@ class TwoLayerNet(SquareLossModel):
                              "or use model.with_data(X, y)")
         return super()._core(dtype)
 
-    def with_data(self, X, y=None) -> "TwoLayerNet":
+    def with_data(self, X, y=None) -> TwoLayerNet:
         return TwoLayerNet(self.input_dim, self.width, self.activation, X=X, y=y)
 
     def unpack(self, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -10,9 +10,9 @@ from ..theory import min_norm_interpolant
 from . import plt
 from ._common import cosine
 
-DESCRIPTION = ("Cosine between the direction of w and the min-norm interpolant pinv(Xc)(y - mean y): "
-               "GD+WD (lr 0.5, wd 2e-4) and the sharpness-reduction flow go to 1; GD without weight "
-               "decay (no EoS) stays at the interpolant it lands on.")
+DESCRIPTION = ("Cosine between the direction of w and the min-norm interpolant "
+               "pinv(Xc)(y - mean y): GD+WD (lr 0.5, wd 2e-4) and the sharpness-reduction flow "
+               "go to 1; GD without weight decay (no EoS) stays at the interpolant it lands on.")
 
 
 def run(out, quick: bool) -> dict:
@@ -30,7 +30,8 @@ def run(out, quick: bool) -> dict:
     flow = SharpnessReductionFlow(model)
     k = int(np.searchsorted(gd.theta_steps, entry))
     sol = flow.integrate(gd.theta[k], lr * wd * (steps - entry))
-    cos_gd, cos_plain, cos_flow = cosine(gd.theta, wt), cosine(plain.theta, wt), cosine(sol.zeta, wt)
+    cos_gd, cos_plain = cosine(gd.theta, wt), cosine(plain.theta, wt)
+    cos_flow = cosine(sol.zeta, wt)
     flow_steps = entry + sol.tau / (lr * wd)
 
     pyplot = plt()

@@ -1,4 +1,4 @@
-"""BN linear regression at the Edge of Stability: period-two oscillation, eff. LR ~ 2 / sharpness."""
+"""BN linear regression at EoS: period-two oscillation, eff. LR ~ 2 / sharpness."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ def run(out, quick: bool) -> dict:
     steps = 10_000 if quick else 30_000
     small = _run_size(20, steps)
     paper = None if quick else _run_size(PAPER["size"], 30_000)
-    tr, test, sv, entry = small["tr"], small["test"], small["sv"], small["entry"]
+    tr, sv, entry = small["tr"], small["sv"], small["entry"]
 
     pyplot = plt()
     fig, ax = pyplot.subplots(1, 3, figsize=(13, 3.8))
@@ -103,7 +103,8 @@ def run(out, quick: bool) -> dict:
     pyplot.close(fig)
     summary = {"figures": ["matrix_completion.png"], "lr": lr, "wd": wd, "steps": steps,
                **small["numbers"]}
-    lines = [f"{'':28s}{'20 x 20':>12s}" + ("" if paper is None else f"{'50 x 50':>12s}{'paper':>12s}")]
+    lines = [f"{'':28s}{'20 x 20':>12s}"
+             + ("" if paper is None else f"{'50 x 50':>12s}{'paper':>12s}")]
     rows = [("EoS entry step", "eos_entry_step", "{:d}", "sharpness_drop_from_step", "~{:d}"),
             ("sharpness at entry", "sharpness_at_entry", "{:.1f}", None, ""),
             ("sharpness at the end", "sharpness_end", "{:.1f}", None, ""),

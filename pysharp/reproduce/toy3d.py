@@ -27,7 +27,8 @@ def run(out, quick: bool) -> dict:
     zeta0 = np.array([np.cos(phi0) / np.sqrt(2), np.cos(phi0) / np.sqrt(2), np.sin(phi0)])
     geo = flow.geometry(zeta0)
     w0 = theory_start(zeta0, geo.sharpness, lr, wd, perturbation=1e-4)
-    # Jitter keeps x - y from collapsing to exactly 0 in float64 (DESIGN.md).
+    # Jitter keeps x - y from collapsing to exactly 0 in float64 (docs/theory.rst,
+    # "The 3-D toy loss").
     tr = run_gd_wd(model, w0, lr, wd, steps, record_every=1, sharpness_every=50,
                    theta_every=1, jitter=1e-9, seed=1)
     sol = flow.integrate(zeta0, tau_end, project_start=False)
@@ -62,5 +63,6 @@ def run(out, quick: bool) -> dict:
     return {"figures": ["toy3d.png"], "c": c, "lr": lr, "wd": wd, "steps": steps,
             "phi_start": phi0, "phi_end_gd": float(_phi(th[-1])),
             "phi_end_flow": float(_phi(sol.zeta[-1])),
-            "sharpness_start": float(sol.sharpness[0]), "sharpness_end_flow": float(sol.sharpness[-1]),
+            "sharpness_start": float(sol.sharpness[0]),
+            "sharpness_end_flow": float(sol.sharpness[-1]),
             "tracking_error_max": track.max_error, "flow_success": sol.success}

@@ -10,6 +10,7 @@ the global trajectory index (``first_trajectory``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from ..dynamics import run_gd_wd
@@ -108,7 +109,8 @@ def initial_points(model: ScaleInvariantModel, seeds: np.ndarray,
 
 def compute_chunk(spec: dict, grid: dict[str, np.ndarray], settings: Settings,
                   start: int, stop: int) -> dict[str, np.ndarray]:
-    """Run grid points start..stop-1 in one engine call; arrays with a leading (stop - start,) axis."""
+    """Run grid points start..stop-1 in one engine call; arrays with a leading (stop - start,)
+    axis."""
     model = _spec.cached(spec)
     pts = grid_points(grid, start, stop)
     W0 = initial_points(model, pts["seed"], pts["init_norm"])
@@ -154,7 +156,8 @@ def end_sharpness(model: ScaleInvariantModel, w: np.ndarray, lr, wd) -> np.ndarr
 
 
 def sharpness_drop(model: ScaleInvariantModel, tr) -> np.ndarray:
-    """Sharpness lost after EoS entry, (B,); NaN where the edge was never reached or the run diverged.
+    """Sharpness lost after EoS entry, (B,); NaN where the edge was never reached or the run
+    diverged.
 
     Neither end may depend on where the sharpness records fall (a quantity that does
     paints lr x wd maps as a checkerboard):

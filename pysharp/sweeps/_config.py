@@ -53,7 +53,8 @@ def _toml():
 
 
 def grid_values(value: Any, key: str) -> np.ndarray:
-    """A grid axis from a number, a list, or {linspace|geomspace = [a, b, n]} / {range = n | [a, b]}."""
+    """A grid axis from a number, a list, or {linspace|geomspace = [a, b, n]} /
+    {range = n | [a, b]}."""
     if isinstance(value, dict):
         if len(value) != 1:
             raise ValueError(f"{key}: give one of linspace, geomspace, range; got {sorted(value)}")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 import warnings
+from pathlib import Path
 
 import numpy as np
 

@@ -1,26 +1,35 @@
-"""The resumable Zarr store of a sweep.
+"""The resumable Zarr store of a sweep: an xarray store with completion markers.
 
-Layout of ``path.zarr``: one Zarr array per output, trajectories flat along
-axis 0 and chunked exactly like the sweep, so a sweep chunk is one Zarr chunk
-of each array and no two chunks ever share bytes. The group's attributes hold
-the sweep's identity (grid, model spec, settings, pysharp version, backend).
-A chunk counts as finished only once ``_pysharp_done/<k>.json`` exists: it is
-written after the data, atomically (write to a temporary file, then rename),
-and holds the SHA-256 of every array's bytes for the chunk, which are checked
-when the chunk is read back, so a truncated or altered chunk is recomputed,
-never silently used.
+Layout of ``path.zarr`` (Zarr format 3): one array per output on the grid's
+named axes (``dimension_names`` = lr, wd, seed, init_norm and, for recorded
+metrics, ``step`` or ``sharpness_step``), one array per coordinate, the
+Dataset's attributes as the group's attributes. ``xarray.open_zarr(path)``
+therefore returns the Dataset ``pysharp.sweep`` returned.
+
+A sweep chunk is one block of the grid (see :func:`block_shape`) and exactly
+one Zarr chunk of each array, so no two sweep chunks ever share bytes. A chunk
+counts as finished only once ``_pysharp_done/<k>.json`` exists (in an empty
+Zarr group, which xarray ignores): it is written
+after the data, atomically (write to a temporary file, then rename), and holds
+the SHA-256 of every array's bytes for the chunk, which are checked when the
+chunk is read back (:meth:`SweepStore.read`), so a truncated or altered chunk
+is recomputed, never silently used. ``xarray.open_zarr`` does not look at the
+markers: :func:`pysharp.open_sweep` is the reader that verifies them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
 
-FORMAT = "pysharp-sweep/1"
+#: Stored in the group's (and the Dataset's) ``pysharp_format`` attribute.
+FORMAT = "pysharp-sweep/2"
 _DONE = "_pysharp_done"
 
 
@@ -28,9 +37,44 @@ def _digest(a: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
-def chunk_bounds(n_traj: int, chunk_size: int) -> list[tuple[int, int]]:
-    """[start, stop) of every chunk of the flat grid."""
-    return [(a, min(a + chunk_size, n_traj)) for a in range(0, n_traj, chunk_size)]
+def block_shape(shape: tuple[int, ...], chunk_size: int) -> tuple[int, ...]:
+    """The grid block of one chunk: whole rows of the trailing axes, at most ``chunk_size`` points.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The grid's shape (one entry per grid axis, C order).
+    chunk_size : int
+        Upper bound on the points of a block (>= 1).
+
+    Returns
+    -------
+    tuple of int, same length as ``shape``
+        ``(1, ..., 1, c, n_{j+1}, ..., n_last)`` for the first axis j whose trailing
+        axes hold at most ``chunk_size`` points, with ``c`` as large as allowed. Such a
+        block is a contiguous range of the flat (C order) grid, so each chunk is one
+        engine call over consecutive trajectories and one rectangular Zarr chunk.
+    """
+    for j in range(len(shape)):
+        tail = math.prod(shape[j + 1:])
+        if tail <= chunk_size:
+            return (1,) * j + (min(shape[j], chunk_size // tail),) + tuple(shape[j + 1:])
+    return tuple(shape)  # no axes
+
+
+def chunk_bounds(shape: tuple[int, ...], chunk_size: int) -> list[tuple[int, int]]:
+    """[start, stop) in the flat grid of every chunk, in C order over the blocks.
+
+    The blocks of :func:`block_shape` tile the grid; the last block along the cut
+    axis may be short.
+    """
+    block = np.array(block_shape(shape, chunk_size))
+    dims = np.array(shape)
+    counts = -(-dims // block)
+    corners = np.indices(counts).reshape(len(shape), -1).T * block  # (n_chunks, ndim)
+    starts = np.ravel_multi_index(corners.T, shape)
+    sizes = np.prod(np.minimum(block, dims - corners), axis=1)
+    return [(int(a), int(a + s)) for a, s in zip(starts, sizes)]
 
 
 class StoreMismatch(ValueError):
@@ -47,44 +91,93 @@ class SweepStore:
     identity : dict
         JSON-safe description of the sweep; an existing store must match it
         exactly, else StoreMismatch names the first differing entries.
-    layout : dict
-        name -> (shape after the trajectory axis, dtype), see ``_compute.layout``.
-    n_traj, chunk_size : int
-        Trajectories in total and per chunk.
+    variables : dict
+        name -> (dims, dtype, attrs) of every output: ``dims`` are the grid axes
+        followed by the record axis, if any.
+    coords : dict
+        name -> 1-D array of every axis: the grid axes first, in C order.
+    grid_dims : tuple of str
+        The grid axes' names, in C order (the flat trajectory order).
+    chunk_size : int
+        Upper bound on the trajectories per chunk (see :func:`block_shape`).
+    attrs : dict
+        The Dataset's attributes, stored as the group's; ``pysharp_sweep`` holds
+        the identity as JSON.
+    create : bool
+        False: open an existing store read-only (for :func:`pysharp.open_sweep`).
     """
 
-    def __init__(self, path, identity: dict, layout: dict, n_traj: int, chunk_size: int) -> None:
+    def __init__(self, path, identity: dict, variables: dict, coords: dict,
+                 grid_dims: tuple[str, ...], chunk_size: int, attrs: dict,
+                 create: bool = True) -> None:
         import zarr
 
         self.path = Path(path)
-        self.layout, self.n_traj, self.chunk_size = layout, n_traj, chunk_size
-        self._bounds = chunk_bounds(n_traj, chunk_size)
+        self.grid_shape = tuple(len(coords[d]) for d in grid_dims)
+        self.n_traj = math.prod(self.grid_shape)
+        self.block = block_shape(self.grid_shape, chunk_size)
+        self._counts = tuple(-(-n // b) for n, b in zip(self.grid_shape, self.block))
+        self._bounds = chunk_bounds(self.grid_shape, chunk_size)
         self._done = self.path / _DONE
+        self.dtypes = {name: dtype for name, (_, dtype, _) in variables.items()}
+        if not create:
+            group = zarr.open_group(str(self.path), mode="r")
+            self.arrays = {name: group[name] for name in variables if name in group}
+            return
         if self.path.exists() and any(self.path.iterdir()):
-            try:
-                group = zarr.open_group(str(self.path), mode="r+")
-            except Exception as exc:  # noqa: BLE001 - any unreadable directory is refused alike
-                raise StoreMismatch(f"{self.path} exists and is not a Zarr store ({exc}); "
-                                    "choose another path") from None
-            stored = dict(group.attrs)
-            if stored.get("format") != FORMAT:
-                raise StoreMismatch(f"{self.path} is not a pysharp sweep store; choose another path")
-            self._check_same(stored.get("identity", {}), identity)
+            group = self._open_existing(zarr, identity)
         else:
-            group = zarr.open_group(str(self.path), mode="w",
-                                    attributes={"format": FORMAT, "identity": identity})
+            group = zarr.open_group(str(self.path), mode="w", zarr_format=3, attributes=attrs)
         self.arrays = {}
-        for name, (tail, dtype) in layout.items():
-            shape, chunks = (n_traj, *tail), (chunk_size, *tail)
+        created = False
+        for name, values in coords.items():
+            values = np.asarray(values)
             arr = group.get(name)
-            if arr is None or arr.shape != shape or arr.chunks != chunks:
+            if (arr is None or arr.shape != values.shape
+                    or not np.array_equal(np.asarray(arr[...]), values)):
+                arr = group.create_array(name, shape=values.shape, dtype=values.dtype,
+                                         chunks=(max(1, values.size),), dimension_names=[name],
+                                         overwrite=True)
+                if values.size:
+                    arr[...] = values
+                created = True
+        for name, (dims, dtype, var_attrs) in variables.items():
+            tail = tuple(len(coords[d]) for d in dims[len(grid_dims):])
+            shape, chunks = self.grid_shape + tail, self.block + tuple(max(1, n) for n in tail)
+            arr = group.get(name)
+            if (arr is None or arr.shape != shape or arr.chunks != chunks
+                    or tuple(arr.metadata.dimension_names or ()) != tuple(dims)):
                 # missing (a run stopped while creating the store) or foreign: (re)create;
                 # a recreated array has no valid chunks, so their markers fail the check
                 fill = {"bool": False, "int64": -2}.get(dtype, np.nan)
                 arr = group.create_array(name, shape=shape, chunks=chunks, dtype=dtype,
-                                         fill_value=fill, overwrite=True)
+                                         fill_value=fill, dimension_names=list(dims),
+                                         attributes=var_attrs, overwrite=True)
+                created = True
             self.arrays[name] = arr
-        self._done.mkdir(exist_ok=True)
+        if not (self._done / "zarr.json").exists():
+            # an empty Zarr group, so that Zarr and xarray see a known kind of node
+            group.create_group(_DONE, attributes={
+                "description": "completion markers of pysharp sweep chunks: <k>.json"})
+            created = True
+        if created:  # xarray.open_zarr reads consolidated metadata without a warning
+            with warnings.catch_warnings():  # as xarray's to_zarr writes them for format 3
+                warnings.filterwarnings("ignore", message="Consolidated metadata is currently")
+                zarr.consolidate_metadata(str(self.path))
+
+    def _open_existing(self, zarr, identity: dict):
+        try:
+            group = zarr.open_group(str(self.path), mode="r+")
+        except Exception as exc:  # noqa: BLE001 - any unreadable directory is refused alike
+            raise StoreMismatch(f"{self.path} exists and is not a Zarr store ({exc}); "
+                                "choose another path") from None
+        stored = dict(group.attrs)
+        if stored.get("pysharp_format") != FORMAT:
+            older = " (made by an older pysharp)" if "identity" in stored else ""
+            raise StoreMismatch(f"{self.path} is not a pysharp sweep store{older}; "
+                                "choose another path")
+        self._check_same(json.loads(stored.get("pysharp_sweep", "{}")), identity)
+        return group
 
     def _check_same(self, stored: dict, identity: dict) -> None:
         if stored == identity:
@@ -105,48 +198,68 @@ class SweepStore:
         return len(self._bounds)
 
     def bounds(self, k: int) -> tuple[int, int]:
+        """[start, stop) of chunk k in the flat grid."""
         return self._bounds[k]
+
+    def _region(self, k: int) -> tuple[slice, ...]:
+        """Chunk k's block of the grid, as slices of the grid axes."""
+        corner = np.unravel_index(k, self._counts)
+        return tuple(slice(int(i) * b, min((int(i) + 1) * b, n))
+                     for i, b, n in zip(corner, self.block, self.grid_shape))
 
     def _marker(self, k: int) -> Path:
         return self._done / f"{k}.json"
 
     def marked(self) -> list[int]:
         """Chunks whose completion marker exists (their data not yet verified)."""
+        if not self._done.is_dir():
+            return []
         return sorted(int(p.stem) for p in self._done.glob("*.json") if p.stem.isdigit()
                       and int(p.stem) < self.n_chunks)
 
     def write(self, k: int, result: dict[str, np.ndarray]) -> None:
-        """Store chunk k's arrays, then mark it complete (atomically, with checksums)."""
+        """Store chunk k's arrays (leading axis: its trajectories), then mark it complete."""
         start, stop = self.bounds(k)
-        if set(result) != set(self.layout):
-            raise RuntimeError(f"chunk {k} returned {sorted(result)}, expected {sorted(self.layout)}")
+        region = self._region(k)
+        block = tuple(s.stop - s.start for s in region)
+        if set(result) != set(self.arrays):
+            raise RuntimeError(f"chunk {k} returned {sorted(result)}, "
+                               f"expected {sorted(self.arrays)}")
         sums = {}
         for name, arr in self.arrays.items():
-            data = np.ascontiguousarray(result[name], dtype=self.layout[name][1])
-            if data.shape != (stop - start, *self.layout[name][0]):
+            data = np.ascontiguousarray(result[name], dtype=self.dtypes[name])
+            tail = arr.shape[len(block):]
+            if data.shape != (stop - start, *tail):
                 raise RuntimeError(f"chunk {k}: {name} has shape {data.shape}")
-            arr[start:stop] = data
+            arr[region] = data.reshape(block + tail)
             sums[name] = _digest(data)
         marker = {"chunk": k, "start": start, "stop": stop, "sha256": sums}
         tmp = self._marker(k).with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(marker))
         os.replace(tmp, self._marker(k))
 
-    def read(self, k: int) -> dict[str, np.ndarray] | None:
-        """Chunk k's arrays if its marker exists and every checksum matches, else None.
+    def read(self, k: int, *, forget: bool = True) -> dict[str, np.ndarray] | None:
+        """Chunk k's arrays (leading axis: its trajectories) if its marker exists and every
+        checksum matches, else None.
 
-        A chunk that fails the check loses its marker, so it is recomputed.
+        With ``forget`` a chunk that fails the check loses its marker, so it is recomputed.
         """
         try:
             marker = json.loads(self._marker(k).read_text())
             start, stop = self.bounds(k)
-            out = {name: np.asarray(arr[start:stop]) for name, arr in self.arrays.items()}
-            ok = (marker["start"], marker["stop"]) == (start, stop) and all(
-                _digest(out[name].astype(self.layout[name][1], copy=False)) == marker["sha256"][name]
-                for name in self.layout)
+            region = self._region(k)
+            out = {}
+            for name, arr in self.arrays.items():
+                block = np.asarray(arr[region])
+                out[name] = block.reshape((stop - start,) + block.shape[len(region):])
+            ok = (set(out) == set(self.dtypes)
+                  and (marker["start"], marker["stop"]) == (start, stop)
+                  and all(_digest(out[name].astype(self.dtypes[name], copy=False))
+                          == marker["sha256"][name] for name in self.dtypes))
         except Exception:  # noqa: BLE001 - unreadable, truncated or undecodable: recompute
             ok = False
         if not ok:
-            self._marker(k).unlink(missing_ok=True)
+            if forget:
+                self._marker(k).unlink(missing_ok=True)
             return None
         return out

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
-from concurrent.futures import Executor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Executor, wait
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from .._dispatch import resolve
 from .._validation import as_positive_int, as_real
 from . import _spec
 from ._compute import GRID_DIMS, RECORDED, SUMMARY_DOC, Settings, compute_chunk, layout
-from ._store import SweepStore, chunk_bounds
+from ._store import FORMAT, SweepStore, block_shape, chunk_bounds
 
 
 def _need(module: str):
@@ -91,11 +93,18 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
     """GD+WD on every point of the grid lr x wd x seeds x init_norm, as an xarray Dataset.
 
     The grid is laid out flat (C order over lr, wd, seed, init_norm) and cut
-    into chunks of ``chunk_size`` trajectories; each chunk is one engine call
-    (the engine already uses every core), run in this process or, with
-    ``executor``, on any ``concurrent.futures.Executor`` (a process pool, or
-    ``dask.distributed.Client(...).get_executor()`` for a cluster). Results
-    do not depend on the chunking, the executor or the order chunks finish in.
+    into chunks of at most ``chunk_size`` trajectories, each a block of whole
+    rows of the trailing axes (a contiguous range of the flat order); each
+    chunk is one engine call (the engine already uses every core), run in this
+    process or, with ``executor``, on any ``concurrent.futures.Executor`` (a
+    process pool, or ``dask.distributed.Client(...).get_executor()`` for a
+    cluster). Results do not depend on the chunking, the executor or the order
+    chunks finish in.
+
+    The size of the results is estimated before any work: a sweep whose results
+    would not fit in memory is refused at once (``MemoryError`` naming the size)
+    unless ``store`` is given, in which case chunks stream to disk and the Dataset
+    returned is lazy, so grids far larger than memory run.
 
     Parameters
     ----------
@@ -116,15 +125,18 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
     backend : str
         The engine's backend (see :func:`pysharp.backends`), resolved once here.
     store : path, optional
-        A Zarr directory. Each finished chunk is written at once and marked
-        complete with checksums; calling again with the same arguments resumes,
-        computing only chunks that are missing or fail their checksum. A store
-        made by a different sweep is refused, never overwritten.
+        A Zarr directory, readable as ``xarray.open_zarr(store)``. Each finished
+        chunk is written at once and marked complete with checksums; calling
+        again with the same arguments resumes, computing only chunks that are
+        missing or fail their checksum. A store made by a different sweep is
+        refused, never overwritten. Only one chunk at a time (per executor
+        worker) is held in memory.
     executor : concurrent.futures.Executor, optional
         Where chunks run (default: one after another in this process). This
         process writes the store, so workers need no shared file system.
     chunk_size : int
-        Trajectories per engine call; thousands keep the per-call overhead small.
+        Upper bound on the trajectories per engine call; thousands keep the
+        per-call overhead small.
     progress : bool
         A tqdm bar (trajectories/s, ETA) when stderr is a terminal.
 
@@ -139,12 +151,23 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
         ``diverged_step``, ``final_eff_lr``, and ``cosine_min_norm`` (BN linear
         regression) or ``test_loss`` and ``sv_gap`` (matrix completion). A
         diverged point is flagged (``diverged``), its later records NaN; the
-        sweep still completes. ``attrs`` hold the sweep's identity as JSON and
-        ``chunks_computed`` / ``chunks_reused`` for this call.
+        sweep still completes. ``attrs`` hold the sweep's identity as JSON
+        (``pysharp_sweep``), ``pysharp_format``, ``backend`` and
+        ``chunks_computed`` / ``chunks_reused`` for this call. With ``store`` the
+        Dataset is lazy (dask-backed when dask is installed): values are read
+        from the store when used.
+
+    Raises
+    ------
+    MemoryError
+        Before any work, when the results (without ``store``) or one chunk would
+        not fit in the memory available.
+    StoreMismatch
+        When ``store`` holds a different sweep.
 
     Notes
     -----
-    Needs the ``sweep`` extra (xarray; zarr for ``store``; tqdm for the bar).
+    Needs the ``sweep`` extra (xarray; zarr and dask for ``store``; tqdm for the bar).
     Use :func:`pysharp.run_gd_wd` directly for a handful of trajectories.
     """
     xr = _need("xarray")
@@ -165,8 +188,10 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
         raise TypeError("executor must be a concurrent.futures.Executor, e.g. "
                         "dask.distributed.Client(...).get_executor()")
     out_layout = layout(_spec.cached(spec), settings)
-    n_traj = int(np.prod([len(grid[d]) for d in GRID_DIMS]))
-    bounds = chunk_bounds(n_traj, chunk_size)
+    shape = tuple(len(grid[d]) for d in GRID_DIMS)
+    n_traj = math.prod(shape)
+    room_for = check_memory(out_layout, shape, chunk_size, in_memory=store is None)
+    bounds = chunk_bounds(shape, chunk_size)
     n_chunks = len(bounds)
     from .. import __version__
     identity = json.loads(json.dumps({
@@ -174,24 +199,31 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
         "settings": settings.__dict__, "method": "gd_wd", "chunk_size": chunk_size,
         "outputs": {name: [list(tail), dtype] for name, (tail, dtype) in out_layout.items()},
         "pysharp_version": __version__}))
+    attrs = dataset_attrs(identity, settings)
 
-    results: dict[int, dict[str, np.ndarray]] = {}
+    data: dict[str, np.ndarray] = {}
+    done: set[int] = set()
     db = None
-    if store is not None:
+    if store is None:
+        data = {name: np.empty((n_traj, *tail), dtype=dtype)
+                for name, (tail, dtype) in out_layout.items()}
+    else:
         _need("zarr")
-        db = SweepStore(store, identity, out_layout, n_traj, chunk_size)
-        for k in db.marked():
-            got = db.read(k)
-            if got is not None:
-                results[k] = got
-    reused = len(results)
-    todo = [k for k in range(n_chunks) if k not in results]
-    bar = _Progress(progress, n_traj, sum(b - a for k, (a, b) in enumerate(bounds) if k in results))
+        db = SweepStore(store, identity, variables(out_layout), coordinates(grid, settings),
+                        GRID_DIMS, chunk_size, attrs)
+        done = {k for k in db.marked() if db.read(k) is not None}  # verified, then dropped
+    reused = len(done)
+    todo = [k for k in range(n_chunks) if k not in done]
+    bar = _Progress(progress, n_traj, sum(bounds[k][1] - bounds[k][0] for k in done))
 
     def finished(k: int, result: dict) -> None:
-        results[k] = result
         if db is not None:
             db.write(k, result)
+        else:
+            start, stop = bounds[k]
+            for name, arr in data.items():
+                arr[start:stop] = result[name]
+        done.add(k)
         bar.update(bounds[k][1] - bounds[k][0])
 
     failed: dict[int, BaseException] = {}
@@ -200,69 +232,231 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
             for k in todo:
                 finished(k, compute_chunk(spec, grid, settings, *bounds[k]))
         else:
-            futures = {executor.submit(compute_chunk, spec, grid, settings, *bounds[k]): k
-                       for k in todo}
-            for fut in as_completed(futures):
-                k = futures[fut]
-                try:
-                    finished(k, fut.result())
-                except Exception as exc:  # noqa: BLE001 - others still finish and are kept
-                    failed[k] = exc
+            # at most `window` results wait in this process at once
+            window = len(todo) if room_for is None else max(1, min(len(todo), room_for))
+            queue, pending = list(reversed(todo)), {}
+            while queue or pending:
+                while queue and len(pending) < window:
+                    k = queue.pop()
+                    pending[executor.submit(compute_chunk, spec, grid, settings, *bounds[k])] = k
+                ready, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in ready:
+                    k = pending.pop(fut)
+                    try:
+                        finished(k, fut.result())
+                    except Exception as exc:  # noqa: BLE001 - others still finish and are kept
+                        failed[k] = exc
     finally:
         bar.close()
     if failed:
         k, exc = min(failed.items())
-        kept = f"; the {len(results)} finished chunks are in {store}" if db else ""
+        kept = f"; the {len(done)} finished chunks are in {store}" if db else ""
         raise RuntimeError(f"{len(failed)} of {n_chunks} chunks failed (first: chunk {k}, "
                            f"trajectories {bounds[k][0]}..{bounds[k][1] - 1}: {exc!r}){kept}; "
                            "re-run the same call to compute only what is missing") from exc
 
-    data = {name: np.concatenate([results[k][name] for k in range(n_chunks)])
-            for name in out_layout}
-    ds = to_dataset(xr, data, grid, settings, identity)
+    if db is not None:
+        ds = open_lazy(xr, store)
+    else:
+        ds = to_dataset(xr, data, grid, settings, attrs)
     ds.attrs.update(chunks_computed=len(todo), chunks_reused=reused)
     return ds
 
 
-def to_dataset(xr, data: dict[str, np.ndarray], grid: dict, settings: Settings, identity: dict):
-    """Reshape flat per-trajectory arrays onto the grid's axes."""
-    shape = tuple(len(grid[d]) for d in GRID_DIMS)
-    coords: dict[str, Any] = {d: grid[d] for d in GRID_DIMS}
+#: Memory needed while one chunk runs, in units of the chunk's outputs: the engine's
+#: record buffers, the transposed copies ``summarise`` makes, and the result in transit.
+_CHUNK_WORK = 3
+#: Fraction of the available memory a sweep may plan to use.
+_SAFETY = 0.5
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError  # unreachable
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        text = Path(path).read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate (None: unknown).
+
+    The smallest of the system's available memory (psutil if installed, else
+    ``MemAvailable`` of /proc/meminfo, else ``sysconf``'s free pages) and the
+    room left under a cgroup (container) memory limit.
+    """
+    found = []
+    try:
+        import psutil
+        found.append(int(psutil.virtual_memory().available))
+    except ImportError:
+        try:
+            with open("/proc/meminfo") as f:
+                line = next(x for x in f if x.startswith("MemAvailable:"))
+            found.append(int(line.split()[1]) * 1024)
+        except (OSError, StopIteration, ValueError):
+            try:
+                found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+            except (ValueError, OSError, AttributeError):
+                pass
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        cap, used = _read_int(limit), _read_int(usage)
+        if cap is not None and used is not None and cap < 1 << 60:
+            found.append(max(0, cap - used))
+    return min(found) if found else None
+
+
+def check_memory(out_layout: dict, shape: tuple[int, ...], chunk_size: int, *,
+                 in_memory: bool, available: int | None = None) -> int | None:
+    """Refuse, before any work, a sweep whose results or chunks would not fit in memory.
+
+    Parameters
+    ----------
+    out_layout : dict
+        name -> (shape after the trajectory axis, dtype), see ``_compute.layout``.
+    shape : tuple of int
+        The grid's shape.
+    chunk_size : int
+        Upper bound on the trajectories per chunk.
+    in_memory : bool
+        True when the whole result is held in memory (no ``store``).
+    available : int, optional
+        Bytes available (default: :func:`available_memory`).
+
+    Returns
+    -------
+    int or None
+        How many chunk results may wait in this process at once (None: unknown).
+
+    Raises
+    ------
+    MemoryError
+        Naming the size needed, the memory available and what to change. Nothing
+        is allocated before the check.
+    """
+    per_traj = sum(math.prod(tail) * np.dtype(dtype).itemsize
+                   for tail, dtype in out_layout.values())
+    n_traj = math.prod(shape)
+    chunk = _CHUNK_WORK * math.prod(block_shape(shape, chunk_size)) * per_traj
+    total = n_traj * per_traj if in_memory else 0
+    if available is None:
+        available = available_memory()
+    if available is None:
+        return None
+    room = _SAFETY * available
+    if in_memory and total + chunk > room:
+        raise MemoryError(
+            f"the sweep's results need {_bytes(total)} in memory ({n_traj} trajectories x "
+            f"{_bytes(per_traj)}), more than {_SAFETY:.0%} of the {_bytes(available)} available: "
+            "pass store='sweep.zarr' to stream the chunks to disk (the Dataset returned is then "
+            "lazy, read from the store on demand), or record less often (record_every, "
+            "sharpness_every)")
+    if chunk > room - total:
+        raise MemoryError(
+            f"one chunk of up to {math.prod(block_shape(shape, chunk_size))} trajectories needs "
+            f"about {_bytes(chunk)} while it runs, more than {_SAFETY:.0%} of the "
+            f"{_bytes(available)} available{' besides the results' if in_memory else ''}: "
+            "lower chunk_size or record less often (record_every, sharpness_every)")
+    return int((room - total) // chunk)
+
+
+def variables(out_layout: dict) -> dict[str, tuple[tuple[str, ...], str, dict]]:
+    """name -> (dims, dtype, attrs) of every output of a sweep."""
+    return {name: (GRID_DIMS + ((RECORDED[name],) if name in RECORDED else ()), dtype,
+                   {"description": SUMMARY_DOC.get(
+                       name, f"recorded {name} (see pysharp.Trajectory)")})
+            for name, (_, dtype) in out_layout.items()}
+
+
+def coordinates(grid: dict, settings: Settings) -> dict[str, np.ndarray]:
+    """The Dataset's coordinates: the grid axes (in ``GRID_DIMS`` order), then the record axes."""
+    coords = {d: np.asarray(grid[d]) for d in GRID_DIMS}
     coords.update(settings.record_steps())
-    variables = {}
-    for name, arr in data.items():
-        dims = GRID_DIMS + ((RECORDED[name],) if name in RECORDED else ())
-        attrs = {"description": SUMMARY_DOC.get(name, f"recorded {name} (see pysharp.Trajectory)")}
-        variables[name] = xr.Variable(dims, arr.reshape(shape + arr.shape[1:]), attrs)
-    return xr.Dataset(variables, coords=coords,
-                      attrs={"pysharp_sweep": json.dumps(identity),
-                             "backend": settings.backend})
+    return coords
+
+
+def dataset_attrs(identity: dict, settings: Settings) -> dict[str, str]:
+    """The Dataset's (and the store group's) attributes."""
+    return {"pysharp_format": FORMAT, "pysharp_sweep": json.dumps(identity),
+            "backend": settings.backend}
+
+
+def open_lazy(xr, store):
+    """The store as a lazy Dataset: dask arrays, one dask chunk per stored chunk when dask is
+    installed, else xarray's lazily indexed arrays."""
+    try:
+        import dask  # noqa: F401
+        chunks: dict | None = {}
+    except ImportError:
+        chunks = None
+    return xr.open_zarr(store, chunks=chunks, consolidated=False, zarr_format=3)
+
+
+def to_dataset(xr, data: dict[str, np.ndarray], grid: dict, settings: Settings, attrs: dict):
+    """Reshape flat per-trajectory arrays (leading axis: the flat grid) onto the grid's axes."""
+    shape = tuple(len(grid[d]) for d in GRID_DIMS)
+    out = {}
+    for name, (dims, _, var_attrs) in variables(
+            {name: (arr.shape[1:], arr.dtype.name) for name, arr in data.items()}).items():
+        arr = data[name]
+        out[name] = xr.Variable(dims, arr.reshape(shape + arr.shape[1:]), var_attrs)
+    return xr.Dataset(out, coords=coordinates(grid, settings), attrs=dict(attrs))
 
 
 def open_sweep(store: str | Path):
     """The Dataset of a finished sweep store (as ``sweep`` returned it), without recomputing.
 
-    Raises ValueError naming the missing chunks when the sweep is unfinished
-    (re-run it to complete) and when a chunk fails its checksum.
+    Every chunk's checksums are verified first, one chunk at a time; the Dataset
+    returned is lazy (see :func:`sweep`). ``xarray.open_zarr(store)`` returns the
+    same Dataset without this check.
+
+    Parameters
+    ----------
+    store : str or Path
+        The directory a ``sweep(..., store=...)`` call wrote.
+
+    Returns
+    -------
+    xarray.Dataset
+        Lazy (dask-backed when dask is installed); ``.load()`` reads it into memory.
+
+    Raises
+    ------
+    ValueError
+        When the path is not a sweep store, and naming the missing chunks when the
+        sweep is unfinished (re-run it to complete) or a chunk fails its checksum.
     """
     xr = _need("xarray")
     zarr = _need("zarr")
     path = Path(store)
     if not path.exists():
         raise ValueError(f"no sweep store at {path}")
-    attrs = dict(zarr.open_group(str(path), mode="r").attrs)
-    identity = attrs.get("identity")
-    if identity is None:
-        raise ValueError(f"{path} is not a pysharp sweep store")
+    try:
+        attrs = dict(zarr.open_group(str(path), mode="r").attrs)
+    except Exception as exc:  # noqa: BLE001 - any unreadable directory is refused alike
+        raise ValueError(f"{path} is not a Zarr store ({exc})") from None
+    if attrs.get("pysharp_format") != FORMAT:
+        raise ValueError(f"{path} is not a pysharp sweep store (format {FORMAT})")
+    identity = json.loads(attrs["pysharp_sweep"])
     grid = {d: np.asarray(v) for d, v in identity["grid"].items()}
     settings = Settings(**identity["settings"])
     out_layout = {name: (tuple(tail), dtype) for name, (tail, dtype) in identity["outputs"].items()}
-    n_traj = int(np.prod([len(grid[d]) for d in GRID_DIMS]))
-    db = SweepStore(path, identity, out_layout, n_traj, identity["chunk_size"])
-    chunks = [db.read(k) for k in range(db.n_chunks)]
-    missing = [k for k, c in enumerate(chunks) if c is None]
+    db = SweepStore(path, identity, variables(out_layout), coordinates(grid, settings),
+                    GRID_DIMS, identity["chunk_size"], attrs, create=False)
+    marked = set(db.marked())
+    missing = [k for k in range(db.n_chunks)
+               if k not in marked or db.read(k, forget=False) is None]
     if missing:
         raise ValueError(f"{path}: {len(missing)} of {db.n_chunks} chunks are missing or failed "
                          f"their checksum (first: {missing[:5]}); re-run the sweep to complete it")
-    data = {name: np.concatenate([c[name] for c in chunks]) for name in out_layout}
-    return to_dataset(xr, data, grid, settings, identity)
+    return open_lazy(xr, path)

@@ -1,5 +1,5 @@
 // Mini-batch SGD on square-loss models and the linearised SGD of the
-// stability theory (DESIGN.md section 1, "SGD linear stability").
+// stability theory (docs/theory.rst, section "SGD linear stability").
 //
 // Batches come from the counter-based RNG keyed by (seed, trajectory, step),
 // so a trajectory's bits never depend on threads, chunking or backend.

@@ -1,4 +1,4 @@
-// BN linear regression (DESIGN.md section 2).
+// BN linear regression (docs/theory.rst, "BN linear regression").
 //
 // z = Xc w with Xc the column-centred data; the prediction batch-normalises z
 // and rescales it to the targets' mean and std, so L depends on w only

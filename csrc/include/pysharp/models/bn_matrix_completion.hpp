@@ -1,4 +1,4 @@
-// BN matrix completion (DESIGN.md section 2).
+// BN matrix completion (docs/theory.rst, "BN matrix completion").
 //
 // w = concat(U.ravel(), V.ravel()), U (m1, r), V (m2, r), row-major. The N
 // observed scores s_k = <U[rows_k], V[cols_k]> are batch-normalised over the

@@ -1,5 +1,5 @@
-// Square-loss models with per-sample Jacobians (DESIGN.md section 1, "SGD
-// linear stability"): L(W) = (1/2n) sum_i (f(x_i; W) - y_i)^2.
+// Square-loss models with per-sample Jacobians (docs/theory.rst,
+// section "SGD linear stability"): L(W) = (1/2n) sum_i (f(x_i; W) - y_i)^2.
 //
 // Every model here provides, besides the templated loss_grad that
 // derivatives.hpp turns into exact HVPs (and D^3L), the per-sample pieces the

@@ -1,6 +1,6 @@
-// The 3-D toy loss (DESIGN.md section 2): with (x, y, z) = w / ||w||,
-// L(w) = (1 + c z^2) (x - y)^2. Its minimisers on the sphere form the great
-// circle x = y; spherical sharpness 4 (1 + c z^2) is least at z = 0.
+// The 3-D toy loss (docs/theory.rst, "The 3-D toy loss"): with
+// (x, y, z) = w / ||w||, L(w) = (1 + c z^2) (x - y)^2. Its minimisers on the
+// sphere form the great circle x = y; spherical sharpness 4 (1 + c z^2) is least at z = 0.
 #pragma once
 
 #include "pysharp/core/jet.hpp"

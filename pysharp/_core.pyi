@@ -1,0 +1,927 @@
+"""
+pysharp compiled core: batched model kernels (see pysharp.models).
+"""
+
+# Generated from the built module by pybind11-stubgen, then `ruff format`; regenerate
+# after changing csrc/bindings.cpp (docs/architecture.rst, "Type stubs"):
+#   PYTHONPATH=. python -m pybind11_stubgen pysharp._core -o /tmp/stubs \
+#       --numpy-array-wrap-with-annotated && cp /tmp/stubs/pysharp/_core.pyi pysharp/
+
+from __future__ import annotations
+
+import collections.abc
+import typing
+
+import numpy
+import numpy.typing
+
+__all__: list[str] = [
+    "BNLinearRegression_f32",
+    "BNLinearRegression_f64",
+    "BNMatrixCompletion_f32",
+    "BNMatrixCompletion_f64",
+    "LinearRegression_f32",
+    "LinearRegression_f64",
+    "Toy3D_f32",
+    "Toy3D_f64",
+    "TwoLayerNet_f32",
+    "TwoLayerNet_f64",
+    "bn_linreg_batch_loss_grad",
+    "bn_linreg_jacobians",
+    "bn_linreg_sgd",
+    "build_info",
+    "lanczos_callable",
+    "linear_sgd",
+    "max_threads",
+    "set_num_threads",
+    "sgd_batches",
+]
+
+class BNLinearRegression_f64:
+    def __init__(
+        self,
+        Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        scale: typing.SupportsFloat | typing.SupportsIndex,
+        sigma: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        ut: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        uperp2: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        k: typing.SupportsInt | typing.SupportsIndex,
+        max_iter: typing.SupportsInt | typing.SupportsIndex,
+        min_iter: typing.SupportsInt | typing.SupportsIndex,
+        tol: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]: ...
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        method: typing.SupportsInt | typing.SupportsIndex,
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
+        theta_every: typing.SupportsInt | typing.SupportsIndex,
+        jitter: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
+        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
+        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
+        reduced: bool = False,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class BNMatrixCompletion_f64:
+    def __init__(
+        self,
+        rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        scale: typing.SupportsFloat | typing.SupportsIndex,
+        m1: typing.SupportsInt | typing.SupportsIndex,
+        m2: typing.SupportsInt | typing.SupportsIndex,
+        rank: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        k: typing.SupportsInt | typing.SupportsIndex,
+        max_iter: typing.SupportsInt | typing.SupportsIndex,
+        min_iter: typing.SupportsInt | typing.SupportsIndex,
+        tol: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]: ...
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        method: typing.SupportsInt | typing.SupportsIndex,
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
+        theta_every: typing.SupportsInt | typing.SupportsIndex,
+        jitter: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
+        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
+        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
+        reduced: bool = False,
+    ) -> dict: ...
+    def test_loss(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        values: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        value_mean: typing.SupportsFloat | typing.SupportsIndex,
+        value_std: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class Toy3D_f64:
+    def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        k: typing.SupportsInt | typing.SupportsIndex,
+        max_iter: typing.SupportsInt | typing.SupportsIndex,
+        min_iter: typing.SupportsInt | typing.SupportsIndex,
+        tol: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]: ...
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        method: typing.SupportsInt | typing.SupportsIndex,
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
+        theta_every: typing.SupportsInt | typing.SupportsIndex,
+        jitter: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
+        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
+        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
+        reduced: bool = False,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class BNLinearRegression_f32:
+    def __init__(
+        self,
+        Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        u: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        scale: typing.SupportsFloat | typing.SupportsIndex,
+        sigma: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        ut: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        uperp2: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        k: typing.SupportsInt | typing.SupportsIndex,
+        max_iter: typing.SupportsInt | typing.SupportsIndex,
+        min_iter: typing.SupportsInt | typing.SupportsIndex,
+        tol: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]: ...
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        method: typing.SupportsInt | typing.SupportsIndex,
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
+        theta_every: typing.SupportsInt | typing.SupportsIndex,
+        jitter: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
+        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
+        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
+        reduced: bool = False,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class BNMatrixCompletion_f32:
+    def __init__(
+        self,
+        rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        u: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        scale: typing.SupportsFloat | typing.SupportsIndex,
+        m1: typing.SupportsInt | typing.SupportsIndex,
+        m2: typing.SupportsInt | typing.SupportsIndex,
+        rank: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        k: typing.SupportsInt | typing.SupportsIndex,
+        max_iter: typing.SupportsInt | typing.SupportsIndex,
+        min_iter: typing.SupportsInt | typing.SupportsIndex,
+        tol: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]: ...
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        method: typing.SupportsInt | typing.SupportsIndex,
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
+        theta_every: typing.SupportsInt | typing.SupportsIndex,
+        jitter: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
+        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
+        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
+        reduced: bool = False,
+    ) -> dict: ...
+    def test_loss(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        values: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        value_mean: typing.SupportsFloat | typing.SupportsIndex,
+        value_std: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class Toy3D_f32:
+    def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        k: typing.SupportsInt | typing.SupportsIndex,
+        max_iter: typing.SupportsInt | typing.SupportsIndex,
+        min_iter: typing.SupportsInt | typing.SupportsIndex,
+        tol: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]: ...
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        method: typing.SupportsInt | typing.SupportsIndex,
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
+        theta_every: typing.SupportsInt | typing.SupportsIndex,
+        jitter: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
+        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
+        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
+        reduced: bool = False,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class LinearRegression_f64:
+    def __init__(
+        self,
+        X: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        y: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        bias: bool,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def jacobians(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+    ]:
+        """
+        (P, D) -> (f (P, n), grad_W f (P, n, D), grad_x f (P, n, d))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def sgd(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        batch: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        replacement: bool,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        max_loss: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class TwoLayerNet_f64:
+    def __init__(
+        self,
+        X: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        y: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        width: typing.SupportsInt | typing.SupportsIndex,
+        activation: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def jacobians(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+    ]:
+        """
+        (P, D) -> (f (P, n), grad_W f (P, n, D), grad_x f (P, n, d))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def sgd(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        batch: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        replacement: bool,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        max_loss: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class LinearRegression_f32:
+    def __init__(
+        self,
+        X: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        y: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        bias: bool,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def jacobians(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+    ]:
+        """
+        (P, D) -> (f (P, n), grad_W f (P, n, D), grad_x f (P, n, d))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def sgd(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        batch: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        replacement: bool,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        max_loss: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class TwoLayerNet_f32:
+    def __init__(
+        self,
+        X: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        y: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        width: typing.SupportsInt | typing.SupportsIndex,
+        activation: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def jacobians(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+    ]:
+        """
+        (P, D) -> (f (P, n), grad_W f (P, n, D), grad_x f (P, n, d))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def sgd(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        batch: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        replacement: bool,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        max_loss: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+@typing.overload
+def bn_linreg_batch_loss_grad(
+    core: BNLinearRegression_f64,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    idx: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+) -> tuple[
+    numpy.typing.NDArray[numpy.float64],
+    numpy.typing.NDArray[numpy.float64],
+    numpy.typing.NDArray[numpy.uint8],
+]:
+    """
+    Ghost-BN loss and gradient of batch idx (B,): (L_I (P,), grad L_I (P, d), ok (P,))
+    """
+
+@typing.overload
+def bn_linreg_batch_loss_grad(
+    core: BNLinearRegression_f32,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    idx: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+) -> tuple[
+    numpy.typing.NDArray[numpy.float32],
+    numpy.typing.NDArray[numpy.float32],
+    numpy.typing.NDArray[numpy.uint8],
+]:
+    """
+    Ghost-BN loss and gradient of batch idx (B,): (L_I (P,), grad L_I (P, d), ok (P,))
+    """
+
+@typing.overload
+def bn_linreg_jacobians(
+    core: BNLinearRegression_f64, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+) -> tuple[
+    numpy.typing.NDArray[numpy.float64],
+    numpy.typing.NDArray[numpy.float64],
+    numpy.typing.NDArray[numpy.uint8],
+]:
+    """
+    (P, d) -> (grad_w p (P, n, d), grad_x p (P, n, d), ok (P,))
+    """
+
+@typing.overload
+def bn_linreg_jacobians(
+    core: BNLinearRegression_f32, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+) -> tuple[
+    numpy.typing.NDArray[numpy.float32],
+    numpy.typing.NDArray[numpy.float32],
+    numpy.typing.NDArray[numpy.uint8],
+]:
+    """
+    (P, d) -> (grad_w p (P, n, d), grad_x p (P, n, d), ok (P,))
+    """
+
+@typing.overload
+def bn_linreg_sgd(
+    core: BNLinearRegression_f64,
+    w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    batch: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    record_every: typing.SupportsInt | typing.SupportsIndex,
+    replacement: bool,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+    offset: typing.SupportsInt | typing.SupportsIndex,
+    max_loss: typing.SupportsFloat | typing.SupportsIndex,
+) -> dict:
+    """
+    Mini-batch SGD+WD with ghost BN (each batch's own statistics) on BN linear regression
+    """
+
+@typing.overload
+def bn_linreg_sgd(
+    core: BNLinearRegression_f32,
+    w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    batch: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    record_every: typing.SupportsInt | typing.SupportsIndex,
+    replacement: bool,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+    offset: typing.SupportsInt | typing.SupportsIndex,
+    max_loss: typing.SupportsFloat | typing.SupportsIndex,
+) -> dict:
+    """
+    Mini-batch SGD+WD with ghost BN (each batch's own statistics) on BN linear regression
+    """
+
+def build_info() -> dict: ...
+def lanczos_callable(
+    matvec: collections.abc.Callable,
+    dim: typing.SupportsInt | typing.SupportsIndex,
+    k: typing.SupportsInt | typing.SupportsIndex,
+    max_iter: typing.SupportsInt | typing.SupportsIndex,
+    min_iter: typing.SupportsInt | typing.SupportsIndex,
+    tol: typing.SupportsFloat | typing.SupportsIndex,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+    start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+) -> tuple: ...
+def linear_sgd(
+    A: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    X0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    lr: typing.SupportsFloat | typing.SupportsIndex,
+    batch: typing.SupportsInt | typing.SupportsIndex,
+    replacement: bool,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+    offset: typing.SupportsInt | typing.SupportsIndex,
+    t0: typing.SupportsInt | typing.SupportsIndex,
+    steps: typing.SupportsInt | typing.SupportsIndex,
+) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
+    """
+    Linearised SGD x <- x - (lr/B) sum_I a_i a_i.x for steps t0.. of each run:
+    (unit final states (runs, D), log growth (runs,))
+    """
+
+def max_threads() -> int: ...
+def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+def sgd_batches(
+    n: typing.SupportsInt | typing.SupportsIndex,
+    batch: typing.SupportsInt | typing.SupportsIndex,
+    replacement: bool,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+    trajectory: typing.SupportsInt | typing.SupportsIndex,
+    steps: typing.SupportsInt | typing.SupportsIndex,
+) -> numpy.typing.NDArray[numpy.int32]:
+    """
+    The SGD engine's batches of one trajectory, (steps, batch) indices: for oracles and peers
+    """

@@ -1,0 +1,183 @@
+"""Sweep stores are xarray stores, and no sweep is ever killed for memory.
+
+Oracles: the in-memory sweep (no store: another code path) for the stored and lazy
+Datasets; enumeration of the flat grid for the chunk blocks; the byte count of the
+outputs computed by hand for the memory estimate.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import threading
+import tracemalloc
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import pysharp as ps
+from pysharp.sweeps import _sweep
+from pysharp.sweeps._store import block_shape, chunk_bounds
+
+xr = pytest.importorskip("xarray")
+zarr = pytest.importorskip("zarr")
+dask_array = pytest.importorskip("dask.array")
+
+GRID = dict(lr=[0.1, 0.5, 2.0], wd=[1e-4, 1e-3], seeds=[0, 3], init_norm=[1.0, 8.0])
+RUN = dict(steps=400, record_every=50, sharpness_every=100)
+MODEL = {"name": "bn_linear_regression", "d": 12, "n": 8, "seed": 1}
+DIMS = ("lr", "wd", "seed", "init_norm")
+
+
+@pytest.fixture(scope="module")
+def in_memory():
+    return ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, progress=False)
+
+
+def _without_call_attrs(ds):
+    ds = ds.copy()
+    for key in ("chunks_computed", "chunks_reused"):
+        ds.attrs.pop(key, None)
+    return ds
+
+
+def test_open_zarr_returns_the_sweep_dataset(tmp_path, in_memory):
+    store = tmp_path / "s.zarr"
+    ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, store=store, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no consolidated-metadata or unknown-node warnings
+        opened = xr.open_zarr(store)
+    xr.testing.assert_identical(opened.compute(), _without_call_attrs(in_memory))
+    xr.testing.assert_identical(opened.compute(), ps.open_sweep(store).compute())
+    # the named axes are in the Zarr metadata itself, for any Zarr reader
+    group = zarr.open_group(str(store), mode="r")
+    assert tuple(group["loss"].metadata.dimension_names) == DIMS + ("step",)
+    assert tuple(group["sharpness"].metadata.dimension_names) == DIMS + ("sharpness_step",)
+    assert tuple(group["final_loss"].metadata.dimension_names) == DIMS
+    np.testing.assert_array_equal(group["lr"][...], GRID["lr"])
+    # the completion markers and checksums stay next to the data
+    markers = sorted((store / "_pysharp_done").glob("[0-9]*.json"))
+    assert len(markers) == len(chunk_bounds((3, 2, 2, 2), 5)) == 6
+
+
+def test_store_backed_sweep_is_lazy_and_equals_the_in_memory_one(tmp_path, in_memory):
+    store = tmp_path / "s.zarr"
+    got = ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, store=store, progress=False)
+    assert all(isinstance(v.data, dask_array.Array) for v in got.data_vars.values())
+    # one dask chunk per stored chunk: blocks of whole (seed, init_norm) rows
+    assert got.loss.data.chunksize == (1, 1, 2, 2, got.sizes["step"])
+    xr.testing.assert_identical(got.compute(), in_memory)
+    again = ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, store=store, progress=False)
+    assert again.attrs["chunks_reused"] == 6 and again.attrs["chunks_computed"] == 0
+    xr.testing.assert_equal(again.compute(), in_memory)
+
+
+def _per_trajectory_bytes(steps: int, record_every: int, sharpness_every: int) -> int:
+    """Outputs of one BN linear regression trajectory, counted by hand."""
+    records = steps // record_every + 1
+    sharp = steps // sharpness_every + 1
+    floats = (3 * records + 2 * sharp  # loss, norm2, eff_lr; sharpness, eos_ratio
+              + 2 + 3 + 1)  # final_loss, final_eff_lr; final/min sharpness, drop; cosine
+    return 8 * floats + 8 + 8 + 1  # eos_entry_step, diverged_step (int64); diverged (bool)
+
+
+def _size_in_message(message: str) -> float:
+    number, unit = re.search(r"need ([\d.e+]+) (\w+) in memory", message).groups()
+    return float(number) * 1024 ** ["B", "KiB", "MiB", "GiB", "TiB", "PiB"].index(unit)
+
+
+def test_an_in_memory_sweep_that_cannot_fit_is_refused_at_once(tmp_path):
+    """lr 2000 x wd 2000 x 10 seeds, 1e6 steps recorded at every step: ~873 TiB."""
+    lr, wd = np.geomspace(1e-3, 0.9, 2000), np.linspace(0.0, 1e-3, 2000)
+    steps = 10**6
+    tracemalloc.start()
+    try:
+        with pytest.raises(MemoryError, match="store=") as info:
+            ps.sweep(MODEL, lr=lr, wd=wd, seeds=range(10), steps=steps, record_every=1,
+                     progress=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20  # nothing of the result was allocated
+    message = str(info.value)
+    assert "40000000 trajectories" in message
+    expected = 4e7 * _per_trajectory_bytes(steps, 1, steps // 20)
+    assert _size_in_message(message) == pytest.approx(expected, rel=5e-3)  # 3 digits printed
+    # with a store the results are fine, but one chunk of 2040 such trajectories is not
+    with pytest.raises(MemoryError, match="chunk_size"):
+        ps.sweep(MODEL, lr=lr, wd=wd, seeds=range(10), steps=steps, record_every=1,
+                 progress=False, store=tmp_path / "big.zarr")
+    assert not (tmp_path / "big.zarr").exists()
+
+
+def test_check_memory_thresholds():
+    """The refusal happens exactly where results + chunk work exceed the safety fraction."""
+    out = {"loss": ((11,), "float64"), "diverged": ((), "bool")}
+    shape, chunk_size = (4, 3, 2, 1), 5
+    per = 11 * 8 + 1
+    assert block_shape(shape, chunk_size) == (1, 2, 2, 1)  # 2 wd rows of 2 seeds: 4 <= 5
+    total, work = 24 * per, _sweep._CHUNK_WORK * 4 * per
+    need = (total + work) / _sweep._SAFETY
+    assert _sweep.check_memory(out, shape, chunk_size, in_memory=True,
+                               available=math.ceil(need)) == 1
+    with pytest.raises(MemoryError, match="store="):
+        _sweep.check_memory(out, shape, chunk_size, in_memory=True,
+                            available=math.floor(need) - 1)
+    # streamed to a store only the chunks count: ten of them may wait at once
+    assert _sweep.check_memory(out, shape, chunk_size, in_memory=False,
+                               available=math.ceil(10 * work / _sweep._SAFETY)) == 10
+    with pytest.raises(MemoryError, match="lower chunk_size"):
+        _sweep.check_memory(out, shape, chunk_size, in_memory=False,
+                            available=math.floor(work / _sweep._SAFETY) - 1)
+
+
+def test_a_grid_beyond_memory_runs_on_a_store(tmp_path, monkeypatch, in_memory):
+    """With the memory made too small for the results, the store-backed sweep still runs."""
+    per = sum(v.nbytes for v in in_memory.data_vars.values()) // 24
+    chunk = _sweep._CHUNK_WORK * 4 * per  # blocks of 4 trajectories
+    monkeypatch.setattr(_sweep, "available_memory", lambda: int(2.5 * chunk / _sweep._SAFETY))
+    with pytest.raises(MemoryError, match="store="):
+        ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, progress=False)
+    submitted, written = [], lambda: len(list((tmp_path / "s.zarr" / "_pysharp_done")
+                                              .glob("[0-9]*.json")))
+    waiting = []
+
+    class Counting(ThreadPoolExecutor):
+        lock = threading.Lock()
+
+        def submit(self, fn, *args, **kwargs):
+            with self.lock:
+                submitted.append(args[-2:])
+                waiting.append(len(submitted) - written())
+            return super().submit(fn, *args, **kwargs)
+
+    with Counting(2) as pool:
+        got = ps.sweep(MODEL, **GRID, **RUN, chunk_size=5, store=tmp_path / "s.zarr",
+                       executor=pool, progress=False)
+    assert max(waiting) <= 2  # 2.5 chunks of room: at most two results in flight
+    assert sorted(submitted) == chunk_bounds((3, 2, 2, 2), 5)
+    xr.testing.assert_identical(got.compute(), in_memory)
+
+
+@pytest.mark.parametrize("shape", [(3, 2, 2, 2), (7, 5, 1, 3), (1, 1, 9, 1), (2, 3, 4, 5)])
+@pytest.mark.parametrize("chunk_size", [1, 2, 5, 7, 12, 1000])
+def test_chunks_are_contiguous_grid_blocks(shape, chunk_size):
+    """Enumeration: every chunk is a box of the grid and a contiguous flat range."""
+    bounds = chunk_bounds(shape, chunk_size)
+    assert bounds[0][0] == 0 and bounds[-1][1] == math.prod(shape)
+    assert all(a < b <= a + chunk_size for a, b in bounds)
+    assert all(b == c for (_, b), (c, _) in zip(bounds, bounds[1:]))  # tile, in order
+    block = block_shape(shape, chunk_size)
+    for a, b in bounds:
+        index = np.array(np.unravel_index(np.arange(a, b), shape))
+        lo, hi = index.min(axis=1), index.max(axis=1)
+        box = list(itertools.product(*[range(x, y + 1) for x, y in zip(lo, hi)]))
+        assert len(box) == b - a  # a box: the points are exactly the product of their ranges
+        assert np.all(lo % np.array(block) == 0) and np.all(hi - lo < np.array(block))
+    # as large as allowed: merging two neighbouring rows would exceed chunk_size
+    j = next(i for i, n in enumerate(block) if n != 1 or i == len(shape) - 1)
+    if block[j] < shape[j]:
+        assert (block[j] + 1) * math.prod(shape[j + 1:]) > chunk_size
