@@ -435,7 +435,7 @@ class CentralFlow:
             On a failure ``success`` is False, ``message`` says why and the
             solution holds the records so far.
         """
-        from .flow import _A, _B4, _B5   # Dormand-Prince 5(4); flow.py re-exports this module
+        from .flow import _A, _B4, _B5  # Dormand-Prince 5(4); flow.py re-exports this module
 
         steps = as_real(steps, "steps", minimum=0.0, strict=True)
         max_step = as_real(max_step, "max_step", minimum=0.0, strict=True)

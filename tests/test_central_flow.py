@@ -6,7 +6,8 @@ from scipy.integrate import solve_ivp
 
 import pysharp as ps
 from pysharp.central_flow import CentralFlow
-from pysharp.flow import CentralFlow as ReExported, SharpnessReductionFlow, compare_to_central
+from pysharp.flow import CentralFlow as ReExported
+from pysharp.flow import SharpnessReductionFlow, compare_to_central
 from pysharp.reproduce._common import theory_start
 
 
@@ -21,7 +22,8 @@ def test_reexported_from_flow():
 
 def _gradient_flow(model, w0, lr, wd, t_eval):
     a = lr * wd
-    rhs = lambda t, w: np.log1p(-a) * w - lr / (1 - a) * model.grad(w, backend="numpy")
+    def rhs(t, w):
+        return np.log1p(-a) * w - lr / (1 - a) * model.grad(w, backend="numpy")
     return solve_ivp(rhs, (0, t_eval[-1]), w0, t_eval=t_eval, rtol=1e-12, atol=1e-14,
                      method="DOP853").y.T
 

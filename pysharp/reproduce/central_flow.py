@@ -8,7 +8,6 @@ from .. import BNLinearRegression, run_gd_wd
 from ..central_flow import CentralFlow, compare_to_central
 from ..flow import SharpnessReductionFlow
 from . import plt
-from ._common import theory_start
 
 DESCRIPTION = ("BN linear regression (d 20, n 12, lr 0.5, wd 1e-3): GD+WD from a random start; "
                "400 steps after its EoS entry the central flow starts from the two-step average "
