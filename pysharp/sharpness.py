@@ -12,7 +12,6 @@ from ._dispatch import resolve
 from ._validation import as_batch, as_positive_int, as_real
 from .models import ScaleInvariantModel
 
-
 # Krylov dimension cap of one Lanczos run: kLanczosMaxIter in engine/lanczos.hpp.
 LANCZOS_MAX_ITER = 1024
 _WHICH = ("LA", "SA")

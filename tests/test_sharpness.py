@@ -6,9 +6,9 @@ reference HVP (backend="numpy"), independent of the Lanczos code.
 
 import numpy as np
 import pytest
+from conftest import get_case
 
 import pysharp as ps
-from conftest import get_case
 from pysharp._backend import core
 from pysharp.sharpness import LANCZOS_MAX_ITER
 
