@@ -240,10 +240,10 @@ void add_engine(py::class_<Core>& cls) {
   cls.def(
       "lanczos",
       [](const Core& c, const carray<Real>& W, int k, int max_iter, int min_iter, double tol,
-         std::uint64_t seed, std::optional<carray<Real>> start) {
+         std::uint64_t seed, std::optional<carray<Real>> start, bool smallest) {
         const std::int64_t B = checked_batch(c, W, "W");
         const int D = c.model.dim();
-        const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed);
+        const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed, smallest);
         if (start) require(checked_batch(c, *start, "start") == B, "start must match W");
         carray<Real> evals({(py::ssize_t)B, (py::ssize_t)k}),
             evecs({(py::ssize_t)B, (py::ssize_t)k, (py::ssize_t)D}),
@@ -259,14 +259,15 @@ void add_engine(py::class_<Core>& cls) {
         return py::make_tuple(evals, evecs, resid, iters, conv, ok);
       },
       py::arg("W"), py::arg("k"), py::arg("max_iter"), py::arg("min_iter"), py::arg("tol"),
-      py::arg("seed"), py::arg("start") = py::none());
+      py::arg("seed"), py::arg("start") = py::none(), py::arg("smallest") = false);
 }
 
 // Lanczos on a Python callable: the same C++ recurrence, the GIL held while
 // the callable runs. Its result is anything numpy.asarray accepts.
 py::tuple lanczos_callable(const py::function& matvec, int D, int k, int max_iter, int min_iter,
-                           double tol, std::uint64_t seed, std::optional<carray<double>> start) {
-  const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed);
+                           double tol, std::uint64_t seed, std::optional<carray<double>> start,
+                           bool smallest) {
+  const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed, smallest);
   if (start) require(start->size() == D, "start must have shape (dim,)");
   std::vector<double> scratch(lanczos_scratch_size(D, o));
   carray<double> evals(k), evecs({k, D}), resid(k);
@@ -355,7 +356,7 @@ PYBIND11_MODULE(_core, m) {
   bind_dtype<float>(m, "_f32");
   m.def("lanczos_callable", &lanczos_callable, py::arg("matvec"), py::arg("dim"), py::arg("k"),
         py::arg("max_iter"), py::arg("min_iter"), py::arg("tol"), py::arg("seed"),
-        py::arg("start") = py::none());
+        py::arg("start") = py::none(), py::arg("smallest") = false);
 
   m.def("build_info", []() {
     py::dict info;

@@ -15,13 +15,15 @@ inline void require(bool cond, const std::string& what) {
   if (!cond) throw std::invalid_argument(what);
 }
 
+// smallest: the k smallest algebraic eigenvalues instead of the largest.
 inline LanczosOptions lanczos_options(int D, int k, int max_iter, int min_iter, double tol,
-                                      std::uint64_t seed) {
+                                      std::uint64_t seed, bool smallest = false) {
   require(k >= 1 && k <= D, "k must be in [1, D]");
-  require(max_iter >= k && max_iter <= D && max_iter <= 1024,
-          "max_iter must be in [k, min(D, 1024)]");
+  require(max_iter >= k && max_iter <= D && max_iter <= kLanczosMaxIter,
+          "max_iter must be in [k, min(D, " + std::to_string(kLanczosMaxIter) + ")]");
   LanczosOptions o;
   o.k = k;
+  o.smallest = smallest;
   o.max_iter = max_iter;
   o.min_iter = min_iter;
   o.tol = tol;

@@ -12,14 +12,20 @@ from ._dispatch import resolve
 from ._validation import as_batch, as_positive_int, as_real
 from .models import ScaleInvariantModel
 
+# Krylov dimension cap of one Lanczos run: kLanczosMaxIter in engine/lanczos.hpp.
+LANCZOS_MAX_ITER = 1024
+_WHICH = ("LA", "SA")
+
 
 @dataclass
 class EigenResult:
-    """Largest algebraic eigenpairs.
+    """Extreme algebraic eigenpairs, with multiplicity.
 
-    ``eigenvalues`` (..., k) descending; ``eigenvectors`` (..., k, D) unit rows,
-    sign fixed so the largest-magnitude entry is positive; ``residuals``
-    (..., k) true residual norms ||A v - lambda v||; ``iterations`` and
+    ``eigenvalues`` (..., k) descending for ``which="LA"`` (the largest),
+    ascending for ``"SA"`` (the smallest); ``eigenvectors`` (..., k, D)
+    orthonormal rows, sign fixed so the largest-magnitude entry is positive;
+    ``residuals`` (..., k) true residual norms ||A v - lambda v||;
+    ``iterations`` (Krylov steps, summed over the locking runs for k > 1) and
     ``converged`` per problem.
     """
 
@@ -31,20 +37,31 @@ class EigenResult:
 
 
 def _iteration_limits(dim: int, k: int, max_iter) -> tuple[int, int]:
-    cap = min(dim, 1024)
+    cap = min(dim, LANCZOS_MAX_ITER)
     if max_iter is None:
         max_iter = min(cap, max(128, 4 * k))
     max_iter = as_positive_int(max_iter, "max_iter")
     if not k <= max_iter <= cap:
-        raise ValueError(f"max_iter must be in [k, min(dim, 1024)] = [{k}, {cap}], got {max_iter}")
+        raise ValueError(f"max_iter must be in [k, min(dim, {LANCZOS_MAX_ITER})] = [{k}, {cap}], "
+                         f"got {max_iter}")
     # Never trust a residual estimate from a tiny Krylov space.
     return max_iter, min(max_iter, max(2 * k + 2, 8))
 
 
-def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, tol: float = 1e-10,
-                        max_iter: int | None = None, method: str = "auto", start=None,
-                        seed: int = 0, backend: str = "auto") -> EigenResult:
-    """Top-k eigenpairs of the Hessian on the unit sphere, H(w/||w||) = ||w||^2 H(w).
+def _check_which(which) -> bool:
+    """True for the smallest eigenvalues."""
+    if which not in _WHICH:
+        raise ValueError(f"which must be 'LA' (largest) or 'SA' (smallest), got {which!r}")
+    return which == "SA"
+
+
+def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, which: str = "LA",
+                        tol: float = 1e-10, max_iter: int | None = None, method: str = "auto",
+                        start=None, seed: int = 0, backend: str = "auto") -> EigenResult:
+    """Top-k (or bottom-k) eigenpairs of the Hessian on the unit sphere, H(w/||w||) = ||w||^2 H(w).
+
+    Eigenvalues are returned with multiplicity: a repeated eigenvalue fills as
+    many slots as its multiplicity (up to k).
 
     Parameters
     ----------
@@ -52,18 +69,25 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, tol: float
     w : array_like, shape (D,) or (B, D)
         Points (any norm; the result is that of w / ||w||).
     k : int
-        Number of largest algebraic eigenvalues (not largest magnitude).
+        Number of eigenpairs, 1 <= k <= D.
+    which : {"LA", "SA"}
+        "LA": the k largest algebraic eigenvalues (not largest magnitude),
+        descending; "SA": the k smallest, ascending.
     tol : float
-        Lanczos stops when every wanted Ritz value's residual estimate is below
-        tol * |largest Ritz value|.
+        Relative residual tolerance. k = 1: Lanczos stops when the top Ritz
+        value's residual estimate is below tol * |largest Ritz value|. k > 1:
+        ``converged`` means every returned pair's true residual is below
+        tol * (largest |Ritz value|) and a check run on the orthogonal
+        complement of the k pairs found nothing beyond the k-th value.
     max_iter : int, optional
-        Krylov dimension cap (default min(D, max(128, 4k))).
+        Krylov dimension cap of one Lanczos run (default min(D, max(128, 4k))).
     method : {"auto", "lanczos", "dense"}
         "lanczos": batched Lanczos with full reorthogonalisation on the exact HVP,
-        in C++. "dense": numpy.linalg.eigh of the dense Hessian (D HVPs a point;
-        small D only, and the way to resolve exactly repeated eigenvalues for
-        k > 1, which single-vector Lanczos returns once). "auto": dense for
-        D <= 16, else Lanczos.
+        in C++; for k > 1 the k pairs are locked and Lanczos re-run on their
+        orthogonal complement until nothing is missed (a single Krylov sequence
+        sees a multiple eigenvalue once), which costs one to k + 1 extra
+        single-pair runs. "dense": numpy.linalg.eigh of the dense Hessian (D HVPs
+        a point). "auto": dense for D <= 16 or the "numpy" backend, else Lanczos.
     start : array_like, shape (D,) or (B, D), optional
         Warm start for Lanczos, e.g. a previous top eigenvector.
     seed : int
@@ -74,7 +98,8 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, tol: float
     Returns
     -------
     EigenResult
-        Leading shapes follow ``w``: eigenvalues (k,) or (B, k).
+        Leading shapes follow ``w``: eigenvalues (k,) or (B, k), eigenvectors
+        (k, D) or (B, k, D).
     """
     if not isinstance(model, ScaleInvariantModel):
         raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
@@ -84,6 +109,7 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, tol: float
     k = as_positive_int(k, "k")
     if k > D:
         raise ValueError(f"k must be <= D = {D}, got {k}")
+    smallest = _check_which(which)
     tol = as_real(tol, "tol", minimum=0.0, strict=True)
     if method not in ("auto", "lanczos", "dense"):
         raise ValueError(f"method must be 'auto', 'lanczos' or 'dense', got {method!r}")
@@ -94,8 +120,9 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, tol: float
     if method == "dense":
         H = model.hessian(W, backend=backend)
         evals, evecs = np.linalg.eigh(0.5 * (H + np.swapaxes(H, 1, 2)))
-        evals = evals[:, ::-1][:, :k]
-        evecs = np.swapaxes(evecs[:, :, ::-1][:, :, :k], 1, 2).copy()
+        order = slice(None, k) if smallest else slice(None, -k - 1, -1)
+        evals = evals[:, order]
+        evecs = np.swapaxes(evecs[:, :, order], 1, 2).copy()
         sign = np.sign(np.take_along_axis(evecs, np.abs(evecs).argmax(-1)[..., None], -1))
         evecs *= np.where(sign == 0, 1, sign)
         resid = np.linalg.norm(np.einsum("bij,bkj->bki", H, evecs) - evals[..., None] * evecs,
@@ -107,7 +134,8 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, tol: float
         S = None if start is None else np.broadcast_to(
             as_batch(start, D, "start", dtype=W.dtype)[0], W.shape).copy()
         evals, evecs, resid, iters, conv, ok = model._core(W.dtype, backend).lanczos(
-            W, k, max_iter, min_iter, tol, as_positive_int(seed, "seed", minimum=0), S)
+            W, k, max_iter, min_iter, tol, as_positive_int(seed, "seed", minimum=0), S,
+            smallest)
         model._checked(ok)
         conv = conv.astype(bool)
     res = EigenResult(evals * norm2[:, None], evecs, resid * norm2[:, None], iters, conv)
@@ -126,11 +154,12 @@ def _to_numpy(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64).reshape(-1)
 
 
-def lanczos(matvec: Callable, dim: int, k: int = 1, *, tol: float = 1e-10,
+def lanczos(matvec: Callable, dim: int, k: int = 1, *, which: str = "LA", tol: float = 1e-10,
             max_iter: int | None = None, start=None, seed: int = 0) -> EigenResult:
-    """Largest algebraic eigenpairs of a symmetric operator given by ``matvec``.
+    """Extreme algebraic eigenpairs of a symmetric operator given by ``matvec``.
 
-    The same C++ Lanczos recurrence (full reorthogonalisation) as
+    The same C++ Lanczos (full reorthogonalisation; for k > 1 locking and
+    complement runs, so repeated eigenvalues come with multiplicity) as
     ``spherical_sharpness``, calling back into Python for each product.
 
     Parameters
@@ -140,7 +169,7 @@ def lanczos(matvec: Callable, dim: int, k: int = 1, *, tol: float = 1e-10,
         return a NumPy, CuPy or torch array. A must be symmetric.
     dim : int
         Dimension of the operator.
-    k, tol, max_iter, start, seed
+    k, which, tol, max_iter, start, seed
         As in ``spherical_sharpness``.
 
     Returns
@@ -159,10 +188,11 @@ def lanczos(matvec: Callable, dim: int, k: int = 1, *, tol: float = 1e-10,
     k = as_positive_int(k, "k")
     if k > dim:
         raise ValueError(f"k must be <= dim = {dim}, got {k}")
+    smallest = _check_which(which)
     tol = as_real(tol, "tol", minimum=0.0, strict=True)
     max_iter, min_iter = _iteration_limits(dim, k, max_iter)
     x0 = None if start is None else as_batch(start, dim, "start", dtype=np.float64)[0][0]
     evals, evecs, resid, iters, conv = core().lanczos_callable(
         lambda x: _to_numpy(matvec(x)), dim, k, max_iter, min_iter, tol,
-        as_positive_int(seed, "seed", minimum=0), x0)
+        as_positive_int(seed, "seed", minimum=0), x0, smallest)
     return EigenResult(evals, evecs, resid, np.int32(iters), bool(conv))

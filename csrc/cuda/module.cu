@@ -228,10 +228,11 @@ void add_methods(py::class_<Core>& cls) {
     return py::make_tuple(H, ok);
   }, py::arg("W"));
   cls.def("lanczos", [](const Core& c, const carray<Real>& W, int k, int max_iter, int min_iter,
-                        double tol, std::uint64_t seed, std::optional<carray<Real>> start) {
+                        double tol, std::uint64_t seed, std::optional<carray<Real>> start,
+                        bool smallest) {
     const long long B = checked_batch(c, W, "W");
     const int D = c.model.dim();
-    const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed);
+    const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed, smallest);
     if (start) require(checked_batch(c, *start, "start") == B, "start must match W");
     auto dW = DeviceBuffer<Real>::from(W);
     DeviceBuffer<Real> dS = start ? DeviceBuffer<Real>::from(*start) : DeviceBuffer<Real>();
@@ -259,7 +260,7 @@ void add_methods(py::class_<Core>& cls) {
     dok.to(ok.mutable_data());
     return py::make_tuple(evals, evecs, resid, iters, conv, ok);
   }, py::arg("W"), py::arg("k"), py::arg("max_iter"), py::arg("min_iter"), py::arg("tol"),
-     py::arg("seed"), py::arg("start") = py::none());
+     py::arg("seed"), py::arg("start") = py::none(), py::arg("smallest") = false);
   cls.def("run", [](const Core& c, const carray<Real>& W0, const carray<Real>& lr,
                     const carray<Real>& wd, int method, long long steps, long long record_every,
                     long long sharpness_every, long long theta_every, double jitter,

@@ -54,11 +54,11 @@ class NumbaCore(_Cast):
         (W,) = self._f64(W)
         return self._out(*self._nk.batch_hessian(self._p, W))
 
-    def lanczos(self, W, k, max_iter, min_iter, tol, seed, start=None):
+    def lanczos(self, W, k, max_iter, min_iter, tol, seed, start=None, smallest=False):
         (W,) = self._f64(W)
         S = np.zeros_like(W) if start is None else self._f64(start)[0]
         return self._out(*self._nk.batch_lanczos(self._p, W, k, max_iter, min_iter, tol, seed,
-                                                 S, start is not None))
+                                                 S, start is not None, bool(smallest)))
 
     def run(self, W0, lr, wd, method, steps, record_every, sharpness_every, theta_every,
             jitter, seed, offset, rms_beta, rms_eps, lanczos_max_iter, lanczos_min_iter,

@@ -266,12 +266,14 @@ def batch_hessian(params, W):
     return H, ok
 
 @njit(cache=True)
-def random_orthonormal(q, Q, j, D, seed, stream, counter, salt):
+def random_orthonormal(q, Q, j, D, seed, stream, counter, salt, L, nL):
     for attempt in range(4):
         key = np.uint64(counter) ^ (np.uint64(salt) << np.uint64(32))
         for i in range(D):
             q[i] = normal(seed, stream, key, attempt * D + i)
         for _ in range(2):
+            for l in range(nL):
+                q -= np.dot(L[l], q) * L[l]
             for l in range(j):
                 q -= np.dot(Q[l], q) * Q[l]
         nrm = np.sqrt(np.dot(q, q))
@@ -290,8 +292,15 @@ def top_ritz(alpha, beta, m):
     return np.linalg.eigh(T)  # ascending
 
 @njit(cache=True)
-def lanczos(params, w, D, k, m_max, min_iter, tol, seed, stream, counter, start, has_start):
-    """engine/lanczos.hpp; returns (ok, converged, iterations, evals, evecs, resid)."""
+def signed_hvp(params, w, x, sign):
+    ok, y = hvp1(params, w, x)
+    return ok, y * sign if sign < 0 else y
+
+@njit(cache=True)
+def lanczos_run(params, w, sign, D, k, m_max, min_iter, tol, seed, stream, counter, start,
+                has_start, L, nL, floor_min, salt):
+    """engine/lanczos.hpp lanczos_run on sign * H(w) in the complement of L[:nL];
+    returns (ok, converged, iterations, evals, evecs, resid, spread)."""
     Q = np.zeros((m_max + 1, D))
     alpha = np.zeros(m_max)
     beta = np.zeros(m_max)
@@ -301,22 +310,24 @@ def lanczos(params, w, D, k, m_max, min_iter, tol, seed, stream, counter, start,
     nrm = np.sqrt(np.dot(start, start)) if has_start else 0.0
     if has_start and nrm > 0:
         Q[0] = start / nrm
-    elif not random_orthonormal(Q[0], Q, 0, D, seed, stream, counter, 0):
-        return False, False, 0, evals, evecs, resid
+    elif not random_orthonormal(Q[0], Q, 0, D, seed, stream, counter, salt, L, nL):
+        return False, False, 0, evals, evecs, resid, 0.0
     m = 0
     converged = False
     theta = np.zeros(1)
     Z = np.zeros((1, 1))
     small_f = 1e-12
     for j in range(m_max):
-        ok, z = hvp1(params, w, Q[j])
+        ok, z = signed_hvp(params, w, Q[j], sign)
         if not ok:
-            return False, False, m, evals, evecs, resid
+            return False, False, m, evals, evecs, resid, 0.0
         alpha[j] = np.dot(Q[j], z)
         z -= alpha[j] * Q[j]
         if j > 0:
             z -= beta[j - 1] * Q[j - 1]
         for _ in range(2):
+            for l in range(nL):
+                z -= np.dot(L[l], z) * L[l]
             for l in range(j + 1):
                 z -= np.dot(Q[l], z) * Q[l]
         beta[j] = np.sqrt(np.dot(z, z))
@@ -325,7 +336,7 @@ def lanczos(params, w, D, k, m_max, min_iter, tol, seed, stream, counter, start,
         if m >= k and (m >= min_iter or done):
             theta, Z = top_ritz(alpha, beta, m)
             top = np.max(np.abs(theta))
-            floor = top if top > 0 else 1.0
+            floor = top if top > floor_min else (floor_min if floor_min > 0 else 1.0)
             allc = True
             for t in range(min(k, m)):
                 if beta[j] * abs(Z[m - 1, m - 1 - t]) > tol * floor:
@@ -338,13 +349,15 @@ def lanczos(params, w, D, k, m_max, min_iter, tol, seed, stream, counter, start,
         small = small_f * (scale_ab if scale_ab > 0 else 1.0)
         if beta[j] <= small:
             beta[j] = 0.0
-            if m == D or not random_orthonormal(z, Q, m, D, seed, stream, counter, m):
+            if m + nL >= D or not random_orthonormal(z, Q, m, D, seed, stream, counter,
+                                                     salt + m, L, nL):
                 converged = True
                 theta, Z = top_ritz(alpha, beta, m)
                 break
         else:
             z /= beta[j]
         Q[j + 1] = z
+    spread = np.max(np.abs(theta[:m]))
     for t in range(k):
         if t >= m:
             continue
@@ -355,14 +368,61 @@ def lanczos(params, w, D, k, m_max, min_iter, tol, seed, stream, counter, start,
         if v[np.argmax(np.abs(v))] < 0:
             v = -v
         evecs[t] = v
-        ok, y = hvp1(params, w, v)
+        ok, y = signed_hvp(params, w, v, sign)
         if not ok:
-            return False, converged, m, evals, evecs, resid
+            return False, converged, m, evals, evecs, resid, spread
         resid[t] = np.sqrt(np.sum((y - evals[t] * v) ** 2))
-    return True, converged, m, evals, evecs, resid
+    return True, converged, m, evals, evecs, resid, spread
+
+_ROUND_SALT = 2048  # detail::kRoundSalt
+
+@njit(cache=True)
+def lanczos(params, w, D, k, m_max, min_iter, tol, seed, stream, counter, start, has_start,
+            smallest=False):
+    """engine/lanczos.hpp lanczos (locking for k > 1); returns
+    (ok, converged, iterations, evals, evecs, resid)."""
+    sign = -1.0 if smallest else 1.0
+    none = np.zeros((0, D))
+    ok, conv, iters, evals, evecs, resid, scale = lanczos_run(
+        params, w, sign, D, k, m_max, min_iter, tol, seed, stream, counter, start, has_start,
+        none, 0, 0.0, 0)
+    if k > 1 and ok:
+        rel = max(tol, 100 * _EPS64)
+        m_c = min(m_max, D - k)
+        settled = m_c < 1
+        check_converged = settled
+        for rnd in range(1, k + 2):
+            if settled:
+                break
+            sub_ok, sub_conv, it, cval, cvec, cres, s = lanczos_run(
+                params, w, sign, D, 1, m_c, min_iter, tol, seed, stream, counter, start, False,
+                evecs, k, scale, _ROUND_SALT * rnd)
+            iters += it
+            if not sub_ok:
+                ok = False
+                break
+            scale = max(scale, s)
+            if not cval[0] > evals[k - 1] + rel * scale:
+                settled = True
+                check_converged = sub_conv
+                break
+            p = k - 1
+            while p > 0 and evals[p - 1] < cval[0]:
+                p -= 1
+            for t in range(k - 1, p, -1):
+                evals[t] = evals[t - 1]
+                resid[t] = resid[t - 1]
+                evecs[t] = evecs[t - 1]
+            evals[p] = cval[0]
+            resid[p] = cres[0]
+            evecs[p] = cvec[0]
+        conv = ok and settled and check_converged and np.all(resid <= tol * scale)
+    if smallest:
+        evals = -evals
+    return ok, conv, iters, evals, evecs, resid
 
 @njit(parallel=True, cache=True)
-def batch_lanczos(params, W, k, m_max, min_iter, tol, seed, S, has_start):
+def batch_lanczos(params, W, k, m_max, min_iter, tol, seed, S, has_start, smallest):
     B, D = W.shape
     evals = np.zeros((B, k))
     evecs = np.zeros((B, k, D))
@@ -372,7 +432,7 @@ def batch_lanczos(params, W, k, m_max, min_iter, tol, seed, S, has_start):
     ok = np.zeros(B, np.uint8)
     for b in prange(B):
         good, c, it, ev, vec, res = lanczos(params, W[b], D, k, m_max, min_iter, tol,
-                                            seed, b, 0, S[b], has_start)
+                                            seed, b, 0, S[b], has_start, smallest)
         evals[b], evecs[b], resid[b] = ev, vec, res
         iters[b], conv[b], ok[b] = it, c, good
     return evals, evecs, resid, iters, conv, ok
