@@ -14,6 +14,7 @@ from ._dispatch import resolve
 from ._hyper import broadcast_batch, per_trajectory
 from ._validation import as_positive_int, as_real, check_nonzero_rows
 from .models import BNLinearRegression, ScaleInvariantModel
+from .sharpness import LANCZOS_MAX_ITER
 
 STABLE, EOS, UNSTABLE = 0, 1, 2
 REGIME_NAMES = ("stable", "eos", "unstable")
@@ -124,10 +125,11 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     check_nonzero_rows(W0, "w0")
     model.loss(W0, backend=backend)  # a start where the loss is undefined is refused, not run
     D = model.dim
-    max_iter = min(D, 1024) if lanczos_max_iter is None else as_positive_int(
+    cap = min(D, LANCZOS_MAX_ITER)
+    max_iter = cap if lanczos_max_iter is None else as_positive_int(
         lanczos_max_iter, "lanczos_max_iter")
-    if max_iter > min(D, 1024):
-        raise ValueError(f"lanczos_max_iter must be <= min(D, 1024) = {min(D, 1024)}")
+    if max_iter > cap:
+        raise ValueError(f"lanczos_max_iter must be <= min(D, {LANCZOS_MAX_ITER}) = {cap}")
     max_iter = min(max_iter, 128) if lanczos_max_iter is None else max_iter
     raw = model._core(W0.dtype, backend).run(
         W0, hyper["lr"], hyper["wd"], _METHODS[method], steps, record_every, sharpness_every,
