@@ -57,6 +57,8 @@ void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real
     std::vector<V> state_scratch(State::scratch_size(m)), w0(D);
     std::vector<Real> scratch(trajectory_scratch_reals(D, c, W));
     std::vector<Jet<Real, 1>> jets(jet_scratch_size(m));
+    std::vector<V> lane_scratch(c.sharpness_every > 0 ? trajectory_scratch_lanes(D, c) : 0);
+    std::vector<Jet<V, 1>> lane_jets(c.sharpness_every > 0 ? jet_scratch_size(m) : 0);
     // Dynamic: diverging blocks finish early; the schedule never changes bits.
 #pragma omp for schedule(dynamic, 1)
     for (long long blk = 0; blk < blocks; ++blk) {
@@ -72,7 +74,8 @@ void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real
         for (int l = 0; l < W; ++l) w0[i].set(l, W0[(first + (l < lanes ? l : 0)) * D + i]);
       State state(m, w0.data(), state_scratch.data());
       TrajectoryRunner<Model, State, V> runner(m, c, lanes, traj, state, lr + first, wd + first,
-                                               rows, scratch.data(), jets.data());
+                                               rows, scratch.data(), jets.data(),
+                                               lane_scratch.data(), lane_jets.data());
       run_to_end(runner, c);
     }
   }

@@ -55,6 +55,14 @@ PYSHARP_HD T select(bool m, const T& a, const T& b) {
 }
 PYSHARP_HD inline bool any(bool m) { return m; }
 
+// Sum of a[i] b[i] in index order, lane by lane.
+template <class V>
+PYSHARP_HD V lane_dot(const V* a, const V* b, int n) {
+  V s = V(0);
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
 // Lane l of a value or a truth value; for a plain scalar (one lane) itself.
 // core/lanes.hpp overloads these for lane blocks.
 template <class T>

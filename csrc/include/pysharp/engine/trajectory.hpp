@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "pysharp/engine/lanczos.hpp"
+#include "pysharp/engine/lanczos_lanes.hpp"
 #include "pysharp/engine/rng.hpp"
 #include "pysharp/models/derivatives.hpp"
 
@@ -82,14 +83,6 @@ PYSHARP_HD mask_t<V> is_finite(const V& x) {
   return x - x == V(0);
 }
 
-// Sum of a[i] b[i] in order, lane by lane.
-template <class V>
-PYSHARP_HD V lane_dot(const V* a, const V* b, int n) {
-  V s = V(0);
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 // How the engine sees an iterate. FullSpaceState stores w itself; other
 // states (bn_linreg_spectral.hpp) carry an exact reduced representation.
 // V is Real (one trajectory) or a lane block of W trajectories (core/lanes.hpp),
@@ -161,9 +154,16 @@ struct FullSpaceState {
 
 // Scratch (Reals) of a runner of W lanes besides the state's own: each lane's
 // v1, the new eigenvector, a lane's point, Lanczos scratch and its two scalar
-// outputs.
+// outputs; for W > 1 also the lockstep Lanczos' Reals and its W eigenvectors.
 PYSHARP_HD inline long long trajectory_scratch_reals(int D, const EngineConfig& c, int W = 1) {
-  return (W + 2LL) * D + lanczos_scratch_size(D, c.lanczos) + 2;
+  const long long lanes =
+      W > 1 ? lanczos_lanes_scratch_reals(D, c.lanczos.max_iter, W) + W * (D + 2LL) : 0;
+  return (W + 2LL) * D + lanczos_scratch_size(D, c.lanczos) + 2 + lanes;
+}
+// Lane values (V) a runner of W > 1 lanes needs for lockstep Lanczos: the
+// recurrence's own and the block of warm starts.
+PYSHARP_HD inline long long trajectory_scratch_lanes(int D, const EngineConfig& c) {
+  return lanczos_lanes_scratch_v(D, c.lanczos.max_iter) + D;
 }
 
 // W trajectories (one lane each; W = 1 for a plain Real) as a sequence of
@@ -185,11 +185,14 @@ class TrajectoryRunner {
   PYSHARP_HD TrajectoryRunner(const Model& m, const EngineConfig& c, int lanes,
                               const long long* traj, State& state, const Real* lr,
                               const Real* wd, const TrajectoryRecords<Real>* out, Real* scratch,
-                              Jet<Real, 1>* jets)
+                              Jet<Real, 1>* jets, V* lane_scratch = nullptr,
+                              Jet<V, 1>* lane_jets = nullptr)
       : m_(m), c_(c), lanes_(lanes), state_(state), v_new_(scratch + W * m.dim()),
-        w_lane_(v_new_ + m.dim()), lz_(w_lane_ + m.dim()), jets_(jets) {
+        w_lane_(v_new_ + m.dim()), lz_(w_lane_ + m.dim()), jets_(jets),
+        lane_scratch_(lane_scratch), lane_jets_(lane_jets) {
     lz_eval_ = lz_ + lanczos_scratch_size(m.dim(), c.lanczos);
     lz_resid_ = lz_eval_ + 1;
+    lz_lanes_ = lz_resid_ + 1;
     on_sphere_ = c.method == Method::pgd || c.method == Method::pgd_adaptive;
     for (int l = 0; l < W; ++l) {
       const int src = l < lanes ? l : 0;  // padding repeats lane 0
@@ -258,31 +261,72 @@ class TrajectoryRunner {
       eff_ = lr_ / ((sqrt_(rms_v_) + Real(c_.rms_eps)) * decay_ * norm2_);
     else
       eff_ = lr_ / (decay_ * norm2_);
+    // Lane blocks: one lockstep Lanczos for every lane (lanczos_lanes.hpp).
+    Real* block_evecs = nullptr;
+    Real* block_eval = nullptr;
+    LanczosReport block_rep[W];
+    if constexpr (W > 1) {
+      if (sharp) {
+        const int m_max = c_.lanczos.max_iter;
+        Real* rs = lz_lanes_;
+        block_evecs = rs + lanczos_lanes_scratch_reals(D, m_max, W);
+        block_eval = block_evecs + static_cast<long long>(W) * D;
+        Real* block_resid = block_eval + W;
+        V* start = lane_scratch_ + lanczos_lanes_scratch_v(D, m_max);
+        std::uint64_t stream[W];
+        bool warm[W];
+        for (int l = 0; l < W; ++l) {
+          stream[l] = static_cast<std::uint64_t>(traj_[l]);
+          warm[l] = have_v1_[l];
+          for (int i = 0; i < D; ++i) set_lane(start[i], l, have_v1_[l] ? v1_[l][i] : Real(0));
+        }
+        LanczosOptions lo = c_.lanczos;
+        lo.k = 1;
+        lo.counter = static_cast<std::uint64_t>(t);
+        const V* w = state_.point();
+        Jet<V, 1>* jets = lane_jets_;
+        const Model& m = m_;
+        auto apply = [&](const V* x, V* y) { return hvp(m, w, x, y, jets); };
+        lanczos_lanes(apply, D, lo, stream, start, warm, block_eval, block_evecs, block_resid,
+                      block_rep, lane_scratch_, rs);
+      }
+    }
     for (int l = 0; l < lanes_; ++l) {
       if (!alive_[l]) continue;
       const long long S = out_[l].stride;
       const Real norm = lane(norm_, l), norm2 = lane(norm2_, l), eff = lane(eff_, l);
       const Real* w = point(l);
       if (sharp) {
-        LanczosOptions lo = c_.lanczos;
-        lo.k = 1;
-        lo.stream = static_cast<std::uint64_t>(traj_[l]);
-        lo.counter = static_cast<std::uint64_t>(t);
-        Jet<Real, 1>* jets = jets_;
-        const Model& m = m_;
-        auto apply = [&](const Real* x, Real* y) { return hvp(m, w, x, y, jets); };
-        const LanczosReport rep = lanczos(apply, D, lo, have_v1_[l] ? v1_[l] : nullptr,
-                                          lz_eval_, v_new_, lz_resid_, lz_);
-        if (!rep.ok || !is_finite(*lz_eval_)) {
+        Real eval;
+        const Real* evec;
+        LanczosReport rep;
+        if constexpr (W > 1) {  // computed for the whole block above
+          eval = block_eval[l];
+          evec = block_evecs + static_cast<long long>(l) * D;
+          rep = block_rep[l];
+        } else {
+          LanczosOptions lo = c_.lanczos;
+          lo.k = 1;
+          lo.stream = static_cast<std::uint64_t>(traj_[l]);
+          lo.counter = static_cast<std::uint64_t>(t);
+          Jet<Real, 1>* jets = jets_;
+          const Model& m = m_;
+          auto apply = [&](const Real* x, Real* y) { return hvp(m, w, x, y, jets); };
+          rep = lanczos(apply, D, lo, have_v1_[l] ? v1_[l] : nullptr, lz_eval_, v_new_,
+                        lz_resid_, lz_);
+          eval = *lz_eval_;
+          evec = v_new_;
+        }
+        if (!rep.ok || !is_finite(eval)) {
           flag(l, t);
           continue;
         }
         // Keep the eigenvector's sign continuous so top_grad shows the oscillation.
         const Real flip =
-            (have_v1_[l] && detail::dot(v_new_, v1_[l], D) < Real(0)) ? Real(-1) : Real(1);
-        for (int i = 0; i < D; ++i) v1_[l][i] = flip * v_new_[i];
+            (have_v1_[l] && detail::dot(evec, v1_[l], D) < Real(0)) ? Real(-1) : Real(1);
+        for (int i = 0; i < D; ++i) v1_[l][i] = flip * evec[i];
         have_v1_[l] = true;
-        const Real sharpness = *lz_eval_ * norm2;  // S(w) = ||w||^2 lambda_1(H(w))
+        const Real sharpness = eval * norm2;  // S(w) = ||w||^2 lambda_1(H(w))
         out_[l].sharpness[sh_[l] * S] = sharpness;
         out_[l].eos_ratio[sh_[l] * S] = eff * sharpness;
         out_[l].sharpness_converged[sh_[l] * S] = rep.converged;
@@ -379,7 +423,10 @@ class TrajectoryRunner {
   V rms_v_ = V(Real(0));  // scalar RMSprop: running mean of ||grad L(w)||^2
   Real* v1_[W];
   Real *v_new_, *w_lane_, *lz_, *lz_eval_ = nullptr, *lz_resid_ = nullptr;
+  Real* lz_lanes_ = nullptr;  // W > 1: lockstep Lanczos Reals, then W eigenvectors
   Jet<Real, 1>* jets_;
+  V* lane_scratch_;
+  Jet<V, 1>* lane_jets_;
   bool on_sphere_ = false;
   long long next_rec_ = 0, next_sh_ = 0, next_th_ = 0;  // the next step of each event
   V loss_ = V(Real(0)), norm2_ = V(Real(0)), gnorm2_ = V(Real(0)), norm_ = V(Real(0)),

@@ -1,0 +1,236 @@
+// Lanczos for the largest eigenpair (k = 1) of W symmetric operators at once,
+// one per lane of a lane block (core/lanes.hpp): the operator is applied to a
+// whole block of Krylov vectors (one HVP of jets of lanes serves W points) and
+// the recurrence, the full reorthogonalisation and the Ritz vectors run in
+// SIMD across lanes. Each lane keeps its own tridiagonal matrix, convergence
+// test, restarts and stopping step, so its result never depends on the other
+// lanes: it is the result of lanczos() (lanczos.hpp, k = 1) for that lane's
+// operator, up to the rounding of the different (lane) arithmetic.
+#pragma once
+
+#include <cstdint>
+
+#include "pysharp/engine/lanczos.hpp"
+
+namespace pysharp {
+
+// Scratch of lanczos_lanes: V values and Reals.
+PYSHARP_HD inline long long lanczos_lanes_scratch_v(int D, int m_max) {
+  return (m_max + 2LL) * D + 2LL * m_max;
+}
+PYSHARP_HD inline long long lanczos_lanes_scratch_reals(int D, int m_max, int W) {
+  return 3LL * m_max + static_cast<long long>(m_max) * m_max + W * (m_max + 1LL) + 2LL * D;
+}
+
+// Per lane l < W: the top eigenpair of the operator of lane l, given by
+// apply(const V* x, V* y) -> mask_t<V> (false in a lane where it is undefined).
+// o: the options shared by all lanes (k must be 1); stream[l]: lane l's
+// random stream. start: lane l's warm start in lane l of start[0..D), used
+// where has_start[l] (else a random start). Outputs per lane: evals[l],
+// evecs[l * D ..] (unit, largest-magnitude entry positive), resid[l] (true
+// residual norm), reports[l].
+template <class V, class Apply>
+PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
+                              const std::uint64_t* stream, const V* start,
+                              const bool* has_start, lane_real_t<V>* evals,
+                              lane_real_t<V>* evecs, lane_real_t<V>* resid,
+                              LanczosReport* reports, V* vscratch,
+                              lane_real_t<V>* rscratch) {
+  using Real = lane_real_t<V>;
+  constexpr int W = lane_width<V>;
+  const int m_max = o.max_iter;
+  V* Q = vscratch;                                   // (m_max + 1) x D
+  V* y = Q + static_cast<long long>(m_max + 1) * D;  // D
+  V* alpha = y + D;                                  // m_max
+  V* beta = alpha + m_max;                           // m_max
+  Real* d = rscratch;                                // one lane's T: m_max
+  Real* e = d + m_max;                               // m_max
+  Real* Z = e + m_max;                               // m_max x m_max
+  Real* coef = Z + static_cast<long long>(m_max) * m_max;  // per lane: m_max + 1
+  Real* q = coef + W * (m_max + 1LL);                // D: one lane's vector
+  Real* qq = q + D;                                  // D
+  int m_of[W];
+  bool active[W];
+
+  // Lane l's tridiagonal matrix of order m into d, e; its eigen-decomposition.
+  auto decompose = [&](int l, int m) {
+    for (int i = 0; i < m; ++i) {
+      d[i] = lane(alpha[i], l);
+      e[i] = i + 1 < m ? lane(beta[i], l) : Real(0);
+    }
+    return tridiagonal_eigh(m, d, e, Z);
+  };
+  // Lane l stops at order m: its top Ritz value and the coefficients of its vector.
+  auto finish = [&](int l, int m) {
+    const int best = detail::next_largest(d, m, -1);
+    evals[l] = d[best];
+    for (int i = 0; i < m; ++i) coef[l * (m_max + 1LL) + i] = Z[i * m + best];
+    m_of[l] = m;
+    reports[l].iterations = m;
+    active[l] = false;
+  };
+  // Lane l's vector j of Q, as D Reals, and back.
+  auto get = [&](int l, const V* x, Real* dst) {
+    for (int i = 0; i < D; ++i) dst[i] = lane(x[i], l);
+  };
+  auto put = [&](int l, const Real* src, V* x) {
+    for (int i = 0; i < D; ++i) set_lane(x[i], l, src[i]);
+  };
+  // A random unit vector of lane l orthogonal to its first j Krylov vectors.
+  auto random_start = [&](int l, int j, std::uint64_t salt, V* dst) {
+    LanczosOptions ol = o;
+    ol.stream = stream[l];
+    Real* Ql = rscratch;  // reuse d, e, Z (unused while restarting) when large enough
+    const bool fits = static_cast<long long>(j) * D <= 2LL * m_max + static_cast<long long>(m_max) * m_max;
+    if (fits)
+      for (int r = 0; r < j; ++r) get(l, Q + static_cast<long long>(r) * D, Ql + static_cast<long long>(r) * D);
+    bool good;
+    if (fits) {
+      good = detail::random_orthonormal(q, Ql, j, D, ol, salt);
+    } else {  // orthogonalise row by row
+      good = detail::random_orthonormal(q, static_cast<const Real*>(nullptr), 0, D, ol, salt);
+      for (int pass = 0; pass < 2 && good; ++pass)
+        for (int r = 0; r < j; ++r) {
+          get(l, Q + static_cast<long long>(r) * D, qq);
+          const Real c = detail::dot(qq, q, D);
+          for (int i = 0; i < D; ++i) q[i] -= c * qq[i];
+        }
+      if (good) {
+        const Real nrm = sqrt_(detail::dot(q, q, D));
+        good = nrm > Real(1e-3);
+        for (int i = 0; i < D && good; ++i) q[i] /= nrm;
+      }
+    }
+    if (good) put(l, q, dst);
+    return good;
+  };
+
+  for (int l = 0; l < W; ++l) {
+    reports[l] = LanczosReport();
+    active[l] = true;
+    m_of[l] = 0;
+  }
+  // Start vectors.
+  const V nrm = start ? sqrt_(lane_dot(start, start, D)) : V(Real(0));
+  for (int l = 0; l < W; ++l) {
+    const bool warm = start && has_start[l] && lane(nrm, l) > Real(0);
+    if (warm) {
+      for (int i = 0; i < D; ++i) set_lane(Q[i], l, lane(start[i], l) / lane(nrm, l));
+    } else if (!random_start(l, 0, 0, Q)) {
+      reports[l].ok = false;
+      active[l] = false;
+    }
+  }
+
+  for (int j = 0; j < m_max; ++j) {
+    bool any_active = false;
+    for (int l = 0; l < W; ++l) any_active = any_active || active[l];
+    if (!any_active) break;
+    V* qj = Q + static_cast<long long>(j) * D;
+    V* z = qj + D;
+    const mask_t<V> defined = apply(qj, z);
+    for (int l = 0; l < W; ++l)
+      if (active[l] && !lane(defined, l)) {
+        reports[l].ok = false;
+        active[l] = false;
+      }
+    alpha[j] = lane_dot(qj, z, D);
+    for (int i = 0; i < D; ++i) {
+      z[i] -= alpha[j] * qj[i];
+      if (j > 0) z[i] -= beta[j - 1] * qj[i - D];
+    }
+    for (int pass = 0; pass < 2; ++pass)  // full reorthogonalisation, twice is enough
+      for (int r = 0; r <= j; ++r) {
+        const V* qr = Q + static_cast<long long>(r) * D;
+        const V c = lane_dot(qr, z, D);
+        for (int i = 0; i < D; ++i) z[i] -= c * qr[i];
+      }
+    beta[j] = sqrt_(lane_dot(z, z, D));
+    const int m = j + 1;
+    mask_t<V> restarted = false;
+    for (int l = 0; l < W; ++l) {
+      if (!active[l]) continue;
+      const bool last = m == m_max;
+      if (m >= o.min_iter || last) {
+        if (!decompose(l, m)) {
+          reports[l].ok = false;
+          active[l] = false;
+          continue;
+        }
+        Real top = Real(0);
+        for (int i = 0; i < m; ++i) top = fabs(d[i]) > top ? fabs(d[i]) : top;
+        const Real floor = top > Real(0) ? top : Real(1);
+        const int best = detail::next_largest(d, m, -1);
+        reports[l].converged = lane(beta[j], l) * fabs(Z[(m - 1) * m + best]) <= Real(o.tol) * floor;
+        if (reports[l].converged || last) {
+          finish(l, m);
+          continue;
+        }
+      }
+      // Breakdown: the Krylov space is invariant; continue from a fresh random
+      // direction orthogonal to it (T splits into blocks).
+      const Real a = lane(alpha[j], l), b = j > 0 ? lane(beta[j - 1], l) : Real(0);
+      const Real scale_ab = fabs(a) + b;
+      const Real small = (sizeof(Real) == 8 ? Real(1e-12) : Real(1e-5)) *
+                         (scale_ab > Real(0) ? scale_ab : Real(1));
+      if (lane(beta[j], l) <= small) {
+        set_lane(beta[j], l, Real(0));
+        set_lane(restarted, l, true);
+        if (m == D || !random_start(l, m, m, z)) {
+          reports[l].converged = true;  // the whole space is spanned: T is exact
+          decompose(l, m);
+          finish(l, m);
+        }
+      }
+    }
+    const V safe = select(restarted, V(Real(1)), beta[j]);
+    for (int i = 0; i < D; ++i) z[i] = z[i] / safe;
+  }
+  for (int l = 0; l < W; ++l)  // the cap was reached by a lane not yet stopped
+    if (active[l]) {
+      const int m = m_max;
+      decompose(l, m);
+      finish(l, m);
+    }
+
+  // Ritz vectors in SIMD: v = sum_r coef_r Q_r, then one operator application
+  // gives every lane's true residual.
+  V* v = y;
+  int m_top = 0;
+  for (int l = 0; l < W; ++l) m_top = m_of[l] > m_top ? m_of[l] : m_top;
+  for (int i = 0; i < D; ++i) v[i] = V(Real(0));
+  for (int r = 0; r < m_top; ++r) {
+    // A lane that stopped before r has garbage (even NaN) in Q_r: mask it out
+    // rather than multiplying it by 0.
+    V c;
+    mask_t<V> used = false;
+    for (int l = 0; l < W; ++l) {
+      set_lane(c, l, r < m_of[l] ? coef[l * (m_max + 1LL) + r] : Real(0));
+      set_lane(used, l, r < m_of[l]);
+    }
+    const V* qr = Q + static_cast<long long>(r) * D;
+    for (int i = 0; i < D; ++i) v[i] += select(used, c * qr[i], V(Real(0)));
+  }
+  const V vn = sqrt_(lane_dot(v, v, D));
+  V sign = V(Real(1));
+  for (int l = 0; l < W; ++l) {
+    int arg = 0;
+    for (int i = 0; i < D; ++i)
+      if (fabs(lane(v[i], l)) > fabs(lane(v[arg], l))) arg = i;
+    if (lane(v[arg], l) < Real(0)) set_lane(sign, l, Real(-1));
+  }
+  for (int i = 0; i < D; ++i) v[i] = v[i] / vn * sign;
+  V* Av = Q;  // Q is no longer needed
+  const mask_t<V> defined = apply(v, Av);
+  V ev;
+  for (int l = 0; l < W; ++l) set_lane(ev, l, evals[l]);
+  V r2 = V(Real(0));
+  for (int i = 0; i < D; ++i) r2 += (Av[i] - ev * v[i]) * (Av[i] - ev * v[i]);
+  for (int l = 0; l < W; ++l) {
+    if (!lane(defined, l)) reports[l].ok = false;
+    resid[l] = sqrt_(lane(r2, l));
+    for (int i = 0; i < D; ++i) evecs[static_cast<long long>(l) * D + i] = lane(v[i], l);
+  }
+}
+
+}  // namespace pysharp
