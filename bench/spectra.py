@@ -238,7 +238,7 @@ def main(argv=None) -> int:
         print(f"  spectral_density  pysharp {t_q * 1e3:8.2f} ms{flag(l0)}  jax-jit "
               f"{t_jx * 1e3:8.2f} ms{flag(l2)}  jax/pysharp {t_jx / t_q:6.2f}  "
               f"(nodes + weights; moments 0-4 max rel dev {err:.1e})")
-        print(f"    pysharp with the density on its default 1001-point grid {t_ps * 1e3:.2f} ms"
+        print(f"    pysharp with the density on its default 501-point grid {t_ps * 1e3:.2f} ms"
               f"{flag(l1)}")
         print(f"    jax-loop (PyHessian structure) {t_loop * B:8.2f} s for B points (1 timed, x B)"
               f"{flag(l3)}  loop/pysharp {t_loop * B / t_q:8.0f}  (rel dev {lerr:.1e})")

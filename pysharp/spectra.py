@@ -183,10 +183,15 @@ def _points(model, w, spherical: bool) -> tuple[np.ndarray, np.ndarray, bool]:
 
 
 def _hvp(model, W: np.ndarray, V: np.ndarray, backend: str) -> np.ndarray:
-    """H(W[b]) V[b] for rows b, one kernel call."""
+    """H(W[b]) V[b] for rows b, one kernel call. W comes from ``_points`` (validated,
+    rescaled) and V are probes of entries O(1): the model's checks and rescaling
+    are skipped."""
+    W, V = np.ascontiguousarray(W), np.ascontiguousarray(V, dtype=np.float64)
     if isinstance(model, ScaleInvariantModel):
-        return np.asarray(model.hvp(W, V, backend=backend), dtype=np.float64)
-    return np.asarray(model.hvp(W, V), dtype=np.float64)
+        out, ok = model._core(np.float64, backend).hvp(W, V)
+        model._checked(ok)
+        return np.asarray(out, dtype=np.float64)
+    return np.asarray(model._core(np.float64).hvp(W, V)[0], dtype=np.float64)
 
 
 def _backend(model, backend: str, w) -> str:
@@ -456,8 +461,8 @@ def spectral_density(model, w, *, n_probes: int = 16, steps: int = 80, seed: int
     seed : int
         Key of the probes (:func:`rademacher`).
     grid : array_like, shape (G,), optional
-        Where to evaluate the density; default 1001 points spanning every node
-        of the batch with 6 sigma to spare on each side.
+        Where to evaluate the density; default 501 points spanning every node
+        of the batch with 6 sigma to spare on each side (spacing ~0.2 sigma).
     sigma : float, optional
         Width of the Gaussian broadening; default 1% of the batch's node range
         (or 1e-3 max(1, |node|) when every node coincides).
@@ -497,7 +502,7 @@ def spectral_density(model, w, *, n_probes: int = 16, steps: int = 80, seed: int
         span = float(nodes.max() - nodes.min())
         sigma = 0.01 * span if span > 0 else 1e-3 * max(1.0, float(np.abs(nodes).max()))
     if grid is None:
-        grid = np.linspace(nodes.min() - 6 * sigma, nodes.max() + 6 * sigma, 1001)
+        grid = np.linspace(nodes.min() - 6 * sigma, nodes.max() + 6 * sigma, 501)
     density = _broadened(grid, nodes.reshape(W.shape[0], -1), weights.reshape(W.shape[0], -1),
                          sigma) / n_probes
     return SpectralDensity(grid, _drop(density, single), _drop(nodes, single),

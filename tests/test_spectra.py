@@ -334,3 +334,23 @@ def test_bad_input_is_named():
         ps.loss_slice(model, w[0], np.ones((3, model.dim)))
     with pytest.raises(ValueError, match="grid"):
         ps.loss_slice(model, w[0], w[0], [0.5, -1.0])  # w - w = 0
+
+
+# -- reproduce spectra ----------------------------------------------------------
+def test_reproduce_spectra_quick(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pysharp import reproduce
+
+    s = reproduce.run("spectra", tmp_path, quick=True)
+    assert (tmp_path / "spectra.png").exists() and (tmp_path / "spectra.json").exists()
+    snaps = s["snapshots"]
+    # The top Ritz value of 12 Lanczos steps is the exact sharpness.
+    assert s["slq_top_node_max_rel_err"] < 1e-8
+    # Sharpness frozen at the interpolating minimum until EoS entry, then reduced.
+    assert snaps["EoS entry"]["eos_ratio"] > 1.9
+    assert snaps["end"]["lambda_1"] < 0.8 * snaps["EoS entry"]["lambda_1"]
+    # Minimisers: rank n - 2 = 18 of D = 40, a null bulk of 22 / 40.
+    assert snaps["EoS entry"]["rank"] == 18
+    for snap in snaps.values():
+        assert abs(snap["trace_hutchpp"] - snap["trace_exact"]) <= 4 * snap["trace_stderr"]
+        assert abs(snap["slq_null_mass"] - snap["exact_null_mass"]) < 0.15

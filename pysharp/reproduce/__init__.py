@@ -23,6 +23,7 @@ REGISTRY: dict[str, str] = {
     "tracking": "tracking",
     "ablation": "ablation",
     "sgd-stability": "sgd_stability",
+    "spectra": "spectra",
 }
 
 
