@@ -246,10 +246,12 @@ def hessian_spectrum(model, w, *, spherical: bool | None = None, eigenvectors: b
         raise TypeError("eigenvectors must be a bool")
     backend = _backend(model, backend, w)
     W, factor, single = _points(model, w, spherical)
-    if isinstance(model, ScaleInvariantModel):
-        H = np.asarray(model.hessian(W, backend=backend), dtype=np.float64)
+    if isinstance(model, ScaleInvariantModel):  # W is validated and rescaled: call the kernel
+        H, ok = model._core(np.float64, backend).hessian(W)
+        model._checked(ok)
     else:
-        H = np.asarray(model.hessian(W), dtype=np.float64)
+        H = model._core(np.float64).hessian(W)[0]
+    H = np.asarray(H, dtype=np.float64)
     H = 0.5 * (H + np.swapaxes(H, 1, 2)) * factor[:, None, None]
     if not eigenvectors:
         evals = np.linalg.eigvalsh(H)[:, ::-1] + lam
