@@ -354,3 +354,4 @@ def test_reproduce_spectra_quick(tmp_path):
     for snap in snaps.values():
         assert abs(snap["trace_hutchpp"] - snap["trace_exact"]) <= 4 * snap["trace_stderr"]
         assert abs(snap["slq_null_mass"] - snap["exact_null_mass"]) < 0.15
+        assert abs(snap["slq_mean"] - snap["exact_mean"]) <= 4 * snap["slq_mean_stderr"]

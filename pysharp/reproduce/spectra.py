@@ -38,6 +38,8 @@ def run(out, quick: bool) -> dict:
     dens = spectral_density(model, thetas, n_probes=32, steps=12, grid=grid, sigma=0.01 * top)
     trace = hessian_trace(model, thetas, n_probes=30, method="hutch++")
     m = dens.moments(2)
+    per_probe = np.einsum("bpj,bpj->bp", dens.weights, dens.nodes)  # z^T H z / D per probe
+    m_err = per_probe.std(axis=1, ddof=1) / np.sqrt(per_probe.shape[1])
     true_m = np.stack([np.mean(exact ** k, axis=1) for k in (1, 2)], axis=1)
     support = np.where(dens.weights > 1e-12, dens.nodes, -np.inf).max(axis=(1, 2))
     # The null bulk: |eigenvalue| below 1e-3 lambda_1 (the smallest outlier sits near 3e-2).
@@ -55,7 +57,8 @@ def run(out, quick: bool) -> dict:
             "lambda_min": float(exact[j, -1]), "rank": int(rank[j]),
             "slq_top_node": float(support[j]),
             "slq_top_rel_err": float(abs(support[j] - exact[j, 0]) / exact[j, 0]),
-            "slq_mean": float(m[j, 1]), "exact_mean": float(true_m[j, 0]),
+            "slq_mean": float(m[j, 1]), "slq_mean_stderr": float(m_err[j]),
+            "exact_mean": float(true_m[j, 0]),
             "slq_second_moment": float(m[j, 2]), "exact_second_moment": float(true_m[j, 1]),
             "slq_null_mass": float(null_mass[j]), "exact_null_mass": float(1 - rank[j] / D),
             "trace_hutchpp": float(trace.estimate[j]), "trace_stderr": float(trace.stderr[j]),
