@@ -255,6 +255,14 @@ def test_density_batch_placement_weight_decay_and_spherical():
     one = ps.spectral_density(model, W[3], n_probes=5, steps=9, seed=2)
     np.testing.assert_array_equal(one.nodes, batch.nodes[3])  # lane-wise: same bits
     np.testing.assert_array_equal(one.weights, batch.weights[3])
+    core = ps._backend.core()
+    threads = core.max_threads()
+    try:
+        core.set_num_threads(2)
+        two = ps.spectral_density(model, W, n_probes=5, steps=9, seed=2)
+    finally:
+        core.set_num_threads(threads)
+    np.testing.assert_array_equal(two.nodes, batch.nodes)  # any thread count: same bits
     wd = ps.spectral_density(model, W, n_probes=5, steps=9, seed=2, weight_decay=0.25)
     np.testing.assert_allclose(wd.nodes, batch.nodes + 0.25, atol=1e-12 * np.abs(wd.nodes).max())
     flat = ps.spectral_density(model, W, n_probes=5, steps=9, seed=2, spherical=False)
