@@ -218,10 +218,10 @@ def test_slq_moments_estimate_normalised_traces():
                       for k in (1, 2)], axis=1)
     est, hits = [], []
     for seed in range(200):
-        d = ps.spectral_density(model, W, n_probes=16, steps=6, seed=seed)
+        d = ps.spectral_density(model, W, n_probes=32, steps=6, seed=seed)
         per_probe = np.einsum("bpj,bpjk->bpk", d.weights, d.nodes[..., None] ** np.array([1, 2]))
         m = per_probe.mean(axis=1)
-        se = per_probe.std(axis=1, ddof=1) / np.sqrt(16)
+        se = per_probe.std(axis=1, ddof=1) / np.sqrt(32)
         est.append(m)
         hits.append(np.abs(m - truth) <= 3 * se)
     est = np.array(est)
