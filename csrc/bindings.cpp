@@ -349,6 +349,7 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
 }  // namespace
 
 #include "bindings_stability.hpp"  // SGD linear stability (issue 7)
+#include "bindings_spectra.hpp"    // Hessian spectra: SLQ (issue 14)
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "pysharp compiled core: batched model kernels (see pysharp.models).";
@@ -397,4 +398,5 @@ PYBIND11_MODULE(_core, m) {
 
   // -- SGD linear stability: square-loss models, SGD engine, linearised SGD --
   bind_stability(m);
+  bind_spectra(m);  // Hessian spectra (issue 14)
 }

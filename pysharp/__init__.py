@@ -17,6 +17,8 @@ from .models import (
 )
 from .sgd import SGDResult, run_sgd
 from .sharpness import EigenResult, lanczos, spherical_sharpness
+from .spectra import (LossSlice, SpectralDensity, Spectrum, TraceEstimate, hessian_spectrum,
+                      hessian_trace, loss_slice, spectral_density)
 from .sweeps import open_sweep, sweep
 
 
@@ -43,3 +45,5 @@ __all__ = ["BNLinearRegression", "BNMatrixCompletion", "ScaleInvariantModel", "T
            "Trajectory", "run_gd_wd", "run_pgd", "run_scalar_rmsprop",
            "EigenResult", "spherical_sharpness", "lanczos", "theory", "sweep", "open_sweep",
            "build_info", "backends", "BackendUnavailable", "__version__"]
+__all__ += ["hessian_spectrum", "hessian_trace", "spectral_density", "loss_slice", "Spectrum",
+            "TraceEstimate", "SpectralDensity", "LossSlice"]

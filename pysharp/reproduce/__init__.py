@@ -24,6 +24,7 @@ REGISTRY: dict[str, str] = {
     "ablation": "ablation",
     "sgd-stability": "sgd_stability",
     "central-flow": "central_flow",
+    "spectra": "spectra",
 }
 
 
