@@ -17,8 +17,16 @@ from .models import (
 )
 from .sgd import SGDResult, run_sgd
 from .sharpness import EigenResult, lanczos, spherical_sharpness
-from .spectra import (LossSlice, SpectralDensity, Spectrum, TraceEstimate, hessian_spectrum,
-                      hessian_trace, loss_slice, spectral_density)
+from .spectra import (
+    LossSlice,
+    SpectralDensity,
+    Spectrum,
+    TraceEstimate,
+    hessian_spectrum,
+    hessian_trace,
+    loss_slice,
+    spectral_density,
+)
 from .sweeps import open_sweep, sweep
 
 

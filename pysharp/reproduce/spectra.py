@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import (BNLinearRegression, hessian_spectrum, hessian_trace, loss_slice, run_gd_wd,
-                spectral_density)
+from .. import (
+    BNLinearRegression,
+    hessian_spectrum,
+    hessian_trace,
+    loss_slice,
+    run_gd_wd,
+    spectral_density,
+)
 from . import plt
 
 DESCRIPTION = ("BN linear regression in the paper's setting (d 40, n 20, lr 0.5, wd 2e-4): the "
