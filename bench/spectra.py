@@ -170,7 +170,8 @@ def main(argv=None) -> int:
     B = 16 if args.quick else 64
     P = 16
     sizes = [(40, 20)] if args.quick else [(40, 20), (200, 100)]
-    print(f"pysharp {ps.__version__}, jax {jax.__version__}, threads {ps.build_info()['max_threads']}"
+    threads = ps.build_info()["max_threads"]
+    print(f"pysharp {ps.__version__}, jax {jax.__version__}, threads {threads}"
           f"; B {B} points, P {P} probes, float64, spherical Hessian")
     for d, n in sizes:
         model = ps.BNLinearRegression.synthetic(d=d, n=n, seed=0)
@@ -191,7 +192,8 @@ def main(argv=None) -> int:
         t_ps, l1 = timed(lambda: ps.hessian_spectrum(model, W))
         t_jx, l2 = timed(lambda: jx["spectrum"](W).block_until_ready())
         print(f"  hessian_spectrum  pysharp {t_ps * 1e3:8.2f} ms{flag(l1)}  jax-jit "
-              f"{t_jx * 1e3:8.2f} ms{flag(l2)}  jax/pysharp {t_jx / t_ps:6.2f}  (max rel dev {err:.1e})")
+              f"{t_jx * 1e3:8.2f} ms{flag(l2)}  jax/pysharp {t_jx / t_ps:6.2f}"
+              f"  (max rel dev {err:.1e})")
 
         # -- trace
         exact = ps.hessian_trace(model, W, method="exact").estimate
@@ -208,7 +210,8 @@ def main(argv=None) -> int:
         t_pp, _ = timed(lambda: ps.hessian_trace(model, W, n_probes=P, method="hutch++"))
         rms = lambda e: float(np.sqrt(np.mean((e - exact) ** 2)))  # noqa: E731
         print(f"  hessian_trace     pysharp {t_ps * 1e3:8.2f} ms{flag(l1)}  jax-jit "
-              f"{t_jx * 1e3:8.2f} ms{flag(l2)}  jax/pysharp {t_jx / t_ps:6.2f}  (rel dev {err:.1e})")
+              f"{t_jx * 1e3:8.2f} ms{flag(l2)}  jax/pysharp {t_jx / t_ps:6.2f}"
+              f"  (rel dev {err:.1e})")
         print(f"    error vs exact trace over the B points, {P} HVPs each: Hutchinson rms "
               f"{rms(hut.estimate):.3g}, Hutch++ rms {rms(hpp.estimate):.3g} "
               f"({t_pp * 1e3:.2f} ms); mean |tr| {np.mean(np.abs(exact)):.3g}")
