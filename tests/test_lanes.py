@@ -182,3 +182,27 @@ def test_kernel_rows_do_not_depend_on_placement_and_match_the_oracle(name, dtype
     D = W.shape[1]
     H = np.stack([ref.hvp(W64[:5], np.broadcast_to(e, (5, D))) for e in np.eye(D)], axis=-1)
     assert np.abs(hess - H).max() <= tol * np.abs(H).max()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("which", ["LA", "SA"])
+def test_batched_sharpness_lanes_do_not_see_each_other(name, which):
+    """k = 1 runs lane blocks in lockstep: a point's result must not depend on
+    the other points of its block (random streams are keyed by the row index,
+    so the row keeps its index and only its neighbours change)."""
+    model = MODELS[name]
+    W = model.random_point(11, seed=8, norm=1.5)
+    other = model.random_point(11, seed=9, norm=0.7)
+    kw = dict(method="lanczos", which=which, max_iter=min(model.dim, 12))
+    full = ps.spherical_sharpness(model, W, **kw)
+    for b in (0, 5, 10):
+        mixed = other.copy()
+        mixed[b] = W[b]
+        res = ps.spherical_sharpness(model, mixed, **kw)
+        for key in ("eigenvalues", "eigenvectors", "residuals", "iterations", "converged"):
+            np.testing.assert_array_equal(getattr(res, key)[b], getattr(full, key)[b],
+                                          err_msg=key)
+    dense = ps.spherical_sharpness(model, W, method="dense", which=which)
+    err = np.abs(full.eigenvalues - dense.eigenvalues)[:, 0]
+    assert full.converged.any()
+    assert err[full.converged].max() <= 1e-8 * np.abs(dense.eigenvalues).max()

@@ -177,12 +177,64 @@ void run_batch_spectral(const BNLinearRegression<Real>& m, const BNLinRegSpectra
 }
 
 // Top-k eigenpairs of H(w) for each row of W (B, D). start: (B, D) or nullptr.
+// k = 1 runs lane blocks of W points in lockstep (lanczos_lanes.hpp); k > 1
+// (locking, lanczos.hpp) one point at a time. Point b's random streams are
+// keyed by b.
 template <class Model, class Real>
 void lanczos_batch(const Model& m, const LanczosOptions& o, const Real* W, const Real* start,
                    long long B, Real* evals, Real* evecs, Real* resid, int* iterations,
                    std::uint8_t* converged, std::uint8_t* ok) {
   const int D = m.dim();
   const int k = o.k;
+  if (k == 1) {
+    constexpr int L = kNativeLanes<Real>;
+    using V = Lanes<Real, L>;
+    const std::int64_t blocks = (B + L - 1) / L;
+#pragma omp parallel if (worth_threads(m, B * o.max_iter) && blocks > 1)
+    {
+      std::vector<V> w(D), s(start ? D : 0), vscratch(lanczos_lanes_scratch_v(D, o.max_iter));
+      std::vector<Real> rscratch(lanczos_lanes_scratch_reals(D, o.max_iter, L));
+      std::vector<Real> block_evecs(static_cast<std::size_t>(L) * D);
+      std::vector<Jet<V, 1>> jets(jet_scratch_size(m));
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t blk = 0; blk < blocks; ++blk) {
+        std::int64_t rows[L];
+        std::uint64_t stream[L];
+        bool warm[L];
+        const int lanes = static_cast<int>(std::min<std::int64_t>(L, B - blk * L));
+        for (int l = 0; l < L; ++l) {
+          rows[l] = blk * L + (l < lanes ? l : 0);
+          stream[l] = static_cast<std::uint64_t>(rows[l]);
+          warm[l] = start != nullptr;
+        }
+        gather_rows(W, D, rows, lanes, w.data());
+        if (start) gather_rows(start, D, rows, lanes, s.data());
+        const V* wp = w.data();
+        Jet<V, 1>* jp = jets.data();
+        auto apply = [&](const V* x, V* y) {
+          const mask_t<V> defined = hvp(m, wp, x, y, jp);
+          if (o.smallest)
+            for (int i = 0; i < D; ++i) y[i] = -y[i];
+          return defined;
+        };
+        Real ev[L], rs[L];
+        LanczosReport rep[L];
+        lanczos_lanes(apply, D, o, stream, start ? s.data() : nullptr, warm, ev, block_evecs.data(),
+                      rs, rep, vscratch.data(), rscratch.data());
+        for (int l = 0; l < lanes; ++l) {
+          const std::int64_t b = rows[l];
+          evals[b] = o.smallest ? -ev[l] : ev[l];
+          resid[b] = rs[l];
+          std::copy(block_evecs.begin() + static_cast<long long>(l) * D,
+                    block_evecs.begin() + static_cast<long long>(l + 1) * D, evecs + b * D);
+          iterations[b] = rep[l].iterations;
+          converged[b] = rep[l].converged;
+          ok[b] = rep[l].ok;
+        }
+      }
+    }
+    return;
+  }
 #pragma omp parallel if (worth_threads(m, B * o.max_iter))
   {
     std::vector<Real> scratch(lanczos_scratch_size(D, o));
