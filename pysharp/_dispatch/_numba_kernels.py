@@ -25,17 +25,18 @@ BN_LINREG, BN_MC, TOY3D = 0, 1, 2
 
 def params(kind: int, *, A=None, u=None, rows=None, cols=None, scale=0.0, extra=0.0,
            m1=0, m2=0, r=0) -> tuple:
-    """The model tuple (kind, A, u, rows, cols, scale, extra, m1, m2, r).
+    """The model tuple (kind, A, u, rows, cols, scale, extra, m1, m2, r, A^T).
 
     BN linear regression: A = Xc, u, scale, extra = ||Xc||_F^2.
     BN matrix completion: rows, cols, u, scale, m1, m2, r. Toy3D: extra = c.
+    A^T is a C-contiguous copy of A^T (the plain-value z = Xc w runs along its rows).
     """
     f2 = np.zeros((0, 0)) if A is None else np.ascontiguousarray(A, np.float64)
     f1 = np.zeros(0) if u is None else np.ascontiguousarray(u, np.float64)
     i1 = np.zeros(0, np.int64)
     return (int(kind), f2, f1, i1 if rows is None else np.ascontiguousarray(rows, np.int64),
             i1 if cols is None else np.ascontiguousarray(cols, np.int64), float(scale),
-            float(extra), int(m1), int(m2), int(r))
+            float(extra), int(m1), int(m2), int(r), np.ascontiguousarray(f2.T))
 
 
 # -- truncated Taylor arithmetic (core/jet.hpp) ----------------------------------------------
@@ -217,12 +218,14 @@ def bn_linreg_into(params, w, g, work):
     for j in range(d):
         w2 += w[j] * w[j]
     err = d * _EPS64
+    XcT = params[10]
     z = work[:n]
-    for i in range(n):  # row by row: a dot product in j order, as matvec_rows sums
-        s = 0.0
-        for j in range(d):
-            s += w[j] * Xc[i, j]
-        z[i] = s
+    for i in range(n):
+        z[i] = 0.0
+    for j in range(d):  # column by column: each z[i] still sums over j in order
+        wj = w[j]
+        for i in range(n):
+            z[i] += wj * XcT[j, i]
     ok, loss = bn_cosine_into(z, u, scale, err * err * xc_fro2 * w2, z)
     if not ok:
         return False, loss
@@ -338,11 +341,6 @@ def loss_grad(params, w):
 
 
 @njit(cache=True)
-def grad_of(params, w):
-    ok, loss, g = loss_grad(params, w.reshape(-1, 1).copy())
-    return ok, loss[0], g[:, 0].copy()
-
-@njit(cache=True)
 def seeded(params, w, v, K):
     wj = np.zeros((w.shape[0], K))
     wj[:, 0] = w
@@ -357,16 +355,22 @@ def hvp1(params, w, v):
 @njit(parallel=True, cache=True)
 def batch_loss_grad(params, W):
     B, D = W.shape
-    loss = np.zeros(B)
-    G = np.zeros((B, D))
-    ok = np.zeros(B, np.uint8)
+    loss, G, ok = _zeros_loss_grad(B, D)  # here, np.zeros would be a parallel region each
+    nwork = work_size(params)
     for b in prange(B):
-        good, lb, gb = grad_of(params, W[b])
+        g = np.empty(D)
+        work = np.empty(nwork)
+        good, lb = loss_grad_into(params, W[b], g, work)
         if good:
             loss[b] = lb
-            G[b] = gb
+            G[b] = g
         ok[b] = good
     return loss, G, ok
+
+
+@njit(cache=True)
+def _zeros_loss_grad(B, D):
+    return np.zeros(B), np.zeros((B, D)), np.zeros(B, np.uint8)
 
 @njit(parallel=True, cache=True)
 def batch_directional(params, W, V, order):
@@ -508,6 +512,20 @@ def batch_lanczos(params, W, k, m_max, min_iter, tol, seed, S, has_start):
         iters[b], conv[b], ok[b] = it, c, good
     return evals, evecs, resid, iters, conv, ok
 
+@njit(cache=True)
+def _records(B, D, steps, record_every, sharpness_every, theta_every):
+    """run's outputs, NaN where never reached. Serial: inside a parallel function every
+    np.full would be a parallel region of its own (a thread barrier each)."""
+    nan = np.nan
+    nrec = steps // record_every + 1
+    nsh = steps // sharpness_every + 1 if sharpness_every > 0 else 0
+    nth = steps // theta_every + 1 if theta_every > 0 else 0
+    return (np.full((nrec, B), nan), np.full((nrec, B), nan), np.full((nrec, B), nan),
+            np.full((nrec, B), nan), np.full((nrec, B), nan), np.full((nsh, B), nan),
+            np.full((nsh, B), nan), np.zeros((nsh, B), np.uint8), np.full((nth, B, D), nan),
+            np.zeros((B, D)), np.zeros(B, np.uint8), np.full(B, -1, np.int64))
+
+
 @njit(parallel=True, cache=True)
 def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_every,
         jitter, seed, offset, rms_beta, rms_eps, m_max, min_iter, tol):
@@ -518,22 +536,8 @@ def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_
     jets serve the HVPs of Lanczos only.
     """
     B, D = W0.shape
-    nan = np.nan
-    nrec = steps // record_every + 1
-    nsh = steps // sharpness_every + 1 if sharpness_every > 0 else 0
-    nth = steps // theta_every + 1 if theta_every > 0 else 0
-    loss_r = np.full((nrec, B), nan)
-    norm2_r = np.full((nrec, B), nan)
-    eff_r = np.full((nrec, B), nan)
-    gn_r = np.full((nrec, B), nan)
-    top_r = np.full((nrec, B), nan)
-    sharp_r = np.full((nsh, B), nan)
-    ratio_r = np.full((nsh, B), nan)
-    conv_r = np.zeros((nsh, B), np.uint8)
-    theta_r = np.full((nth, B, D), nan)
-    w_out = np.zeros((B, D))
-    diverged = np.zeros(B, np.uint8)
-    div_step = np.full(B, -1, np.int64)
+    (loss_r, norm2_r, eff_r, gn_r, top_r, sharp_r, ratio_r, conv_r, theta_r, w_out, diverged,
+     div_step) = _records(B, D, steps, record_every, sharpness_every, theta_every)
     sphere = method == 1 or method == 2
     nwork = work_size(params)
     for b in prange(B):
