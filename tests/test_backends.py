@@ -99,11 +99,33 @@ def test_fallback_kernels_match_cpp(case, backend, kernel):
 
 
 @numba_only
-def test_numba_returns_the_requested_dtype(linreg_small):
+def test_numba_refuses_float32_instead_of_computing_it_in_float64(linreg_small):
+    m = linreg_small.model
     W = linreg_small.points(3, seed=2, dtype=np.float32)
-    g = linreg_small.model.grad(W, backend="numba")
-    assert g.dtype == np.float32
-    assert rel_err(g, linreg_small.model.grad(W.astype(np.float64))) < 1e-6
+    with pytest.raises(BackendUnavailable, match="float64 only.*float32"):
+        m.grad(W, backend="numba")
+    with pytest.raises(BackendUnavailable, match="float64 only.*float32"):
+        ps.run_gd_wd(m, W, 0.1, 0.0, 5, backend="numba")
+    with pytest.raises(BackendUnavailable, match="float64 only.*float32"):
+        ps.run_gd_wd(m, W.astype(np.float64), 0.1, 0.0, 5, dtype=np.float32, backend="numba")
+    g = m.grad(W.astype(np.float64), backend="numba")
+    assert g.dtype == np.float64 and rel_err(g, m.grad(W.astype(np.float64))) < 1e-12
+
+
+@numba_only
+def test_numba_plain_kernels_match_the_jet_kernels(case):
+    """loss_grad_into (plain values, the engine's path) against loss_grad on K = 1 jets."""
+    from pysharp._dispatch import _numba_kernels as nk
+
+    p = case.model._numba_params()
+    for w in case.points(4, seed=8):
+        g = np.full(case.model.dim, np.nan)
+        work = np.full(nk.work_size(p), np.nan)
+        ok, loss = nk.loss_grad_into(p, w.copy(), g, work)
+        ok_j, loss_j, g_j = nk.loss_grad(p, w.reshape(-1, 1).copy())
+        assert ok and ok_j
+        assert rel_err(np.array([loss]), loss_j) < 1e-13
+        assert rel_err(g, g_j[:, 0]) < 1e-13
 
 
 @numba_only
@@ -142,6 +164,8 @@ _RUNS = {
     "jitter": lambda m, w0, be: ps.run_gd_wd(m, w0, 0.3, 1e-3, 120, record_every=10,
                                              sharpness_every=40, jitter=1e-3, seed=7,
                                              backend=be),
+    "pgd": lambda m, w0, be: ps.run_pgd(m, w0, 0.2, 120, record_every=10, sharpness_every=40,
+                                        theta_every=40, backend=be),
     "pgd_adaptive": lambda m, w0, be: ps.run_pgd(m, w0, 0.2, 120, lr=0.3, wd=1e-3,
                                                  record_every=10, sharpness_every=40,
                                                  backend=be),

@@ -7,7 +7,9 @@ Every public kernel, sharpness and trajectory call takes
 - ``cuda``: the CUDA kernels of ``pysharp._cuda``, built when ``PYSHARP_CUDA`` is on.
 - ``cupy``: the same kernel source compiled at run time by ``cupy.RawModule``.
 - ``numba``: ``numba.njit(parallel=True)`` ports of the C++ kernels and engine
-  (float64), the CPU fallback when the extension is not built.
+  for the scale-invariant models, the CPU fallback when the extension is not
+  built. float64 only: a float32 call is refused (BackendUnavailable), as are
+  the square-loss models and SGD, which need the compiled core.
 - ``numpy``: the readable reference oracles of :mod:`pysharp.reference`;
   kernels only (loss, gradient, HVP, third order, Hessian), no trajectories.
 

@@ -3,7 +3,9 @@
 A model's ``_core(dtype, backend)`` returns one of these instead of a
 ``pysharp._core`` object; the Python layer above (validation, power-of-two
 rescaling, result shapes) is the same for every backend. Both compute in
-float64 and return arrays of the requested dtype.
+float64. The NumPy oracles cast their results to the requested dtype; the
+Numba port, a stand-in for the core (which computes float32 in float32),
+refuses float32 rather than compute it in float64 unannounced.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ class _Cast:
         self.dtype = np.dtype(dtype)
 
     def _out(self, *arrays):
-        return tuple(a.astype(self.dtype) if a.dtype == np.float64 else a for a in arrays)
+        return tuple(a.astype(self.dtype, copy=False) if a.dtype == np.float64 else a
+                     for a in arrays)
 
 
 class NumbaCore(_Cast):
@@ -30,6 +33,12 @@ class NumbaCore(_Cast):
 
     def __init__(self, params: tuple, dtype, reference=None) -> None:
         super().__init__(dtype)
+        if self.dtype != np.float64:
+            from . import BackendUnavailable
+            raise BackendUnavailable(
+                f"the numba backend computes in float64 only, and {self.dtype} was asked "
+                "for (the compiled core computes float32 in float32); pass float64 arrays "
+                "(or dtype=np.float64) or use backend='cpp' (pip install . builds it)")
         from . import _numba_kernels as nk
 
         self._nk = nk

@@ -25,17 +25,18 @@ BN_LINREG, BN_MC, TOY3D = 0, 1, 2
 
 def params(kind: int, *, A=None, u=None, rows=None, cols=None, scale=0.0, extra=0.0,
            m1=0, m2=0, r=0) -> tuple:
-    """The model tuple (kind, A, u, rows, cols, scale, extra, m1, m2, r).
+    """The model tuple (kind, A, u, rows, cols, scale, extra, m1, m2, r, A^T).
 
     BN linear regression: A = Xc, u, scale, extra = ||Xc||_F^2.
     BN matrix completion: rows, cols, u, scale, m1, m2, r. Toy3D: extra = c.
+    A^T is a C-contiguous copy of A^T (the plain-value z = Xc w runs along its rows).
     """
     f2 = np.zeros((0, 0)) if A is None else np.ascontiguousarray(A, np.float64)
     f1 = np.zeros(0) if u is None else np.ascontiguousarray(u, np.float64)
     i1 = np.zeros(0, np.int64)
     return (int(kind), f2, f1, i1 if rows is None else np.ascontiguousarray(rows, np.int64),
             i1 if cols is None else np.ascontiguousarray(cols, np.int64), float(scale),
-            float(extra), int(m1), int(m2), int(r))
+            float(extra), int(m1), int(m2), int(r), np.ascontiguousarray(f2.T))
 
 
 # -- truncated Taylor arithmetic (core/jet.hpp) ----------------------------------------------
@@ -174,6 +175,139 @@ def toy3d_loss_grad(params, w):
     return True, loss, g
 
 
+# -- plain values (K = 1) into preallocated buffers: the trajectory engine's hot path ----------
+# The same arithmetic, in the same order, as the headers instantiated on a plain Real; nothing
+# allocates. Each returns (ok, loss) and writes grad L(w) into g; work is scratch of
+# work_size(params) reals. Where ok is False, loss and g are unspecified (as in the core).
+@njit(cache=True)
+def bn_cosine_into(z, u, scale, floor2, g):
+    """core/bn_cosine.hpp on plain values: z (n,) -> dL/dz into g (n,); g may be z."""
+    n = z.shape[0]
+    mean = 0.0
+    z2 = 0.0
+    for i in range(n):
+        mean += z[i]
+        z2 += z[i] * z[i]
+    mean = mean * (1.0 / n)
+    r2 = 0.0
+    for i in range(n):
+        g[i] = z[i] - mean
+        r2 += g[i] * g[i]
+    noise = 8.0 * n * _EPS64
+    if not (r2 > floor2 and r2 > noise * noise * z2):
+        return False, 0.0
+    inv_r = 1.0 / np.sqrt(r2)
+    cos = 0.0
+    err2 = 0.0
+    for i in range(n):
+        g[i] = g[i] * inv_r
+        cos += g[i] * u[i]
+        e = g[i] - u[i]
+        err2 += e * e
+    for i in range(n):
+        g[i] = (cos * g[i] - u[i]) * inv_r * scale
+    return True, err2 * (0.5 * scale)
+
+
+@njit(cache=True)
+def bn_linreg_into(params, w, g, work):
+    """models/bn_linear_regression.hpp: z = Xc w, grad = Xc^T dL/dz, each sum in index order."""
+    Xc, u, scale, xc_fro2 = params[1], params[2], params[5], params[6]
+    n, d = Xc.shape
+    w2 = 0.0
+    for j in range(d):
+        w2 += w[j] * w[j]
+    err = d * _EPS64
+    XcT = params[10]
+    z = work[:n]
+    for i in range(n):
+        z[i] = 0.0
+    for j in range(d):  # column by column: each z[i] still sums over j in order
+        wj = w[j]
+        for i in range(n):
+            z[i] += wj * XcT[j, i]
+    ok, loss = bn_cosine_into(z, u, scale, err * err * xc_fro2 * w2, z)
+    if not ok:
+        return False, loss
+    for j in range(d):
+        g[j] = 0.0
+    for i in range(n):  # the rows of Xc scaled and added: each g[j] sums over i in order
+        zi = z[i]
+        for j in range(d):
+            g[j] += zi * Xc[i, j]
+    return True, loss
+
+
+@njit(cache=True)
+def bn_mc_into(params, w, g, work):
+    """models/bn_matrix_completion.hpp on plain values."""
+    rows, cols, u, scale, m1, r = params[3], params[4], params[2], params[5], params[7], params[9]
+    N = rows.shape[0]
+    V0 = m1 * r
+    s = work[:N]
+    for k in range(N):
+        a = rows[k] * r
+        b = V0 + cols[k] * r
+        acc = 0.0
+        for q in range(r):
+            acc += w[a + q] * w[b + q]
+        s[k] = acc
+    ok, loss = bn_cosine_into(s, u, scale, 0.0, s)
+    if not ok:
+        return False, loss
+    for i in range(w.shape[0]):
+        g[i] = 0.0
+    for k in range(N):
+        a = rows[k] * r
+        b = V0 + cols[k] * r
+        gk = s[k]
+        for q in range(r):
+            g[a + q] += gk * w[b + q]
+            g[b + q] += gk * w[a + q]
+    return True, loss
+
+
+@njit(cache=True)
+def toy3d_into(params, w, g, work):
+    """models/toy3d.hpp on plain values."""
+    c = params[6]
+    r2 = w[0] * w[0] + w[1] * w[1] + w[2] * w[2]
+    if not r2 > 0.0:
+        return False, 0.0
+    inv_r = 1.0 / np.sqrt(r2)
+    x, y, z = w[0] * inv_r, w[1] * inv_r, w[2] * inv_r
+    diff = x - y
+    a = 1.0 + c * z * z
+    q0 = 2.0 * a * diff
+    q2 = 2.0 * c * z * diff * diff
+    radial = (x - y) * q0 + z * q2
+    g[0] = (q0 - radial * x) * inv_r
+    g[1] = (-q0 - radial * y) * inv_r
+    g[2] = (q2 - radial * z) * inv_r
+    return True, a * diff * diff
+
+
+@njit(cache=True)
+def work_size(params):
+    """Scratch reals of loss_grad_into: n for BN linear regression, N for BN-MC."""
+    if params[0] == BN_LINREG:
+        return params[1].shape[0]
+    if params[0] == BN_MC:
+        return params[3].shape[0]
+    return 1
+
+
+@njit(cache=True)
+def loss_grad_into(params, w, g, work):
+    """(ok, L(w)) of the model named by params[0]; grad L(w) into g (D,)."""
+    kind = params[0]
+    if kind == BN_LINREG:
+        return bn_linreg_into(params, w, g, work)
+    if kind == BN_MC:
+        return bn_mc_into(params, w, g, work)
+    return toy3d_into(params, w, g, work)
+
+
 # -- counter-based RNG (engine/rng.hpp) ---------------------------------------------------------
 @njit(cache=True)
 def mix64(x):
@@ -207,11 +341,6 @@ def loss_grad(params, w):
 
 
 @njit(cache=True)
-def grad_of(params, w):
-    ok, loss, g = loss_grad(params, w.reshape(-1, 1).copy())
-    return ok, loss[0], g[:, 0].copy()
-
-@njit(cache=True)
 def seeded(params, w, v, K):
     wj = np.zeros((w.shape[0], K))
     wj[:, 0] = w
@@ -226,16 +355,22 @@ def hvp1(params, w, v):
 @njit(parallel=True, cache=True)
 def batch_loss_grad(params, W):
     B, D = W.shape
-    loss = np.zeros(B)
-    G = np.zeros((B, D))
-    ok = np.zeros(B, np.uint8)
+    loss, G, ok = _zeros_loss_grad(B, D)  # here, np.zeros would be a parallel region each
+    nwork = work_size(params)
     for b in prange(B):
-        good, lb, gb = grad_of(params, W[b])
+        g = np.empty(D)
+        work = np.empty(nwork)
+        good, lb = loss_grad_into(params, W[b], g, work)
         if good:
             loss[b] = lb
-            G[b] = gb
+            G[b] = g
         ok[b] = good
     return loss, G, ok
+
+
+@njit(cache=True)
+def _zeros_loss_grad(B, D):
+    return np.zeros(B), np.zeros((B, D)), np.zeros(B, np.uint8)
 
 @njit(parallel=True, cache=True)
 def batch_directional(params, W, V, order):
@@ -437,44 +572,57 @@ def batch_lanczos(params, W, k, m_max, min_iter, tol, seed, S, has_start, smalle
         iters[b], conv[b], ok[b] = it, c, good
     return evals, evecs, resid, iters, conv, ok
 
-@njit(parallel=True, cache=True)
-def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_every,
-        jitter, seed, offset, rms_beta, rms_eps, m_max, min_iter, tol):
-    """engine/trajectory.hpp: TrajectoryRunner.observe / step / finish per trajectory."""
-    B, D = W0.shape
+@njit(cache=True)
+def _records(B, D, steps, record_every, sharpness_every, theta_every):
+    """run's outputs, NaN where never reached. Serial: inside a parallel function every
+    np.full would be a parallel region of its own (a thread barrier each)."""
     nan = np.nan
     nrec = steps // record_every + 1
     nsh = steps // sharpness_every + 1 if sharpness_every > 0 else 0
     nth = steps // theta_every + 1 if theta_every > 0 else 0
-    loss_r = np.full((nrec, B), nan)
-    norm2_r = np.full((nrec, B), nan)
-    eff_r = np.full((nrec, B), nan)
-    gn_r = np.full((nrec, B), nan)
-    top_r = np.full((nrec, B), nan)
-    sharp_r = np.full((nsh, B), nan)
-    ratio_r = np.full((nsh, B), nan)
-    conv_r = np.zeros((nsh, B), np.uint8)
-    theta_r = np.full((nth, B, D), nan)
-    w_out = np.zeros((B, D))
-    diverged = np.zeros(B, np.uint8)
-    div_step = np.full(B, -1, np.int64)
+    return (np.full((nrec, B), nan), np.full((nrec, B), nan), np.full((nrec, B), nan),
+            np.full((nrec, B), nan), np.full((nrec, B), nan), np.full((nsh, B), nan),
+            np.full((nsh, B), nan), np.zeros((nsh, B), np.uint8), np.full((nth, B, D), nan),
+            np.zeros((B, D)), np.zeros(B, np.uint8), np.full(B, -1, np.int64))
+
+
+@njit(parallel=True, cache=True)
+def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_every,
+        jitter, seed, offset, rms_beta, rms_eps, m_max, min_iter, tol):
+    """engine/trajectory.hpp: TrajectoryRunner.observe / step / finish per trajectory.
+
+    The iterate, gradient, next iterate and model scratch of a trajectory are
+    allocated once and updated in place (plain values, ``loss_grad_into``);
+    jets serve the HVPs of Lanczos only.
+    """
+    B, D = W0.shape
+    (loss_r, norm2_r, eff_r, gn_r, top_r, sharp_r, ratio_r, conv_r, theta_r, w_out, diverged,
+     div_step) = _records(B, D, steps, record_every, sharpness_every, theta_every)
     sphere = method == 1 or method == 2
+    nwork = work_size(params)
     for b in prange(B):
         traj = offset + b
         w = W0[b].copy()
+        g = np.empty(D)
+        nxt = np.empty(D)
+        work = np.empty(nwork)
+        v1 = np.zeros(D)
         decay = 1.0 - lr[b] * wd[b]
         eta = lr[b]
         rms_v = 0.0
-        v1 = np.zeros(D)
         have_v1 = False
         rec = 0
         sh = 0
         th = 0
         for t in range(steps + 1):
             # observe(t)
-            good, loss, g = grad_of(params, w)
-            norm2 = np.dot(w, w)
-            gnorm2 = np.dot(g, g)
+            good, loss = loss_grad_into(params, w, g, work)
+            norm2 = 0.0
+            gnorm2 = 0.0
+            for i in range(D):
+                norm2 += w[i] * w[i]
+            for i in range(D):
+                gnorm2 += g[i] * g[i]
             if not good or not np.isfinite(loss) or not np.isfinite(gnorm2) \
                     or not np.isfinite(norm2):
                 diverged[b] = 1
@@ -496,7 +644,8 @@ def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_
                     div_step[b] = t
                     break
                 flip = -1.0 if have_v1 and np.dot(vec[0], v1) < 0 else 1.0
-                v1 = flip * vec[0]
+                for i in range(D):
+                    v1[i] = flip * vec[0, i]
                 have_v1 = True
                 sharp = ev[0] * norm2
                 sharp_r[sh, b] = sharp
@@ -508,34 +657,46 @@ def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_
                 norm2_r[rec, b] = norm2
                 eff_r[rec, b] = eff
                 gn_r[rec, b] = norm * np.sqrt(gnorm2)
-                top_r[rec, b] = norm * np.dot(v1, g) if have_v1 else nan
+                if have_v1:
+                    s = 0.0
+                    for i in range(D):
+                        s += v1[i] * g[i]
+                    top_r[rec, b] = norm * s
                 rec += 1
             if theta_every > 0 and t % theta_every == 0:
-                theta_r[th, b] = w / norm
+                for i in range(D):
+                    theta_r[th, b, i] = w[i] / norm
                 th += 1
             if t == steps:
                 break
             # step(t)
             if sphere:
                 step = eta * norm
-                nxt = w / norm - step * g
-            elif method == 3:
-                step = lr[b] / (np.sqrt(rms_v) + rms_eps)
-                nxt = decay * w - step * g
+                for i in range(D):
+                    nxt[i] = w[i] / norm - step * g[i]
             else:
-                step = lr[b]
-                nxt = decay * w - step * g
+                step = lr[b] / (np.sqrt(rms_v) + rms_eps) if method == 3 else lr[b]
+                for i in range(D):
+                    nxt[i] = decay * w[i] - step * g[i]
             if jitter > 0:
                 amp = jitter * norm / np.sqrt(D)
                 for i in range(D):
                     nxt[i] += amp * normal(seed, traj, t, i)
             if sphere:
-                nxt /= np.sqrt(np.dot(nxt, nxt))
-            if not np.all(np.isfinite(nxt)):
+                n2 = 0.0
+                for i in range(D):
+                    n2 += nxt[i] * nxt[i]
+                n_next = np.sqrt(n2)
+                for i in range(D):
+                    nxt[i] /= n_next
+            finite = True
+            for i in range(D):
+                finite = finite and nxt[i] - nxt[i] == 0.0
+            if not finite:
                 diverged[b] = 1
                 div_step[b] = t + 1
                 break
-            w = nxt
+            w, nxt = nxt, w
             if method == 2:
                 eta = 1.0 / (decay * decay * (1.0 / eta + eta * norm2 * gnorm2))
         w_out[b] = w
