@@ -193,7 +193,7 @@ def test_batched_sharpness_lanes_do_not_see_each_other(name, which):
     model = MODELS[name]
     W = model.random_point(11, seed=8, norm=1.5)
     other = model.random_point(11, seed=9, norm=0.7)
-    kw = dict(method="lanczos", which=which, max_iter=min(model.dim, 12))
+    kw = dict(method="lanczos", which=which, max_iter=model.dim)
     full = ps.spherical_sharpness(model, W, **kw)
     for b in (0, 5, 10):
         mixed = other.copy()
