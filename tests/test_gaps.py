@@ -596,3 +596,97 @@ def test_sweep_defaults_and_summaries_against_its_own_records_and_a_raw_run():
     assert np.allclose(point["sharpness"], tr.sharpness, rtol=1e-9)
     assert int(point["eos_entry_step"]) == int(tr.eos_entry_step)
     assert float(point["final_sharpness"]) == pytest.approx(tr.sharpness[-1], rel=1e-9)
+
+
+# ================================================================ more defaults and edges
+def test_sgd_divergence_threshold_default_is_1e100():
+    """a = 1, eta = 11: w_t = (-10)^t w_0, loss_t = 1.5e80 * 100^t crosses 1e100 at t = 10."""
+    model = LinearRegression(np.ones((2, 1)), np.zeros(2))
+    w0 = np.array([math.sqrt(3e80)])
+    res = run_sgd(model, w0, 11.0, 2, 15, record_every=1)
+    assert res.loss[9] == pytest.approx(1.5e98, rel=1e-12)
+    assert res.diverged and res.diverged_step == 10 and np.all(np.isnan(res.loss[10:]))
+    late = run_sgd(model, w0, 11.0, 2, 15, record_every=1, max_loss=2e100)
+    assert late.diverged_step == 11 and late.loss[10] == pytest.approx(1.5e100, rel=1e-12)
+
+
+def test_sgd_batches_respects_the_sampling_scheme():
+    with pytest.raises(ValueError, match="batch must be <= n"):
+        sgd_batches(5, 6, 2)
+    I = sgd_batches(5, 6, 3, replacement=True)
+    assert I.shape == (3, 6) and I.min() >= 0 and I.max() < 5
+    J = sgd_batches(5, 5, 4)
+    assert np.array_equal(np.sort(J, axis=1), np.tile(np.arange(5), (4, 1)))  # B = n: everything
+
+
+def test_rank_zero_hessian_is_trivially_stable():
+    """All a_i = 0: H = 0, linearised SGD does not move (spectral radius 0 on an empty range)."""
+    model = LinearRegression(np.zeros((4, 2)), np.zeros(4))
+    op = stability.second_moment_operator(model, np.zeros(2), 0.1, 2)
+    assert op.spectral_radius == 0.0 and op.rank == 0 and op.null_dim == 2
+    assert stability.critical_lr(model, np.zeros(2), 2) == math.inf
+    c = stability.stability_conditions(model, np.zeros(2), 0.1, 2)
+    assert c.stable and c.sufficient and c.vector_criterion == 0.0
+
+
+def test_spherical_sharpness_defaults_and_the_numpy_backend():
+    model = ps.BNLinearRegression.synthetic(d=20, n=10, seed=3)
+    W = model.random_point(2, seed=4)
+    default = ps.spherical_sharpness(model, W, k=2)  # D > 16: Lanczos, seed 0
+    seeded = ps.spherical_sharpness(model, W, k=2, seed=0)
+    assert np.array_equal(default.eigenvectors, seeded.eigenvectors)
+    other = ps.spherical_sharpness(model, W, k=2, seed=1)
+    assert not np.array_equal(other.eigenvectors, seeded.eigenvectors)
+    assert np.allclose(other.eigenvalues, seeded.eigenvalues, rtol=1e-9)
+    dense = ps.spherical_sharpness(model, W, k=2, backend="numpy")  # "numpy" offers dense only
+    assert np.allclose(dense.eigenvalues, seeded.eigenvalues, rtol=1e-9)
+    assert np.all(dense.iterations == 20)
+    with pytest.raises(ValueError, match="kernels only"):
+        ps.spherical_sharpness(model, W, method="lanczos", backend="numpy")
+
+
+def test_rmsprop_default_trajectory_offset_keys_the_jitter():
+    model, w0 = ps.Toy3D(c=1.0), np.array([1.0, 0.2, 0.3])
+    base = ps.run_scalar_rmsprop(model, w0, 0.05, 0.01, 5, jitter=0.01, sharpness_every=0)
+    zero = ps.run_scalar_rmsprop(model, w0, 0.05, 0.01, 5, jitter=0.01, sharpness_every=0,
+                                 first_trajectory=0)
+    one = ps.run_scalar_rmsprop(model, w0, 0.05, 0.01, 5, jitter=0.01, sharpness_every=0,
+                                first_trajectory=1)
+    assert np.array_equal(base.w, zero.w) and not np.allclose(base.w, one.w, rtol=1e-6)
+
+
+def test_gpu_arrays_other_than_cupy_are_refused():
+    class FakeGpu:
+        __cuda_array_interface__ = {}
+
+    with pytest.raises(TypeError, match="CuPy"):
+        as_float_array(FakeGpu(), "w")
+
+
+def test_sweep_records_its_default_settings_and_resumes_the_progress_count(tmp_path, monkeypatch):
+    pytest.importorskip("zarr")
+    import json
+
+    from pysharp.sweeps import _sweep
+
+    seen = []
+
+    class Recorder:
+        def __init__(self, enabled, total, initial):
+            seen.append((enabled, total, initial))
+
+        def update(self, n):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(_sweep, "_Progress", Recorder)
+    args = dict(lr=[0.05, 0.1, 0.2], wd=0.01, steps=40, store=tmp_path / "s.zarr", chunk_size=2)
+    ds = ps.sweep("toy3d", **args)
+    settings = json.loads(ds.attrs["pysharp_sweep"])["settings"]
+    assert settings["eos_tol"] == 0.05 and settings["jitter"] == 0.0
+    assert settings["record_every"] == 1 and settings["sharpness_every"] == 2
+    again = ps.sweep("toy3d", **args)
+    assert again.attrs["chunks_reused"] == 2 and again.attrs["chunks_computed"] == 0
+    assert seen == [(True, 3, 0), (True, 3, 3)]  # resumed: the bar starts at 3 trajectories

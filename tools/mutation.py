@@ -4,6 +4,8 @@
     python tools/mutation.py --list --max-mutants 80 --seed 1   # show the sample only
     python tools/mutation.py --no-gaps ...                      # without tests/test_*gaps.py
     python tools/mutation.py --modules pysharp/theory.py --max-mutants 10
+    python tools/mutation.py --rerun before.json --json after.json   # re-run its survivors
+    python tools/mutation.py --cxx                              # hand C++ mutants (slow: builds)
 
 Why not mutmut: mutmut 3 rewrites every function into trampolines inside its
 own copy of the project, has no sampling, and first runs the whole default
@@ -33,6 +35,15 @@ the budget. This runner is deliberately simple and honest:
 4. A mutant is *killed* when pytest fails, *timeout* when it exceeds the
    timeout (counted as detected, reported apart), *survived* when the tests
    pass. The score is (killed + timeout) / run.
+5. ``--rerun REPORT`` takes the sample of an earlier report and runs only its
+   survivors again (after new tests were written): adding tests cannot turn
+   a killed mutant into a survivor, so the killed ones are carried over.
+   The mutated modules must be unchanged since that report (checked by hash).
+
+``--cxx`` runs the hand-written C++ mutants of ``CXX_MUTANTS`` instead: each
+is applied to a scratch copy of ``csrc/``, compiled in a scratch CMake build
+(one ``bindings.cpp`` translation unit, so each costs a full compile of the
+core) and run against ``CXX_TESTS`` with the rebuilt ``_core``.
 
 The report (``--json``) lists every mutant with its file, line, operator,
 original and mutated source line and outcome.
@@ -43,6 +54,7 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import hashlib
 import json
 import os
 import random
@@ -72,6 +84,21 @@ TESTS: dict[str, list[str]] = {
     "pysharp/models/_base.py": ["tests/test_models.py", "tests/test_engine.py",
                                 "tests/test_validation.py"],
 }
+
+#: hand C++ mutants: (header, exact original text, mutated text, what it breaks)
+CXX_MUTANTS = [
+    ("csrc/include/pysharp/models/toy3d.hpp", "g[1] = (-q0 - radial * y) * inv_r;",
+     "g[1] = (q0 - radial * y) * inv_r;", "sign flip in one gradient component"),
+    ("csrc/include/pysharp/models/bn_matrix_completion.hpp",
+     "for (int q = 0; q < r; ++q) acc += a[q] * b[q];",
+     "for (int q = 0; q < r - 1; ++q) acc += a[q] * b[q];",
+     "off-by-one: the scores drop the last factor"),
+    ("csrc/include/pysharp/models/bn_linear_regression.hpp",
+     "for (int j = 0; j < d; ++j) w2 += value_of(w[j]) * value_of(w[j]);",
+     "for (int j = 0; j < d - 1; ++j) w2 += value_of(w[j]) * value_of(w[j]);",
+     "off-by-one in ||w||^2 of the 'Xc w = 0' threshold"),
+]
+CXX_TESTS = ["tests/test_models.py", "tests/test_lanes.py"]
 
 _CMP_SWAPS = {
     ast.Lt: (ast.LtE, ast.GtE), ast.LtE: (ast.Lt, ast.Gt), ast.Gt: (ast.GtE, ast.LtE),
@@ -243,6 +270,10 @@ def sample(modules: list[str], max_mutants: int, seed: int) -> list[Mutant]:
     return out
 
 
+def _module_hash(module: str) -> str:
+    return hashlib.sha256((ROOT / module).read_bytes()).hexdigest()[:16]
+
+
 def _source_line(text: str, node_line: int) -> str:
     lines = text.splitlines()
     return lines[node_line - 1].strip() if 0 < node_line <= len(lines) else ""
@@ -277,6 +308,50 @@ def _pytest(scratch: Path, tests: list[str], timeout: float) -> tuple[str, float
     return ("survived" if r.returncode == 0 else "killed"), time.monotonic() - t0, failed
 
 
+def cxx_main() -> int:
+    """Build and test each hand C++ mutant in a scratch build; print killed / survived."""
+    import pybind11
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="pysharp-cxxmut-") as tmp:
+        src, build, run = Path(tmp) / "src", Path(tmp) / "build", Path(tmp) / "run"
+        src.mkdir()
+        shutil.copytree(ROOT / "csrc", src / "csrc")
+        for f in ("CMakeLists.txt", "pyproject.toml", "README.md"):
+            shutil.copy(ROOT / f, src / f)
+        run.mkdir()
+        _prepare(run)
+        subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja",
+                        "-DCMAKE_BUILD_TYPE=Release", "-DPYSHARP_CUDA=OFF",
+                        f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"],
+                       check=True, capture_output=True)
+        for header, old, new, what in CXX_MUTANTS:
+            path = src / header
+            original = path.read_text()
+            if original.count(old) != 1:
+                print(f"{header}: the original text is not found once; update CXX_MUTANTS")
+                return 2
+            path.write_text(original.replace(old, new))
+            t0 = time.monotonic()
+            b = subprocess.run(["cmake", "--build", str(build), "-j2"], capture_output=True,
+                               text=True)
+            path.write_text(original)
+            if b.returncode != 0:
+                outcome, failed = "killed (does not compile)", ""
+            else:
+                for so in (run / "pysharp").glob("_core*.so"):
+                    so.unlink()
+                for so in build.glob("_core*.so"):
+                    shutil.copy(so, run / "pysharp" / so.name)
+                outcome, _, failed = _pytest(run, CXX_TESTS, timeout=1800)
+            results.append((header, what, outcome, failed))
+            print(f"{outcome:9s} {time.monotonic() - t0:6.0f}s {header}: {what}  {failed}",
+                  flush=True)
+    killed = sum(r[2] != "survived" for r in results)
+    print(f"C++ hand mutants: {killed} of {len(results)} killed")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--modules", nargs="*", default=list(TESTS), help="modules to mutate")
@@ -285,15 +360,43 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-gaps", action="store_true", help="leave out tests/test_*gaps.py")
     p.add_argument("--list", action="store_true", help="print the sample and exit")
     p.add_argument("--json", type=Path, help="write the full report here")
+    p.add_argument("--cxx", action="store_true", help="run the hand C++ mutants instead")
+    p.add_argument("--rerun", type=Path, help="re-run the survivors of this earlier report")
     p.add_argument("--timeout-factor", type=float, default=4.0,
                    help="timeout = factor x the unmutated run's time + 20 s")
     args = p.parse_args(argv)
+    if args.cxx:
+        return cxx_main()
     for m in args.modules:
         if m not in TESTS:
             p.error(f"no test mapping for {m}; known: {', '.join(TESTS)}")
     gaps = [] if args.no_gaps else sorted(
         str(f.relative_to(ROOT)) for f in (ROOT / "tests").glob("test_*gaps.py"))
-    mutants = sample(args.modules, args.max_mutants, args.seed)
+    carried: dict[str, str] = {}
+    if args.rerun:
+        old = json.loads(args.rerun.read_text())
+        for m, h in old["hashes"].items():
+            if _module_hash(m) != h:
+                p.error(f"{m} changed since {args.rerun}: the sample would not be the same")
+        mutants = [Mutant(**{k: d[k] for k in ("module", "index", "op", "variant", "line")})
+                   for d in old["mutants"]]
+        carried = {Mutant(**{k: d[k] for k in ("module", "index", "op", "variant", "line")}).name:
+                   d["outcome"] for d in old["mutants"] if d["outcome"] in ("killed", "timeout")}
+        args.seed, args.max_mutants = old["seed"], old["max_mutants"]
+    else:
+        mutants = sample(args.modules, args.max_mutants, args.seed)
+    hashes = {m: _module_hash(m) for m in sorted({mt.module for mt in mutants})}
+
+    def report() -> None:
+        if args.json:
+            done = [m for m in mutants if m.outcome]
+            counts = {k: sum(m.outcome == k for m in done) for k in ("killed", "timeout", "survived")}
+            args.json.write_text(json.dumps({
+                "seed": args.seed, "max_mutants": args.max_mutants, "gaps": gaps,
+                "hashes": hashes, "counts": counts,
+                "score": (counts["killed"] + counts["timeout"]) / max(1, len(done)),
+                "mutants": [asdict(m) for m in mutants]}, indent=1))
+
     for mt in mutants:
         original = (ROOT / mt.module).read_text()
         mt.before = _source_line(original, mt.line)
@@ -319,7 +422,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         baseline: dict[tuple[str, ...], float] = {}
         for mt in mutants:
-            tests = TESTS[mt.module] + gaps
+            if mt.name in carried:
+                mt.outcome, mt.failed_test = carried[mt.name], "(carried over)"
+                continue
+            tests = gaps + TESTS[mt.module]  # the newest, fastest tests first (-x stops early)
             key = tuple(tests)
             if key not in baseline:
                 outcome, secs, failed = _pytest(scratch, tests, timeout=1800)
@@ -335,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
                     scratch, tests, timeout=args.timeout_factor * baseline[key] + 20)
             finally:
                 target.write_text(original)
-            print(f"{mt.outcome:9s} {mt.seconds:6.1f}s {mt.name:55s} {mt.after}", flush=True)
+            print(f"{mt.outcome:9s} {mt.seconds:6.1f}s {mt.name:55s} {mt.after[:100]}", flush=True)
+            report()
 
     counts = {k: sum(m.outcome == k for m in mutants) for k in ("killed", "timeout", "survived")}
     score = (counts["killed"] + counts["timeout"]) / max(1, len(mutants))
@@ -344,10 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     for mt in mutants:
         if mt.outcome == "survived":
             print(f"  SURVIVED {mt.name}\n      {mt.before}\n   -> {mt.after}")
-    if args.json:
-        args.json.write_text(json.dumps({
-            "seed": args.seed, "max_mutants": args.max_mutants, "gaps": gaps,
-            "counts": counts, "score": score, "mutants": [asdict(m) for m in mutants]}, indent=1))
+    report()
     return 0
 
 
