@@ -690,3 +690,11 @@ def test_sweep_records_its_default_settings_and_resumes_the_progress_count(tmp_p
     again = ps.sweep("toy3d", **args)
     assert again.attrs["chunks_reused"] == 2 and again.attrs["chunks_computed"] == 0
     assert seen == [(True, 3, 0), (True, 3, 3)]  # resumed: the bar starts at 3 trajectories
+
+
+def test_default_krylov_cap_admits_more_than_128_eigenpairs():
+    """Default max_iter = min(D, 1024, max(128, 4k)): k = 130 of a diagonal D = 200 operator."""
+    diag = np.arange(1.0, 201.0)
+    res = ps.lanczos(lambda v: diag * v, 200, k=130)
+    assert np.allclose(res.eigenvalues, diag[::-1][:130], rtol=1e-9)
+    assert res.iterations <= 200
