@@ -13,9 +13,17 @@ from typing import Any
 import numpy as np
 
 from .._dispatch import resolve
-from .._validation import as_positive_int, as_real
+from .._validation import as_positive_int, as_real, check_nonzero_rows
 from . import _spec
-from ._compute import GRID_DIMS, RECORDED, SUMMARY_DOC, Settings, compute_chunk, layout
+from ._compute import (
+    GRID_DIMS,
+    RECORDED,
+    SUMMARY_DOC,
+    Settings,
+    compute_chunk,
+    initial_points,
+    layout,
+)
 from ._store import FORMAT, SweepStore, block_shape, chunk_bounds
 
 
@@ -38,8 +46,9 @@ def _axis(values, name: str, *, integer: bool = False, positive: bool = False) -
     if not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be finite")
     if integer:
-        if np.any(a != np.round(a)) or np.any(a < 0):
-            raise ValueError(f"{name} must hold whole numbers >= 0")
+        # compared as Python numbers: a cast of 1e19 or 2**64 to int64 would wrap around
+        if np.any(a != np.round(a)) or any(not 0 <= int(x) < 2**63 for x in a.tolist()):
+            raise ValueError(f"{name} must hold whole numbers in [0, 2**63)")
         a = a.astype(np.int64)
     else:
         a = a.astype(np.float64)
@@ -61,6 +70,26 @@ def make_grid(lr, wd, seeds, init_norm) -> dict[str, np.ndarray]:
         raise ValueError("lr * wd must be < 1 at every grid point "
                          f"(max lr {grid['lr'].max()} x max wd {grid['wd'].max()})")
     return grid
+
+
+def _check_starts(model, grid: dict[str, np.ndarray]) -> None:
+    """Refuse, before any work, a seed whose start is zero or where the loss is undefined.
+
+    Scale invariance makes every init_norm give the same loss; only the
+    smallest (underflow) and the largest (overflow) can differ, so each seed
+    is checked at those two.
+    """
+    norms = np.array([grid["init_norm"].min(), grid["init_norm"].max()])
+    for s in grid["seed"]:
+        W0 = initial_points(model, np.array([s, s]), norms)
+        try:
+            if not np.all(np.isfinite(W0)):
+                raise ValueError("the start is not finite")
+            check_nonzero_rows(W0, "w0")
+            model.loss(W0)
+        except ValueError as exc:
+            raise ValueError(f"seeds = {int(s)} with init_norm in [{norms[0]}, {norms[1]}] "
+                             f"gives an unusable start: {exc}") from None
 
 
 class _Progress:
@@ -187,6 +216,14 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
     if executor is not None and not isinstance(executor, Executor):
         raise TypeError("executor must be a concurrent.futures.Executor, e.g. "
                         "dask.distributed.Client(...).get_executor()")
+    if not isinstance(progress, (bool, np.bool_)):
+        raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
+    if store is not None:
+        if not isinstance(store, (str, Path)) or not str(store):
+            raise TypeError(f"store must be a path (str or pathlib.Path), got {store!r}")
+        if Path(store).exists() and not Path(store).is_dir():
+            raise ValueError(f"store: {store} exists and is not a directory")
+    _check_starts(_spec.cached(spec), grid)
     out_layout = layout(_spec.cached(spec), settings)
     shape = tuple(len(grid[d]) for d in GRID_DIMS)
     n_traj = math.prod(shape)
