@@ -179,7 +179,8 @@ def _alternatives(node: ast.AST, guarded: set[int]) -> list[str]:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
         return [f"drop unary {type(node.op).__name__}"]
     if isinstance(node, ast.BoolOp):
-        return [f"boolop {type(node.op).__name__}->{'Or' if isinstance(node.op, ast.And) else 'And'}"]
+        other = "Or" if isinstance(node.op, ast.And) else "And"
+        return [f"boolop {type(node.op).__name__}->{other}"]
     if isinstance(node, ast.Constant):
         v = node.value
         if isinstance(v, bool):
@@ -390,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     def report() -> None:
         if args.json:
             done = [m for m in mutants if m.outcome]
-            counts = {k: sum(m.outcome == k for m in done) for k in ("killed", "timeout", "survived")}
+            counts = {k: sum(m.outcome == k for m in done)
+                      for k in ("killed", "timeout", "survived")}
             args.json.write_text(json.dumps({
                 "seed": args.seed, "max_mutants": args.max_mutants, "gaps": gaps,
                 "hashes": hashes, "counts": counts,
