@@ -14,6 +14,18 @@ namespace pysharp {
 
 inline constexpr int kDenseBlock = 8;
 
+// sum_k w[k] x[k] as four interleaved partial sums, added at the end: four
+// independent multiply-add chains instead of one latency-bound chain.
+template <class S, class Real>
+PYSHARP_HD S dot_split(const S* w, const Real* x, int d) {
+  S p[4] = {S(Real(0)), S(Real(0)), S(Real(0)), S(Real(0))};
+  int k = 0;
+  for (; k + 4 <= d; k += 4)
+    for (int b = 0; b < 4; ++b) p[b] += w[k + b] * x[k + b];
+  for (; k < d; ++k) p[0] += w[k] * x[k];
+  return (p[0] + p[1]) + (p[2] + p[3]);
+}
+
 // z[i] = sum_j X[i, j] w[j] for i < n.
 template <class S, class Real>
 PYSHARP_HD void matvec_rows(const Real* X, int n, int d, const S* w, S* z) {

@@ -9,6 +9,7 @@
 // The data (n, d) are a row-major view owned by the caller.
 #pragma once
 
+#include "pysharp/core/dense.hpp"
 #include "pysharp/core/jet.hpp"
 
 namespace pysharp {
@@ -65,8 +66,7 @@ struct LinearRegression {
 
   template <class S>
   PYSHARP_HD S sample(const S* w, const Real* x, Real yi, Real coeff, S* g, S* /*work*/) const {
-    S f = bias ? w[d] : S(0);
-    for (int k = 0; k < d; ++k) f += w[k] * x[k];
+    const S f = dot_split(w, x, d) + (bias ? w[d] : S(0));
     const S r = f - yi;
     const S c = r * coeff;
     for (int k = 0; k < d; ++k) g[k] += c * x[k];
@@ -76,14 +76,12 @@ struct LinearRegression {
 
   PYSHARP_HD void jacobian(const Real* w, const Real* x, Real* f, Real* a, Real* gx,
                            Real* /*work*/) const {
-    Real v = bias ? w[d] : Real(0);
     for (int k = 0; k < d; ++k) {
-      v += w[k] * x[k];
       a[k] = x[k];
       gx[k] = w[k];
     }
     if (bias) a[d] = Real(1);
-    *f = v;
+    *f = dot_split(w, x, d) + (bias ? w[d] : Real(0));  // as sample() computes f
   }
 
   template <class S>
@@ -132,8 +130,7 @@ struct TwoLayerNet {
     S f = S(0);
     for (int j = 0; j < m; ++j) {
       const S* row = w + static_cast<long long>(j) * d;
-      S h = b1[j];
-      for (int k = 0; k < d; ++k) h += row[k] * x[k];
+      const S h = dot_split(row, x, d) + b1[j];
       activate(act, h, work + j, work + m + j);
       f += a[j] * work[j];
     }
