@@ -229,8 +229,9 @@ def baseline_rows(path: str, quick: bool) -> dict:
     """pysharp_rows measured on another pysharp tree, in a subprocess."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "base.json"
-        env = dict(os.environ, PYTHONPATH=str(Path(path).resolve()) + os.pathsep +
-                   str(Path(__file__).resolve().parent.parent))
+        # This bench package first (the old tree may have its own), then the old pysharp.
+        (Path(tmp) / "bench").symlink_to(Path(__file__).resolve().parent)
+        env = dict(os.environ, PYTHONPATH=tmp + os.pathsep + str(Path(path).resolve()))
         cmd = [sys.executable, "-m", "bench.suite", "--pysharp-only", "--json", str(out)]
         if quick:
             cmd.append("--quick")
