@@ -23,8 +23,10 @@ void slq_batch(const Model& m, const Real* W, std::int64_t B, int P, int steps,
   using V = Lanes<Real, L>;
   const std::int64_t D = m.dim(), N = B * P;
   std::fill(ok, ok + B, std::uint8_t(1));
-  cpu::for_each_block<L>(N, cpu::worth_threads(m, 3 * N * steps), [&](const std::int64_t* pairs,
-                                                                    int lanes) {
+  // Per-block buffers: a block's Lanczos run outweighs their allocation.
+  auto no_scratch = [] { return 0; };
+  cpu::for_each_block<L>(N, cpu::worth_threads(m, 3 * N * steps), no_scratch,
+                         [&](const std::int64_t* pairs, int lanes, int&) {
     std::vector<V> w(D), Q(slq_basis_size(static_cast<int>(D), steps)), a(steps), b(steps);
     std::vector<Jet<V, 1>> jets(jet_scratch_size(m));
     std::vector<Real> d(steps), e(steps), wt(steps);

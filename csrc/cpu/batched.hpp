@@ -38,17 +38,22 @@ void scatter_rows(const V* src, std::int64_t D, const std::int64_t* rows, int la
     for (std::int64_t i = 0; i < D; ++i) dst[rows[l] * D + i] = lane(src[i], l);
 }
 
-// Calls f(rows, lanes) for consecutive blocks of W row indices of [0, B),
-// OpenMP over blocks when `parallel`.
-template <int W, class F>
-void for_each_block(std::int64_t B, bool parallel, F&& f) {
+// Calls f(rows, lanes, scratch) for consecutive blocks of W row indices of
+// [0, B), OpenMP over blocks when `parallel`; scratch = make() once per thread
+// (a malloc per block would cost more than a small model's evaluation).
+template <int W, class Make, class F>
+void for_each_block(std::int64_t B, bool parallel, Make&& make, F&& f) {
   const std::int64_t blocks = (B + W - 1) / W;
-#pragma omp parallel for schedule(static) if (parallel && blocks > 1)
-  for (std::int64_t blk = 0; blk < blocks; ++blk) {
-    std::int64_t rows[W];
-    const int lanes = static_cast<int>(std::min<std::int64_t>(W, B - blk * W));
-    for (int l = 0; l < W; ++l) rows[l] = blk * W + (l < lanes ? l : 0);
-    f(rows, lanes);
+#pragma omp parallel if (parallel && blocks > 1)
+  {
+    auto scratch = make();
+#pragma omp for schedule(static)
+    for (std::int64_t blk = 0; blk < blocks; ++blk) {
+      std::int64_t rows[W];
+      const int lanes = static_cast<int>(std::min<std::int64_t>(W, B - blk * W));
+      for (int l = 0; l < W; ++l) rows[l] = blk * W + (l < lanes ? l : 0);
+      f(rows, lanes, scratch);
+    }
   }
 }
 
@@ -58,13 +63,16 @@ void loss_grad(const Model& m, const Real* W, std::int64_t B, Real* loss, Real* 
   constexpr int L = kNativeLanes<Real>;
   using V = Lanes<Real, L>;
   const std::int64_t D = m.dim();
-  for_each_block<L>(B, worth_threads(m, B), [&](const std::int64_t* rows, int lanes) {
-    // Per call, not per thread: a few D-sized vectors, small next to the work.
-    std::vector<V> w(D), g(D), work(m.work_size() + 1);
-    gather_rows(W, D, rows, lanes, w.data());
+  auto make = [&] { return std::vector<V>(2 * D + m.work_size() + 1); };
+  for_each_block<L>(B, worth_threads(m, B), make, [&](const std::int64_t* rows, int lanes,
+                                                       std::vector<V>& buf) {
+    V* w = buf.data();
+    V* g = w + D;
+    V* work = g + D;
+    gather_rows(W, D, rows, lanes, w);
     V value;
-    const mask_t<V> defined = m.loss_grad(w.data(), &value, g.data(), work.data());
-    scatter_rows(g.data(), D, rows, lanes, G);
+    const mask_t<V> defined = m.loss_grad(w, &value, g, work);
+    scatter_rows(g, D, rows, lanes, G);
     for (int l = 0; l < lanes; ++l) {
       loss[rows[l]] = lane(value, l);
       ok[rows[l]] = lane(defined, l);
@@ -79,17 +87,26 @@ void directional(const Model& m, const Real* W, const Real* Vs, std::int64_t B, 
   constexpr int L = kNativeLanes<Real>;
   using V = Lanes<Real, L>;
   const std::int64_t D = m.dim();
-  for_each_block<L>(B, worth_threads(m, 3 * B), [&](const std::int64_t* rows, int lanes) {
-    std::vector<V> w(D), v(D), o(D);
-    std::vector<Jet<V, Order>> scratch(jet_scratch_size(m));
-    gather_rows(W, D, rows, lanes, w.data());
-    gather_rows(Vs, D, rows, lanes, v.data());
+  struct Buffers {
+    std::vector<V> wvo;
+    std::vector<Jet<V, Order>> jets;
+  };
+  auto make = [&] {
+    return Buffers{std::vector<V>(3 * D), std::vector<Jet<V, Order>>(jet_scratch_size(m))};
+  };
+  for_each_block<L>(B, worth_threads(m, 3 * B), make, [&](const std::int64_t* rows, int lanes,
+                                                           Buffers& buf) {
+    V* w = buf.wvo.data();
+    V* v = w + D;
+    V* o = v + D;
+    gather_rows(W, D, rows, lanes, w);
+    gather_rows(Vs, D, rows, lanes, v);
     mask_t<V> defined;
     if constexpr (Order == 1)
-      defined = hvp(m, w.data(), v.data(), o.data(), scratch.data());
+      defined = hvp(m, w, v, o, buf.jets.data());
     else
-      defined = third_contraction(m, w.data(), v.data(), o.data(), scratch.data());
-    scatter_rows(o.data(), D, rows, lanes, out);
+      defined = third_contraction(m, w, v, o, buf.jets.data());
+    scatter_rows(o, D, rows, lanes, out);
     for (int l = 0; l < lanes; ++l) ok[rows[l]] = lane(defined, l);
   });
 }
@@ -103,17 +120,26 @@ void hessian(const Model& m, const Real* W, std::int64_t B, Real* H, std::uint8_
   using V = Lanes<Real, L>;
   const std::int64_t D = m.dim();
   std::fill(ok, ok + B, std::uint8_t(1));
-  for_each_block<L>(B * D, worth_threads(m, 3 * B * D), [&](const std::int64_t* pairs,
-                                                           int lanes) {
-    std::vector<V> w(D), e(D, V(Real(0))), col(D);
-    std::vector<Jet<V, 1>> scratch(jet_scratch_size(m));
+  struct Buffers {
+    std::vector<V> wec;
+    std::vector<Jet<V, 1>> jets;
+  };
+  auto make = [&] {
+    return Buffers{std::vector<V>(3 * D), std::vector<Jet<V, 1>>(jet_scratch_size(m))};
+  };
+  for_each_block<L>(B * D, worth_threads(m, 3 * B * D), make, [&](const std::int64_t* pairs,
+                                                                   int lanes, Buffers& buf) {
+    V* w = buf.wec.data();
+    V* e = w + D;
+    V* col = e + D;
     std::int64_t rows[L];
+    for (std::int64_t i = 0; i < D; ++i) e[i] = V(Real(0));
     for (int l = 0; l < L; ++l) {
       rows[l] = pairs[l] / D;
       set_lane(e[pairs[l] % D], l, Real(1));
     }
-    gather_rows(W, D, rows, lanes, w.data());
-    const mask_t<V> defined = hvp(m, w.data(), e.data(), col.data(), scratch.data());
+    gather_rows(W, D, rows, lanes, w);
+    const mask_t<V> defined = hvp(m, w, e, col, buf.jets.data());
     for (int l = 0; l < lanes; ++l) {
       const std::int64_t b = rows[l], j = pairs[l] % D;
       Real* Hb = H + b * D * D;
