@@ -13,6 +13,7 @@ Usage (from the repository root)::
     python -m bench.suite                         # about 2-4 minutes on 2 cores
     python -m bench.suite --quick                 # smaller, under a minute
     python -m bench.suite --baseline ../old-tree --json bench-suite.json --markdown table.md
+    python -m bench.suite --readme bench-suite.json   # rewrite README's table from a JSON
 """
 
 from __future__ import annotations
@@ -264,14 +265,37 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+README = Path(__file__).resolve().parent.parent / "README.md"
+BEGIN, END = "<!-- bench-suite:begin -->", "<!-- bench-suite:end -->"
+
+
+def write_readme(result: dict, readme: Path = README) -> None:
+    """Replace the block between README's bench-suite markers with this run's table."""
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{readme} has no {BEGIN} ... {END} block")
+    m = result["machine"]
+    head = (f"{m['cpu']}, {m['cores']} cores, FP64 peak estimate "
+            f"{m.get('peak_fp64_gflops_estimate') or 0:.0f} GFLOP/s; trajectory rows in "
+            "trajectory-steps/s, kernel rows in rows/s, sharpness in points/s; `before` is the "
+            "build before the lane engine (commit bb9910b), measured in the same run.")
+    before, _, rest = text.partition(BEGIN)
+    _, _, after = rest.partition(END)
+    readme.write_text(f"{before}{BEGIN}\n{head}\n\n{table(result)}\n{END}{after}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller batches and runs")
     ap.add_argument("--baseline", metavar="PATH", help="an older pysharp tree to time too")
     ap.add_argument("--pysharp-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--readme", metavar="JSON", help="only rewrite README's table from a JSON")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
     ap.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     args = ap.parse_args(argv)
+    if args.readme:
+        write_readme(json.loads(Path(args.readme).read_text()))
+        return 0
     ps, note = import_pysharp()
     result = {"machine": machine_info(), "quick": args.quick,
               "pysharp": pysharp_rows(ps, args.quick)}
