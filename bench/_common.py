@@ -90,3 +90,19 @@ class LoadMonitor:
             cores = os.cpu_count() or 1
             self.other = max(0.0, (busy1 - self.busy0 - own) / (wall * cores))
         return False
+
+
+def timed(fn, repeats: int = 3) -> tuple[float, float | None]:
+    """Best wall time of ``repeats`` calls of fn after one warm-up call (compilation,
+    caches), and the other processes' CPU load during that best call."""
+    fn()
+    best, load = float("inf"), None
+    for _ in range(repeats):
+        with LoadMonitor() as mon:
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+        if dt < best:
+            best, load = dt, mon.other
+    return best, load
+

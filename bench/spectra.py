@@ -21,24 +21,10 @@ times compared, as ratios peer time / pysharp time (> 1: pysharp is faster).
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-from bench._common import LoadMonitor, import_pysharp
-
-
-def timed(fn, repeats: int = 3):
-    fn()  # warm-up (compilation)
-    best, load = np.inf, None
-    for _ in range(repeats):
-        with LoadMonitor() as mon:
-            t0 = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t0
-        if dt < best:
-            best, load = dt, mon.other
-    return best, load
+from bench._common import import_pysharp, timed
 
 
 def flag(load) -> str:

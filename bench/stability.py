@@ -11,11 +11,10 @@ to rounding; the agreement is checked before the rates are printed.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-from bench._common import LoadMonitor, import_pysharp
+from bench._common import import_pysharp, timed
 from bench.engine import rel_dev
 
 
@@ -44,17 +43,6 @@ def make_jax(jax):
     return lambda *a: np.asarray(run(*(jnp.asarray(x) for x in a)).block_until_ready())
 
 
-def timed(fn):
-    fn()
-    best, load = np.inf, None
-    for _ in range(3):
-        with LoadMonitor() as mon:
-            t0 = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t0
-        if dt < best:
-            best, load = dt, mon.other
-    return best, load
 
 
 def main(argv=None) -> int:

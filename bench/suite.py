@@ -24,16 +24,15 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 try:
-    from bench._common import LoadMonitor, import_pysharp
+    from bench._common import import_pysharp, timed
 except ImportError:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench._common import LoadMonitor, import_pysharp
+    from bench._common import import_pysharp, timed
 from bench.engine import Problem, machine_info, make_numba, numpy_gd_wd, rel_dev
 from bench.kernels import jax_kernels, jax_loss
 
@@ -42,15 +41,7 @@ LR, WD = 0.5, 2e-4
 
 def best_rate(fn, work: float, repeats: int = 3) -> dict:
     """work / best wall time of fn over repeats, after a warm-up call."""
-    fn()
-    best, load = np.inf, 0.0
-    for _ in range(repeats):
-        with LoadMonitor() as mon:
-            t0 = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t0
-        if dt < best:
-            best, load = dt, mon.other
+    best, load = timed(fn, repeats)
     return {"rate": work / best, "seconds": best, "load": load}
 
 

@@ -55,7 +55,7 @@ struct SpectralState {
       b[k] = s.sigma[k] * a;
       for (int i = 0; i < s.d; ++i) wperp0[i] -= s.V[i * s.r + k] * a;
     }
-    perp2 = detail::dot(wperp0, wperp0, s.d);
+    perp2 = lane_dot(wperp0, wperp0, s.d);
   }
   PYSHARP_HD bool evaluate(Real& loss, Real& norm2, Real& gnorm2) {
     Real r2 = Real(0), dot_ub = Real(0), a2 = Real(0);

@@ -61,19 +61,12 @@ namespace detail {
 inline constexpr std::uint64_t kRoundSalt = 2048;
 static_assert(kLanczosMaxIter < static_cast<int>(kRoundSalt), "restart salts must not collide");
 
-template <class Real>
-PYSHARP_HD Real dot(const Real* a, const Real* b, int n) {
-  Real s = Real(0);
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 // q -= sum_l (B_l . q) B_l over the n rows of B (one Gram-Schmidt pass).
 template <class Real>
 PYSHARP_HD void project_out(Real* q, const Real* B, int n, int D) {
   for (int l = 0; l < n; ++l) {
     const Real* bl = B + static_cast<long long>(l) * D;
-    const Real c = dot(bl, q, D);
+    const Real c = lane_dot(bl, q, D);
     for (int i = 0; i < D; ++i) q[i] -= c * bl[i];
   }
 }
@@ -92,7 +85,7 @@ PYSHARP_HD bool random_orthonormal(Real* q, const Real* Q, int j, int D,
       project_out(q, L, nL, D);
       project_out(q, Q, j, D);
     }
-    const Real nrm = sqrt_(dot(q, q, D));
+    const Real nrm = sqrt_(lane_dot(q, q, D));
     if (nrm > Real(1e-3)) {
       for (int i = 0; i < D; ++i) q[i] /= nrm;
       return true;
@@ -154,7 +147,7 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
   Real nrm = Real(0);
   if (start) {
     for (int i = 0; i < D; ++i) Q[i] = start[i];
-    nrm = sqrt_(dot(Q, Q, D));
+    nrm = sqrt_(lane_dot(Q, Q, D));
   }
   if (start && nrm > Real(0)) {
     for (int i = 0; i < D; ++i) Q[i] /= nrm;
@@ -171,7 +164,7 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
       rep.ok = false;
       return rep;
     }
-    alpha[j] = dot(qj, z, D);
+    alpha[j] = lane_dot(qj, z, D);
     for (int i = 0; i < D; ++i) {
       z[i] -= alpha[j] * qj[i];
       if (j > 0) z[i] -= beta[j - 1] * qj[i - D];
@@ -180,7 +173,7 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
       project_out(z, L, nL, D);
       project_out(z, Q, j + 1, D);
     }
-    beta[j] = sqrt_(dot(z, z, D));
+    beta[j] = sqrt_(lane_dot(z, z, D));
     m = j + 1;
 
     bool done = (m == m_max);
@@ -248,7 +241,7 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
       const Real* ql = Q + static_cast<long long>(l) * D;
       for (int i = 0; i < D; ++i) v[i] += c * ql[i];
     }
-    const Real vn = sqrt_(dot(v, v, D));
+    const Real vn = sqrt_(lane_dot(v, v, D));
     int arg = 0;
     for (int i = 0; i < D; ++i) {
       v[i] /= vn;

@@ -92,11 +92,11 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
       for (int pass = 0; pass < 2 && good; ++pass)
         for (int r = 0; r < j; ++r) {
           get(l, Q + static_cast<long long>(r) * D, qq);
-          const Real c = detail::dot(qq, q, D);
+          const Real c = lane_dot(qq, q, D);
           for (int i = 0; i < D; ++i) q[i] -= c * qq[i];
         }
       if (good) {
-        const Real nrm = sqrt_(detail::dot(q, q, D));
+        const Real nrm = sqrt_(lane_dot(q, q, D));
         good = nrm > Real(1e-3);
         for (int i = 0; i < D && good; ++i) q[i] /= nrm;
       }

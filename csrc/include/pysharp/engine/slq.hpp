@@ -35,15 +35,6 @@ PYSHARP_HD inline long long slq_basis_size(int D, int steps) {
   return static_cast<long long>(steps + 1) * D;
 }
 
-namespace detail {
-template <class S>
-PYSHARP_HD S slq_dot(const S* a, const S* b, int n) {
-  S s(0);
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-}  // namespace detail
-
 // Lanczos with full reorthogonalisation (two Gram-Schmidt passes a step) on
 // H(w), from the start vector in Q[0..D) (any nonzero vector; normalised here).
 // Q: slq_basis_size(D, steps) values; jets: jet_scratch_size(m) jets.
@@ -59,7 +50,7 @@ PYSHARP_HD mask_t<S> slq_lanczos(const Model& m, const S* w, int steps, S* Q, Je
   using Real = lane_real_t<S>;
   constexpr int L = lane_width<S>;
   const int D = m.dim();
-  const S inv0 = S(Real(1)) / sqrt_(detail::slq_dot(Q, Q, D));
+  const S inv0 = S(Real(1)) / sqrt_(lane_dot(Q, Q, D));
   for (int i = 0; i < D; ++i) Q[i] *= inv0;
   bool active[L];
   for (int l = 0; l < L; ++l) {
@@ -72,7 +63,7 @@ PYSHARP_HD mask_t<S> slq_lanczos(const Model& m, const S* w, int steps, S* Q, Je
     const S* q = Q + static_cast<long long>(j) * D;
     S* z = Q + static_cast<long long>(j + 1) * D;
     ok = ok & hvp(m, w, q, z, jets);
-    const S a = detail::slq_dot(q, z, D);
+    const S a = lane_dot(q, z, D);
     const S b_prev = j > 0 ? beta[j - 1] : S(Real(0));
     for (int i = 0; i < D; ++i) {
       z[i] -= a * q[i];
@@ -81,10 +72,10 @@ PYSHARP_HD mask_t<S> slq_lanczos(const Model& m, const S* w, int steps, S* Q, Je
     for (int pass = 0; pass < 2; ++pass)
       for (int k = 0; k <= j; ++k) {
         const S* qk = Q + static_cast<long long>(k) * D;
-        const S c = detail::slq_dot(qk, z, D);
+        const S c = lane_dot(qk, z, D);
         for (int i = 0; i < D; ++i) z[i] -= c * qk[i];
       }
-    S b = sqrt_(detail::slq_dot(z, z, D));
+    S b = sqrt_(lane_dot(z, z, D));
     S a_out = a, inv(Real(0));
     for (int l = 0; l < L; ++l) {
       const Real al = lane(a, l), bl = lane(b, l), bp = lane(b_prev, l);

@@ -323,7 +323,7 @@ class TrajectoryRunner {
         }
         // Keep the eigenvector's sign continuous so top_grad shows the oscillation.
         const Real flip =
-            (have_v1_[l] && detail::dot(evec, v1_[l], D) < Real(0)) ? Real(-1) : Real(1);
+            (have_v1_[l] && lane_dot(evec, v1_[l], D) < Real(0)) ? Real(-1) : Real(1);
         for (int i = 0; i < D; ++i) v1_[l][i] = flip * evec[i];
         have_v1_[l] = true;
         const Real sharpness = eval * norm2;  // S(w) = ||w||^2 lambda_1(H(w))
