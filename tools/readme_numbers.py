@@ -53,16 +53,19 @@ ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
         "20 x 20: after EoS entry sharpness {s0:.1f} → {s1:.1f}, test loss {t0:.2f} → {t1:.2f}, "
         "σ₃/σ₂ {g0:.2f} → {g1:.2f}; the paper's 50 x 50: all-entry test MSE {m0:.2f} before entry "
         "→ {m1:.4f} (paper: 1.12 → 0.013), sharpness {p0:.1f} → {p1:.1f}",
-        {"s0": ("sharpness_at_entry", 0), "s1": ("sharpness_end", 0.1),
-         "t0": ("test_loss_at_entry", 0), "t1": ("test_loss_end", 0.1),
-         "g0": ("sigma3_over_sigma2_at_entry", 0), "g1": ("sigma3_over_sigma2_end", 0.1),
+        # "at entry" is the first sharpness record at or after EoS entry: the period-two
+        # oscillation may have begun there, so rounding (SIMD width, build) moves it a little.
+        {"s0": ("sharpness_at_entry", 0.02), "s1": ("sharpness_end", 0.1),
+         "t0": ("test_loss_at_entry", 0.02), "t1": ("test_loss_end", 0.1),
+         "g0": ("sigma3_over_sigma2_at_entry", 0.02), "g1": ("sigma3_over_sigma2_end", 0.1),
          "m0": ("paper_scale.all_entry_mse_before_entry", 0),
          "m1": ("paper_scale.all_entry_mse_end", 0.3),
-         "p0": ("paper_scale.sharpness_at_entry", 0), "p1": ("paper_scale.sharpness_end", 0.1)}),
+         "p0": ("paper_scale.sharpness_at_entry", 0.02), "p1": ("paper_scale.sharpness_end", 0.1)}),
     "tracking": (
         "max ‖θ_t − ζ(τ)‖ against lr·wd on a log-log plot: fitted slope {slope:.2f} "
         "(theory ≥ 1/4)",
-        {"slope": ("fitted_slope", 0.25)}),
+        # measured after EoS entry: 1e-15 perturbations of the start spread it over 0.36-0.50
+        {"slope": ("fitted_slope", 0.35)}),
     "ablation": (
         "without WD: sharpness {s0:.1f} and test loss {t0:.2f} stay; with WD: {s1:.1f} and "
         "{t1:.2f}",
