@@ -65,13 +65,14 @@ void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real
       const long long first = blk * W;
       const int lanes = static_cast<int>(std::min<long long>(W, B - first));
       long long traj[W];
+      std::int64_t src[W];
       TrajectoryRecords<Real> rows[W];
+      for (int l = 0; l < W; ++l) src[l] = first + l;
       for (int l = 0; l < lanes; ++l) {
         traj[l] = offset + first + l;
         rows[l] = out.row(first + l, B, D);
       }
-      for (int i = 0; i < D; ++i)
-        for (int l = 0; l < W; ++l) w0[i].set(l, W0[(first + (l < lanes ? l : 0)) * D + i]);
+      gather_rows(W0, D, src, lanes, w0.data());  // padding lanes repeat the first
       State state(m, w0.data(), state_scratch.data());
       TrajectoryRunner<Model, State, V> runner(m, c, lanes, traj, state, lr + first, wd + first,
                                                rows, scratch.data(), jets.data(),
