@@ -77,9 +77,9 @@ def _demo(args) -> int:
     fig.tight_layout()
     fig.savefig(out / "demo.png", dpi=110)
     plt.close(fig)
+    from .models._registry import entry_of
     from .sweeps import plot
-    plot(ds, x="lr", y="wd", out=out / "demo-sweep.png",
-         metric=["eos_entry_step", "sharpness_drop", "cosine_min_norm", "final_sharpness"])
+    plot(ds, x="lr", y="wd", out=out / "demo-sweep.png", metric=list(entry_of(model).plot_metrics))
     print(f"\n  wrote {out / 'demo.png'}, {out / 'demo-sweep.png'} and {out / 'demo.json'}")
     return 0
 
@@ -197,6 +197,11 @@ def _plot(args) -> int:
     return 0
 
 
+def _model_names() -> list[str]:
+    from .models._registry import REGISTRY
+    return list(REGISTRY)
+
+
 def _run(args) -> int:
     import pysharp as ps
 
@@ -210,7 +215,8 @@ def _run(args) -> int:
                   init_norm=args.init_norm, steps=args.steps,
                   sharpness_every=args.sharpness_every, progress=False)
     flat = ds.stack(trajectory=("lr", "wd", "seed", "init_norm"))
-    extra = [m for m in ("cosine_min_norm", "test_loss", "sv_gap") if m in ds]
+    from .models._registry import REGISTRY
+    extra = [m for m in REGISTRY[args.model].summaries if m in ds]
     cols = ["lr", "wd", "seed", "init_norm", "eos_entry_step", "final_sharpness", "min_sharpness",
             "final_loss", "final_eff_lr", "diverged"] + extra
     print("  ".join(f"{c:>15s}" for c in cols))
@@ -311,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--out", help="PNG path")
     pl.set_defaults(func=_plot)
     rn = sub.add_parser("run", help="one batch of GD+WD trajectories: a table and plots")
-    rn.add_argument("model", help="bn_linear_regression, bn_matrix_completion or toy3d")
+    rn.add_argument("model", help="a registered model name: " + ", ".join(_model_names()))
     rn.add_argument("--param", action="append", metavar="KEY=VALUE",
                     help="model parameter, e.g. d=40 (repeatable)")
     rn.add_argument("--lr", type=float, nargs="+", default=[0.5])

@@ -13,7 +13,7 @@ import numpy as np
 from ._dispatch import resolve
 from ._hyper import broadcast_batch, per_trajectory
 from ._validation import as_positive_int, as_real, check_nonzero_rows
-from .models import BNLinearRegression, ScaleInvariantModel
+from .models import ScaleInvariantModel
 from .sharpness import LANCZOS_MAX_ITER
 
 STABLE, EOS, UNSTABLE = 0, 1, 2
@@ -114,11 +114,11 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     W0, hyper, single = broadcast_batch(w0, model.dim, dtype, lr=lr_a, wd=wd_a)
     if method in ("pgd", "pgd_adaptive"):
         W0 = W0 / np.linalg.norm(W0, axis=1, keepdims=True)
-    can_reduce = (isinstance(model, BNLinearRegression) and jitter == 0
+    can_reduce = (model._has_reduced_engine and jitter == 0
                   and method in ("gd_wd", "scalar_rmsprop") and backend in ("cpp", "cuda"))
     if reduced and not can_reduce:
-        raise ValueError("reduced=True needs BNLinearRegression, GD+WD or scalar RMSprop, "
-                         "jitter = 0 and the cpp or cuda backend")
+        raise ValueError("reduced=True needs a model with a reduced engine (BNLinearRegression), "
+                         "GD+WD or scalar RMSprop, jitter = 0 and the cpp or cuda backend")
     reduced = can_reduce if reduced is None else bool(reduced)
     if np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")

@@ -41,6 +41,9 @@ class ScaleInvariantModel(abc.ABC):
 
     #: Human-readable cause of an undefined loss, used in error messages.
     _undefined_reason = "the loss is undefined"
+    #: Whether the compiled engine has an exact reduced update for this model
+    #: (``run_gd_wd(..., reduced=True)``).
+    _has_reduced_engine = False
 
     def __init__(self) -> None:
         self._cores: dict[np.dtype, Any] = {}

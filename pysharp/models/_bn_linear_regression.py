@@ -5,6 +5,7 @@ import numpy as np
 from .._backend import core
 from .._validation import as_float_array, as_positive_int
 from ._base import ScaleInvariantModel
+from ._registry import ModelEntry, Summary, register
 
 
 class BNLinearRegression(ScaleInvariantModel):
@@ -29,6 +30,7 @@ class BNLinearRegression(ScaleInvariantModel):
     """
 
     _undefined_reason = "Xc @ w is zero, so BatchNorm (and the loss) is undefined"
+    _has_reduced_engine = True
 
     def __init__(self, X, y) -> None:
         super().__init__()
@@ -213,3 +215,18 @@ class BNLinearRegression(ScaleInvariantModel):
         wt, bt = self.effective_predictor(W)
         p = wt @ self.X.T.astype(W.dtype) + np.asarray(bt)[..., None]
         return self._shape(p, single), self._shape(A, single), self._shape(GX, single)
+
+
+def _cosine_min_norm(model: BNLinearRegression, w: np.ndarray) -> np.ndarray:
+    from ..theory import min_norm_interpolant
+    wt = min_norm_interpolant(model)
+    # a row-wise sum, not a BLAS product: a row's value must not depend on the chunk
+    return (w * wt).sum(axis=1) / (np.linalg.norm(w, axis=1) * np.linalg.norm(wt))
+
+
+register(ModelEntry(
+    "bn_linear_regression", BNLinearRegression, BNLinearRegression.synthetic,
+    summaries={"cosine_min_norm": Summary(
+        "cosine of the final w to the min-norm interpolant (NaN if diverged)",
+        _cosine_min_norm)},
+    plot_metrics=("eos_entry_step", "sharpness_drop", "cosine_min_norm", "final_sharpness")))

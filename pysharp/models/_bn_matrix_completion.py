@@ -5,6 +5,7 @@ import numpy as np
 from .._dispatch import resolve
 from .._validation import as_batch, as_float_array, as_positive_int
 from ._base import ScaleInvariantModel
+from ._registry import ModelEntry, Summary, register
 
 
 def _entries(rows, cols, values, shape, label: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -178,3 +179,31 @@ class BNMatrixCompletion(ScaleInvariantModel):
         model = cls(r, c, truth[r, c], (size, size), rank, test=(rt, ct, truth[rt, ct]))
         model.truth = truth
         return model
+
+
+def _truth_rank(model: BNMatrixCompletion) -> int | None:
+    """Rank k of a synthetic model's truth when the fit could exceed it, else None."""
+    truth = getattr(model, "truth", None)
+    if truth is None:
+        return None
+    k = int(np.linalg.matrix_rank(truth))
+    return k if 0 < k < min(min(model.shape), model.rank) else None
+
+
+def _sv_gap(model: BNMatrixCompletion, w: np.ndarray) -> np.ndarray:
+    k = _truth_rank(model)
+    U, V = model.factors(w)
+    sv = np.linalg.svd(U @ np.swapaxes(V, -1, -2), compute_uv=False)
+    return sv[:, k] / sv[:, k - 1]
+
+
+register(ModelEntry(
+    "bn_matrix_completion", BNMatrixCompletion, BNMatrixCompletion.synthetic,
+    summaries={
+        "test_loss": Summary("held-out loss of the final w (NaN if diverged)",
+                             lambda model, w: model.test_loss(w),
+                             applies=lambda model: model.test is not None),
+        "sv_gap": Summary("sigma_{k+1} / sigma_k of U V^T at the end, k = rank of the truth "
+                          "(small = low rank found; NaN if diverged)", _sv_gap,
+                          applies=lambda model: _truth_rank(model) is not None)},
+    plot_metrics=("eos_entry_step", "sharpness_drop", "test_loss", "sv_gap")))

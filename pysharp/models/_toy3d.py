@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from .._validation import as_real
 from ._base import ScaleInvariantModel
+from ._registry import ModelEntry, register
 
 
 class Toy3D(ScaleInvariantModel):
@@ -40,3 +41,7 @@ class Toy3D(ScaleInvariantModel):
 
     def spec(self) -> dict:
         return {"model": "toy3d", "c": self.c}
+
+
+register(ModelEntry("toy3d", Toy3D, Toy3D,
+                    plot_metrics=("eos_entry_step", "sharpness_drop", "final_sharpness")))

@@ -6,8 +6,8 @@ reads the TOML files of ``pysharp sweep``. See ``_sweep.sweep`` for the
 layout of results and ``_store`` for what makes a store safe to resume.
 """
 
+from ..models._registry import REGISTRY as MODELS
 from ._plot import plot
-from ._spec import FACTORIES as MODELS
 from ._store import StoreMismatch
 from ._sweep import open_sweep, sweep
 

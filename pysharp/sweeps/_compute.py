@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dynamics import run_gd_wd
-from ..models import BNLinearRegression, BNMatrixCompletion, ScaleInvariantModel
+from ..models import ScaleInvariantModel
+from ..models._registry import entry_of
 from . import _spec
 
 #: Grid dimensions, in the order of the Dataset's axes (trajectories are laid
@@ -37,12 +38,17 @@ SUMMARY_DOC = {
                       "of S(w_T) and S(w_T+1) over the two phases of the period-two oscillation "
                       "(NaN: never entered, diverged, or entered before the first sharpness record "
                       "after step 0, which leaves the peak unrecorded)",
-    "cosine_min_norm": "cosine of the final w to the min-norm interpolant (BN linear regression; "
-                       "NaN if diverged)",
-    "test_loss": "held-out loss of the final w (BN matrix completion; NaN if diverged)",
-    "sv_gap": "sigma_{k+1} / sigma_k of U V^T at the end, k = rank of the truth "
-              "(BN matrix completion; small = low rank found)",
-}
+}  # the models' own summaries document themselves in the registry (``summary_doc``)
+
+
+def summary_doc(model: ScaleInvariantModel) -> dict[str, str]:
+    """Descriptions of every summary variable of a sweep of ``model``."""
+    return SUMMARY_DOC | {name: s.doc for name, s in _model_summaries(model).items()}
+
+
+def _model_summaries(model: ScaleInvariantModel) -> dict:
+    """The registry's summaries that apply to this model instance."""
+    return {name: s for name, s in entry_of(model).summaries.items() if s.applies(model)}
 
 
 @dataclass(frozen=True)
@@ -74,22 +80,8 @@ def layout(model: ScaleInvariantModel, settings: Settings) -> dict[str, tuple[tu
     if settings.sharpness_every:
         out.update({"final_sharpness": ((), "float64"), "min_sharpness": ((), "float64"),
                     "sharpness_drop": ((), "float64")})
-    if isinstance(model, BNLinearRegression):
-        out["cosine_min_norm"] = ((), "float64")
-    if isinstance(model, BNMatrixCompletion):
-        if model.test is not None:
-            out["test_loss"] = ((), "float64")
-        if _truth_rank(model) is not None:
-            out["sv_gap"] = ((), "float64")
+    out.update({name: ((), "float64") for name in _model_summaries(model)})
     return out
-
-
-def _truth_rank(model: BNMatrixCompletion) -> int | None:
-    truth = getattr(model, "truth", None)
-    if truth is None:
-        return None
-    k = int(np.linalg.matrix_rank(truth))
-    return k if 0 < k < min(min(model.shape), model.rank) else None
 
 
 def grid_points(grid: dict[str, np.ndarray], start: int, stop: int) -> dict[str, np.ndarray]:
@@ -206,18 +198,10 @@ def summarise(model: ScaleInvariantModel, tr, settings: Settings) -> dict[str, n
         out["min_sharpness"] = np.where(finite.any(axis=0),
                                         np.min(np.where(finite, sharp, np.inf), axis=0), np.nan)
         out["sharpness_drop"] = sharpness_drop(model, tr)
-    if isinstance(model, BNLinearRegression):
-        from ..theory import min_norm_interpolant
-        wt = min_norm_interpolant(model)
-        # a row-wise sum, not a BLAS product: a row's value must not depend on the chunk
-        cos = (tr.w * wt).sum(axis=1) / (np.linalg.norm(tr.w, axis=1) * np.linalg.norm(wt))
-        out["cosine_min_norm"] = np.where(tr.diverged, np.nan, cos)
-    if isinstance(model, BNMatrixCompletion):
-        if model.test is not None:
-            out["test_loss"] = np.where(tr.diverged, np.nan, model.test_loss(tr.w))
-        k = _truth_rank(model)
-        if k is not None:
-            U, V = model.factors(tr.w)
-            sv = np.linalg.svd(U @ np.swapaxes(V, -1, -2), compute_uv=False)
-            out["sv_gap"] = np.where(tr.diverged, np.nan, sv[:, k] / sv[:, k - 1])
+    for name, summary in _model_summaries(model).items():
+        values = np.full(len(tr.diverged), np.nan)
+        alive = ~tr.diverged
+        if alive.any():
+            values[alive] = summary.compute(model, tr.w[alive])
+        out[name] = values
     return out

@@ -16,27 +16,17 @@ import hashlib
 import inspect
 import json
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from ..models import BNLinearRegression, BNMatrixCompletion, ScaleInvariantModel, Toy3D
-
-#: Registered synthetic models: name -> factory taking keyword parameters.
-FACTORIES: dict[str, Callable[..., ScaleInvariantModel]] = {
-    "bn_linear_regression": BNLinearRegression.synthetic,
-    "bn_matrix_completion": BNMatrixCompletion.synthetic,
-    "toy3d": Toy3D,
-}
-
-# The classes behind ``model.spec()["model"]``, rebuilt from their own data.
-_CLASSES = {"bn_linear_regression": BNLinearRegression,
-            "bn_matrix_completion": BNMatrixCompletion, "toy3d": Toy3D}
+from ..models import ScaleInvariantModel
+from ..models._registry import REGISTRY, entry_of
 
 
 def factory_parameters(name: str) -> list[str]:
     """The keyword parameters a registered model's factory accepts."""
-    return [p for p in inspect.signature(FACTORIES[name]).parameters if p != "cls"]
+    return [p for p in inspect.signature(REGISTRY[name].factory).parameters if p != "cls"]
 
 
 def normalise(model: Any) -> dict:
@@ -46,6 +36,7 @@ def normalise(model: Any) -> dict:
     """
     if isinstance(model, ScaleInvariantModel):
         spec = dict(model.spec())
+        entry_of(model)  # an unregistered model class cannot be rebuilt by a worker
         out = {"name": spec.pop("model"), "data": spec}
         if getattr(model, "truth", None) is not None:  # a synthetic model's ground truth
             out["truth"] = model.truth
@@ -57,8 +48,8 @@ def normalise(model: Any) -> dict:
                         f"or a pysharp model, got {type(model).__name__}")
     spec = dict(model)
     name = spec.pop("name", None)
-    if name not in FACTORIES:
-        raise ValueError(f"model: unknown model {name!r}; choose one of {sorted(FACTORIES)}")
+    if name not in REGISTRY:
+        raise ValueError(f"model: unknown model {name!r}; choose one of {sorted(REGISTRY)}")
     allowed = factory_parameters(name)
     for key in spec:
         if key not in allowed:
@@ -72,12 +63,12 @@ def normalise(model: Any) -> dict:
 def build(spec: dict) -> ScaleInvariantModel:
     """The model a spec describes (a fresh instance)."""
     if "data" in spec:
-        model = _CLASSES[spec["name"]](**spec["data"])
+        model = REGISTRY[spec["name"]].cls(**spec["data"])
         if "truth" in spec:
             model.truth = spec["truth"]
         return model
     params = {k: v for k, v in spec.items() if k != "name"}
-    return FACTORIES[spec["name"]](**params)
+    return REGISTRY[spec["name"]].factory(**params)
 
 
 @lru_cache(maxsize=8)

@@ -23,6 +23,7 @@ from ._compute import (
     compute_chunk,
     initial_points,
     layout,
+    summary_doc,
 )
 from ._store import FORMAT, SweepStore, block_shape, chunk_bounds
 
@@ -225,6 +226,7 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
             raise ValueError(f"store: {store} exists and is not a directory")
     _check_starts(_spec.cached(spec), grid)
     out_layout = layout(_spec.cached(spec), settings)
+    docs = summary_doc(_spec.cached(spec))
     shape = tuple(len(grid[d]) for d in GRID_DIMS)
     n_traj = math.prod(shape)
     room_for = check_memory(out_layout, shape, chunk_size, in_memory=store is None)
@@ -246,7 +248,8 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
                 for name, (tail, dtype) in out_layout.items()}
     else:
         _need("zarr")
-        db = SweepStore(store, identity, variables(out_layout), coordinates(grid, settings),
+        db = SweepStore(store, identity, variables(out_layout, docs),
+                        coordinates(grid, settings),
                         GRID_DIMS, chunk_size, attrs)
         done = {k for k in db.marked() if db.read(k) is not None}  # verified, then dropped
     reused = len(done)
@@ -295,7 +298,7 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
     if db is not None:
         ds = open_lazy(xr, store)
     else:
-        ds = to_dataset(xr, data, grid, settings, attrs)
+        ds = to_dataset(xr, data, grid, settings, attrs, docs)
     ds.attrs.update(chunks_computed=len(todo), chunks_reused=reused)
     return ds
 
@@ -407,10 +410,13 @@ def check_memory(out_layout: dict, shape: tuple[int, ...], chunk_size: int, *,
     return int((room - total) // chunk)
 
 
-def variables(out_layout: dict) -> dict[str, tuple[tuple[str, ...], str, dict]]:
-    """name -> (dims, dtype, attrs) of every output of a sweep."""
+def variables(out_layout: dict, docs: dict | None = None
+              ) -> dict[str, tuple[tuple[str, ...], str, dict]]:
+    """name -> (dims, dtype, attrs) of every output of a sweep; ``docs`` (name ->
+    description, default the generic summaries') from ``summary_doc(model)``."""
+    docs = SUMMARY_DOC if docs is None else docs
     return {name: (GRID_DIMS + ((RECORDED[name],) if name in RECORDED else ()), dtype,
-                   {"description": SUMMARY_DOC.get(
+                   {"description": docs.get(
                        name, f"recorded {name} (see pysharp.Trajectory)")})
             for name, (_, dtype) in out_layout.items()}
 
@@ -439,12 +445,13 @@ def open_lazy(xr, store):
     return xr.open_zarr(store, chunks=chunks, consolidated=False, zarr_format=3)
 
 
-def to_dataset(xr, data: dict[str, np.ndarray], grid: dict, settings: Settings, attrs: dict):
+def to_dataset(xr, data: dict[str, np.ndarray], grid: dict, settings: Settings, attrs: dict,
+               docs: dict | None = None):
     """Reshape flat per-trajectory arrays (leading axis: the flat grid) onto the grid's axes."""
     shape = tuple(len(grid[d]) for d in GRID_DIMS)
     out = {}
     for name, (dims, _, var_attrs) in variables(
-            {name: (arr.shape[1:], arr.dtype.name) for name, arr in data.items()}).items():
+            {name: (arr.shape[1:], arr.dtype.name) for name, arr in data.items()}, docs).items():
         arr = data[name]
         out[name] = xr.Variable(dims, arr.reshape(shape + arr.shape[1:]), var_attrs)
     return xr.Dataset(out, coords=coordinates(grid, settings), attrs=dict(attrs))
