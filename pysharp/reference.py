@@ -201,3 +201,109 @@ class Toy3DReference:
 
     def third(self, w, v):
         return complex_step(lambda x: self.hvp(x, v), w, v)
+
+
+class BNTwoLayerNetReference:
+    r"""Oracle for a two-layer network with BatchNorm on the hidden pre-activations.
+
+    With W of shape (m, d) (``w = W.ravel()``, row-major, D = m d),
+    z_ij = W_j . x_i, zhat_ij = (z_ij - mean_i z_ij) / std_i z_ij (population
+    std, no affine), f(x_i) = sum_j a_j act(zhat_ij) with fixed output weights
+    a_j = (-1)^j / sqrt(m), and L = mean_i (f(x_i) - y_i)^2. L is invariant to
+    the positive scale of each row W_j.
+
+    Derivation (per unit j; Xc = X - mean(X), c_j = Xc W_j, r_j = ||c_j||,
+    chat_j = c_j / r_j, zhat_j = sqrt(n) chat_j, all dot products unconjugated):
+
+    q_ij = (2/n) (f_i - y_i) a_j act'(zhat_ij),
+    g_j = sqrt(n)/r_j (q_j - (chat_j . q_j) chat_j),   grad_j = Xc^T g_j.
+
+    Along v (V_j its rows, s_j = Xc V_j, e_j = chat_j . s_j,
+    dzhat_j = sqrt(n)/r_j (s_j - e_j chat_j), df_i = sum_j a_j act'(zhat_ij) dzhat_ij):
+
+    dq_ij = (2/n) a_j [df_i act'(zhat_ij) + (f_i - y_i) act''(zhat_ij) dzhat_ij],
+    Hv_j = Xc^T sqrt(n)/r_j [dq_j - (chat_j . dq_j) chat_j
+           - (e_j q_j + (s_j . q_j) chat_j + (chat_j . q_j) s_j - 3 e_j (chat_j . q_j) chat_j) / r_j].
+
+    Centring q (or dq) is not needed: chat_j and s_j are centred and Xc^T 1 = 0.
+    """
+
+    def __init__(self, X, y, width, activation: str = "tanh"):
+        X = np.asarray(X, dtype=float)
+        y = np.asarray(y, dtype=float)
+        if X.ndim != 2 or X.shape[0] < 2:
+            raise ValueError(f"X must be 2-D (n, d) with n >= 2, got shape {X.shape}")
+        if y.shape != (X.shape[0],):
+            raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+        if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
+            raise ValueError(f"width must be an int >= 1, got {width!r}")
+        if activation not in ("tanh", "relu"):
+            raise ValueError(f"activation must be 'tanh' or 'relu', got {activation!r}")
+        self.X, self.y = X, y
+        self.n, self.d = X.shape
+        self.m = int(width)
+        self.dim = self.m * self.d
+        self.activation = activation
+        self.Xc = X - X.mean(axis=0)
+        self.a = np.where(np.arange(self.m) % 2 == 0, 1.0, -1.0) / np.sqrt(self.m)
+
+    def _act(self, x, order: int):
+        """act (order 0), act' (1) or act'' (2), analytic for complex x away from relu's kink."""
+        if self.activation == "tanh":
+            t = np.tanh(x)
+            return (t, 1 - t * t, -2 * t * (1 - t * t))[order]
+        pos = np.real(x) > 0
+        return (np.where(pos, x, 0), np.where(pos, 1.0, 0.0), np.zeros_like(x))[order]
+
+    def _rows(self, w):
+        return w.reshape(w.shape[0], self.m, self.d)
+
+    def _forward(self, w):
+        """Centred pre-activations: chat (B, m, n), r (B, m, 1), zhat, residual f - y (B, n)."""
+        c = np.einsum("bjk,ik->bji", self._rows(w), self.Xc)
+        r = np.sqrt(_dot(c, c))
+        chat = c / r
+        zhat = np.sqrt(self.n) * chat
+        f = np.einsum("j,bji->bi", self.a, self._act(zhat, 0))
+        return chat, r, zhat, f - self.y
+
+    def predictions(self, w):
+        """f(x_i) for each row of w (B, D): (B, n), from uncentred X and per-unit statistics."""
+        z = np.einsum("bjk,ik->bji", self._rows(w), self.X)
+        c = z - z.mean(axis=-1, keepdims=True)
+        std = np.sqrt(np.mean(c * c, axis=-1, keepdims=True))
+        return np.einsum("j,bji->bi", self.a, self._act(c / std, 0))
+
+    def loss(self, w):
+        """L(w), (B,)."""
+        return np.mean((self.predictions(w) - self.y) ** 2, axis=-1)
+
+    def grad(self, w):
+        """Gradient, (B, D)."""
+        chat, r, zhat, res = self._forward(w)
+        q = (2 / self.n) * res[:, None, :] * self.a[:, None] * self._act(zhat, 1)
+        g = np.sqrt(self.n) / r * (q - _dot(chat, q) * chat)
+        return (g @ self.Xc).reshape(w.shape[0], -1)
+
+    def hvp(self, w, v):
+        """Hessian-vector product H(w) v, (B, D); analytic in w."""
+        chat, r, zhat, res = self._forward(w)
+        s = np.einsum("bjk,ik->bji", self._rows(v), self.Xc)
+        e = _dot(chat, s)
+        dzhat = np.sqrt(self.n) / r * (s - e * chat)
+        act1 = self._act(zhat, 1)
+        df = np.einsum("j,bji->bi", self.a, act1 * dzhat)
+        q = (2 / self.n) * res[:, None, :] * self.a[:, None] * act1
+        dq = (2 / self.n) * self.a[:, None] * (
+            df[:, None, :] * act1 + res[:, None, :] * self._act(zhat, 2) * dzhat
+        )
+        kappa = _dot(chat, q)
+        dg = np.sqrt(self.n) / r * (
+            dq - _dot(chat, dq) * chat
+            - (e * q + _dot(s, q) * chat + kappa * s - 3 * e * kappa * chat) / r
+        )
+        return (dg @ self.Xc).reshape(w.shape[0], -1)
+
+    def third(self, w, v):
+        """D^3L(w)[v, v] = d/dt H(w + t v) v, (B, D), by the complex step."""
+        return complex_step(lambda x: self.hvp(x, v), w, v)
