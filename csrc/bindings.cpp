@@ -25,6 +25,7 @@
 #include "module_options.hpp"
 #include "pysharp/models/bn_linear_regression.hpp"
 #include "pysharp/models/bn_matrix_completion.hpp"
+#include "pysharp/models/bn_two_layer_net.hpp"
 #include "pysharp/models/toy3d.hpp"
 
 namespace py = pybind11;
@@ -102,6 +103,25 @@ struct BNMatrixCompletionCore {
              static_cast<int>(u.size()), m1, m2, r};
   }
   BNMatrixCompletionCore(const BNMatrixCompletionCore&) = delete;
+};
+
+template <class Real>
+struct BNTwoLayerNetCore {
+  std::vector<Real> Xc, y;
+  BNTwoLayerNet<Real> model;
+  BNTwoLayerNetCore(const carray<Real>& Xc_, const carray<Real>& y_, int width, int activation)
+      : Xc(to_vector(Xc_)), y(to_vector(y_)) {
+    require(Xc_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == Xc_.shape(0),
+            "Xc must be (n, d) and y (n,)");
+    require(width >= 1 && (activation == 0 || activation == 1),
+            "width must be >= 1 and activation 0 (tanh) or 1 (relu)");
+    double fro2 = 0;
+    for (Real x : Xc) fro2 += double(x) * double(x);
+    model = {Xc.data(), y.data(), static_cast<Real>(fro2),
+             static_cast<Real>(1 / std::sqrt(double(width))), static_cast<int>(Xc_.shape(0)),
+             static_cast<int>(Xc_.shape(1)), width, static_cast<Activation>(activation)};
+  }
+  BNTwoLayerNetCore(const BNTwoLayerNetCore&) = delete;
 };
 
 template <class Real>
@@ -197,13 +217,16 @@ void add_engine(py::class_<Core>& cls) {
         carray<Real> w({(py::ssize_t)B, (py::ssize_t)D});
         flags diverged(B);
         py::array_t<long long> diverged_step(B);
+        const int G = n_groups(c.model);
+        carray<Real> group_norm2({G > 1 ? nrec : 0, (py::ssize_t)B, (py::ssize_t)G});
         BatchRecords<Real> out{loss.mutable_data(), norm2.mutable_data(),
                                     eff_lr.mutable_data(), grad_norm.mutable_data(),
                                     sharp ? top_grad.mutable_data() : nullptr,
                                     sharpness.mutable_data(), eos_ratio.mutable_data(),
                                     sh_conv.mutable_data(),
                                     nth ? theta.mutable_data() : nullptr, w.mutable_data(),
-                                    diverged.mutable_data(), diverged_step.mutable_data()};
+                                    diverged.mutable_data(), diverged_step.mutable_data(),
+                                    G > 1 ? group_norm2.mutable_data() : nullptr, G};
         {
           py::gil_scoped_release nogil;
           if constexpr (has_reduced) {
@@ -230,6 +253,7 @@ void add_engine(py::class_<Core>& cls) {
         r["w"] = w;
         r["diverged"] = diverged;
         r["diverged_step"] = diverged_step;
+        if (G > 1) r["group_norm2"] = group_norm2;
         return r;
       },
       py::arg("w0"), py::arg("lr"), py::arg("wd"), py::arg("method"), py::arg("steps"),
@@ -339,6 +363,13 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
       },
       py::arg("W"), py::arg("rows"), py::arg("cols"), py::arg("values"),
       py::arg("value_mean"), py::arg("value_std"));
+
+  using BN2 = BNTwoLayerNetCore<Real>;
+  py::class_<BN2> bn2(m, ("BNTwoLayerNet" + suffix).c_str());
+  bn2.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("Xc"),
+          py::arg("y"), py::arg("width"), py::arg("activation"));
+  add_kernels<BN2, Real>(bn2);
+  add_engine<BN2, Real>(bn2);
 
   py::class_<Toy3DCore<Real>> toy(m, ("Toy3D" + suffix).c_str());
   toy.def(py::init<double>(), py::arg("c"));

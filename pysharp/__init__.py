@@ -10,6 +10,7 @@ from .dynamics import Trajectory, run_gd_wd, run_pgd, run_scalar_rmsprop
 from .models import (
     BNLinearRegression,
     BNMatrixCompletion,
+    BNTwoLayerNet,
     LinearRegression,
     ScaleInvariantModel,
     Toy3D,
@@ -48,7 +49,8 @@ def _version() -> str:
 
 __version__ = _version()
 
-__all__ = ["BNLinearRegression", "BNMatrixCompletion", "ScaleInvariantModel", "Toy3D",
+__all__ = ["BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet", "ScaleInvariantModel",
+           "Toy3D",
            "LinearRegression", "TwoLayerNet", "run_sgd", "SGDResult", "stability",
            "Trajectory", "run_gd_wd", "run_pgd", "run_scalar_rmsprop",
            "EigenResult", "spherical_sharpness", "lanczos", "theory", "sweep", "open_sweep",

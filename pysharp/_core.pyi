@@ -20,6 +20,8 @@ __all__: list[str] = [
     "BNLinearRegression_f64",
     "BNMatrixCompletion_f32",
     "BNMatrixCompletion_f64",
+    "BNTwoLayerNet_f32",
+    "BNTwoLayerNet_f64",
     "LinearRegression_f32",
     "LinearRegression_f64",
     "Toy3D_f32",
@@ -35,6 +37,7 @@ __all__: list[str] = [
     "max_threads",
     "set_num_threads",
     "sgd_batches",
+    "slq",
 ]
 
 class BNLinearRegression_f64:
@@ -71,6 +74,7 @@ class BNLinearRegression_f64:
         tol: typing.SupportsFloat | typing.SupportsIndex,
         seed: typing.SupportsInt | typing.SupportsIndex,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -154,6 +158,7 @@ class BNMatrixCompletion_f64:
         tol: typing.SupportsFloat | typing.SupportsIndex,
         seed: typing.SupportsInt | typing.SupportsIndex,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -212,6 +217,87 @@ class BNMatrixCompletion_f64:
     @property
     def dim(self) -> int: ...
 
+class BNTwoLayerNet_f64:
+    def __init__(
+        self,
+        Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        y: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        width: typing.SupportsInt | typing.SupportsIndex,
+        activation: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        k: typing.SupportsInt | typing.SupportsIndex,
+        max_iter: typing.SupportsInt | typing.SupportsIndex,
+        min_iter: typing.SupportsInt | typing.SupportsIndex,
+        tol: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        smallest: bool = False,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]: ...
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        method: typing.SupportsInt | typing.SupportsIndex,
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
+        theta_every: typing.SupportsInt | typing.SupportsIndex,
+        jitter: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
+        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
+        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
+        reduced: bool = False,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
 class Toy3D_f64:
     def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
     def hessian(
@@ -237,6 +323,7 @@ class Toy3D_f64:
         tol: typing.SupportsFloat | typing.SupportsIndex,
         seed: typing.SupportsInt | typing.SupportsIndex,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -320,6 +407,7 @@ class BNLinearRegression_f32:
         tol: typing.SupportsFloat | typing.SupportsIndex,
         seed: typing.SupportsInt | typing.SupportsIndex,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -403,6 +491,7 @@ class BNMatrixCompletion_f32:
         tol: typing.SupportsFloat | typing.SupportsIndex,
         seed: typing.SupportsInt | typing.SupportsIndex,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -461,6 +550,87 @@ class BNMatrixCompletion_f32:
     @property
     def dim(self) -> int: ...
 
+class BNTwoLayerNet_f32:
+    def __init__(
+        self,
+        Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        y: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        width: typing.SupportsInt | typing.SupportsIndex,
+        activation: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        k: typing.SupportsInt | typing.SupportsIndex,
+        max_iter: typing.SupportsInt | typing.SupportsIndex,
+        min_iter: typing.SupportsInt | typing.SupportsIndex,
+        tol: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        smallest: bool = False,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]: ...
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        method: typing.SupportsInt | typing.SupportsIndex,
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
+        theta_every: typing.SupportsInt | typing.SupportsIndex,
+        jitter: typing.SupportsFloat | typing.SupportsIndex,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
+        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
+        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
+        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
+        reduced: bool = False,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
 class Toy3D_f32:
     def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
     def hessian(
@@ -486,6 +656,7 @@ class Toy3D_f32:
         tol: typing.SupportsFloat | typing.SupportsIndex,
         seed: typing.SupportsInt | typing.SupportsIndex,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -895,6 +1066,7 @@ def lanczos_callable(
     tol: typing.SupportsFloat | typing.SupportsIndex,
     seed: typing.SupportsInt | typing.SupportsIndex,
     start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+    smallest: bool = False,
 ) -> tuple: ...
 def linear_sgd(
     A: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -908,8 +1080,8 @@ def linear_sgd(
     steps: typing.SupportsInt | typing.SupportsIndex,
 ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
     """
-    Linearised SGD x <- x - (lr/B) sum_I a_i a_i.x for steps t0.. of each run:
-    (unit final states (runs, D), log growth (runs,))
+    Linearised SGD x <- x - (lr/B) sum_I a_i a_i.x for steps t0.. of each run: (unit final
+    states (runs, D), log growth (runs,))
     """
 
 def max_threads() -> int: ...
@@ -924,4 +1096,69 @@ def sgd_batches(
 ) -> numpy.typing.NDArray[numpy.int32]:
     """
     The SGD engine's batches of one trajectory, (steps, batch) indices: for oracles and peers
+    """
+
+@typing.overload
+def slq(
+    model: BNLinearRegression_f64,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    n_probes: typing.SupportsInt | typing.SupportsIndex,
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+) -> dict:
+    """
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta,
+    nodes, weights (B, P, steps), count (B, P), ok (B,)
+    """
+
+@typing.overload
+def slq(
+    model: BNMatrixCompletion_f64,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    n_probes: typing.SupportsInt | typing.SupportsIndex,
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+) -> dict:
+    """
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta,
+    nodes, weights (B, P, steps), count (B, P), ok (B,)
+    """
+
+@typing.overload
+def slq(
+    model: Toy3D_f64,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    n_probes: typing.SupportsInt | typing.SupportsIndex,
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+) -> dict:
+    """
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta,
+    nodes, weights (B, P, steps), count (B, P), ok (B,)
+    """
+
+@typing.overload
+def slq(
+    model: LinearRegression_f64,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    n_probes: typing.SupportsInt | typing.SupportsIndex,
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+) -> dict:
+    """
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta,
+    nodes, weights (B, P, steps), count (B, P), ok (B,)
+    """
+
+@typing.overload
+def slq(
+    model: TwoLayerNet_f64,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    n_probes: typing.SupportsInt | typing.SupportsIndex,
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+) -> dict:
+    """
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta,
+    nodes, weights (B, P, steps), count (B, P), ok (B,)
     """

@@ -41,6 +41,10 @@ class Trajectory:
     ``diverged_step`` (-1 if not). ``w`` is the final iterate (B, D); a
     diverged trajectory keeps its last finite iterate and its later records
     are NaN. ``theta`` (snapshots, B, D) at ``theta_steps`` when requested.
+    ``group_norm2`` (records, B, G) at ``steps``: for a model whose loss is
+    invariant to the scale of each of G parameter groups separately (the rows
+    of ``BNTwoLayerNet``), each group's squared norm ||w_g||^2 (so its own
+    effective LR, lr / ((1 - lr wd) ||w_g||^2)); None for single-group models.
     """
 
     w: np.ndarray
@@ -64,6 +68,7 @@ class Trajectory:
     wd: np.ndarray
     method: str
     eos_tol: float
+    group_norm2: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
 
     @property
@@ -151,6 +156,7 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
         np.zeros(0, dtype=np.int64),
         theta=raw["theta"] if theta_every else None,
         lr=hyper["lr"], wd=hyper["wd"], method=method, eos_tol=eos_tol,
+        group_norm2=raw.get("group_norm2"),
         meta={"model": type(model).__name__, "jitter": jitter, "seed": seed, "dtype": str(W0.dtype),
               "reduced": reduced, "backend": backend},
     )
@@ -160,8 +166,9 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
             if a is not None:
                 setattr(traj, name, a[:, 0])
         traj.w = traj.w[0]
-        if traj.theta is not None:
-            traj.theta = traj.theta[:, 0]
+        for name in ("theta", "group_norm2"):
+            if getattr(traj, name) is not None:
+                setattr(traj, name, getattr(traj, name)[:, 0])
         for name in ("eos_entry_step", "diverged", "diverged_step", "lr", "wd"):
             setattr(traj, name, getattr(traj, name)[0])
     return traj

@@ -223,7 +223,8 @@ class BNTwoLayerNetReference:
 
     dq_ij = (2/n) a_j [df_i act'(zhat_ij) + (f_i - y_i) act''(zhat_ij) dzhat_ij],
     Hv_j = Xc^T sqrt(n)/r_j [dq_j - (chat_j . dq_j) chat_j
-           - (e_j q_j + (s_j . q_j) chat_j + (chat_j . q_j) s_j - 3 e_j (chat_j . q_j) chat_j) / r_j].
+           - (e_j q_j + (s_j . q_j) chat_j + (chat_j . q_j) s_j
+              - 3 e_j (chat_j . q_j) chat_j) / r_j].
 
     Centring q (or dq) is not needed: chat_j and s_j are centred and Xc^T 1 = 0.
     """

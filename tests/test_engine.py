@@ -8,6 +8,7 @@ from pysharp import _backend
 from pysharp.reference import (
     BNLinearRegressionReference,
     BNMatrixCompletionReference,
+    BNTwoLayerNetReference,
     Toy3DReference,
 )
 
@@ -16,15 +17,17 @@ def _models():
     lin = ps.BNLinearRegression.synthetic(d=12, n=8, seed=3)
     mc = ps.BNMatrixCompletion.synthetic(size=6, true_rank=2, rank=3, n_obs=18, seed=0)
     toy = ps.Toy3D(c=10.0)
+    bn2 = ps.BNTwoLayerNet.synthetic(n=10, d=4, width=3, teacher_width=2, seed=1)
     return [
         (lin, BNLinearRegressionReference(lin.X, lin.y)),
         (mc, BNMatrixCompletionReference(mc.rows, mc.cols, mc.values, mc.shape, mc.rank)),
         (toy, Toy3DReference(10.0)),
+        (bn2, BNTwoLayerNetReference(bn2.X, bn2.y, 3)),
     ]
 
 
 MODELS = _models()
-IDS = ["bn_linreg", "bn_mc", "toy3d"]
+IDS = ["bn_linreg", "bn_mc", "toy3d", "bn_two_layer"]
 
 
 def numpy_gd_wd(ref, w0, lr, wd, steps):

@@ -18,17 +18,19 @@ from pysharp import _backend
 from pysharp.reference import (
     BNLinearRegressionReference,
     BNMatrixCompletionReference,
+    BNTwoLayerNetReference,
     Toy3DReference,
 )
 
 RECORDS = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad", "sharpness", "eos_ratio",
-           "sharpness_converged", "diverged", "diverged_step", "w", "theta")
+           "sharpness_converged", "diverged", "diverged_step", "w", "theta", "group_norm2")
 
 
 def _models():
     lin = ps.BNLinearRegression.synthetic(d=12, n=8, seed=3)
     mc = ps.BNMatrixCompletion.synthetic(size=6, true_rank=2, rank=3, n_obs=18, seed=0)
-    return {"bn_linreg": lin, "bn_mc": mc, "toy3d": ps.Toy3D(c=10.0)}
+    bn2 = ps.BNTwoLayerNet.synthetic(n=10, d=4, width=3, teacher_width=2, seed=1)
+    return {"bn_linreg": lin, "bn_mc": mc, "toy3d": ps.Toy3D(c=10.0), "bn_two_layer": bn2}
 
 
 MODELS = _models()
@@ -150,6 +152,8 @@ def _oracles():
         "bn_linreg": BNLinearRegressionReference(lin.X, lin.y),
         "bn_mc": BNMatrixCompletionReference(mc.rows, mc.cols, mc.values, mc.shape, mc.rank),
         "toy3d": Toy3DReference(10.0),
+        "bn_two_layer": BNTwoLayerNetReference(MODELS["bn_two_layer"].X, MODELS["bn_two_layer"].y,
+                                               3),
     }
 
 

@@ -88,7 +88,8 @@ def test_per_row_scale_invariance(shape, act):
 
 @pytest.mark.parametrize("act", ACTS)
 def test_hvp_along_a_row_is_minus_that_rows_gradient(act):
-    """grad(W with W_j -> (1+t) W_j) = grad with row j divided by 1+t, so H (e_j x W_j) = -(e_j x grad_j)."""
+    """grad(W with W_j -> (1+t) W_j) = grad with row j divided by 1+t,
+    so H (e_j x W_j) = -(e_j x grad_j)."""
     ref, w, _, _ = _instance(9, 4, 3, act)
     g = ref.grad(w)
     for j in range(ref.m):

@@ -19,6 +19,7 @@
 #include "pysharp/engine/trajectory.hpp"
 #include "pysharp/models/bn_linear_regression.hpp"
 #include "pysharp/models/bn_matrix_completion.hpp"
+#include "pysharp/models/bn_two_layer_net.hpp"
 #include "pysharp/models/derivatives.hpp"
 #include "pysharp/models/toy3d.hpp"
 

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -131,6 +132,24 @@ struct BNMatrixCompletionCuda {
               "observation index out of range");
     model = {rows.get(), cols.get(), u.get(), static_cast<Real>(scale),
              static_cast<int>(u_.size()), m1, m2, r};
+  }
+};
+
+template <class Real>
+struct BNTwoLayerNetCuda {
+  DeviceBuffer<Real> Xc, y;
+  BNTwoLayerNet<Real> model;
+  BNTwoLayerNetCuda(const carray<Real>& Xc_, const carray<Real>& y_, int width, int activation)
+      : Xc(DeviceBuffer<Real>::from(Xc_)), y(DeviceBuffer<Real>::from(y_)) {
+    require(Xc_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == Xc_.shape(0),
+            "Xc must be (n, d) and y (n,)");
+    require(width >= 1 && (activation == 0 || activation == 1),
+            "width must be >= 1 and activation 0 (tanh) or 1 (relu)");
+    double fro2 = 0;
+    for (py::ssize_t i = 0; i < Xc_.size(); ++i) fro2 += double(Xc_.data()[i]) * Xc_.data()[i];
+    model = {Xc.get(), y.get(), static_cast<Real>(fro2),
+             static_cast<Real>(1 / std::sqrt(double(width))), static_cast<int>(Xc_.shape(0)),
+             static_cast<int>(Xc_.shape(1)), width, static_cast<Activation>(activation)};
   }
 };
 
@@ -281,10 +300,12 @@ void add_methods(py::class_<Core>& cls) {
         w(B * D);
     DeviceBuffer<std::uint8_t> sconv(nsh * B), div(B);
     DeviceBuffer<long long> divs(B);
+    const int G = n_groups(c.model);
+    DeviceBuffer<Real> groups(G > 1 ? nrec * B * G : 0);
     BatchRecords<Real> out{loss.get(), norm2.get(), eff.get(), gn.get(),
                            sharpness_every ? top.get() : nullptr, sharp.get(), ratio.get(),
                            sconv.get(), nth ? theta.get() : nullptr, w.get(), div.get(),
-                           divs.get()};
+                           divs.get(), G > 1 ? groups.get() : nullptr, G};
     auto dW0 = DeviceBuffer<Real>::from(W0);
     auto dlr = DeviceBuffer<Real>::from(lr);
     auto dwd = DeviceBuffer<Real>::from(wd);
@@ -347,6 +368,11 @@ void add_methods(py::class_<Core>& cls) {
     r["w"] = h_w;
     r["diverged"] = h_div;
     r["diverged_step"] = h_divs;
+    if (G > 1) {
+      carray<Real> h_groups({nrec, B, (long long)G});
+      groups.to(h_groups.mutable_data());
+      r["group_norm2"] = h_groups;
+    }
     return r;
   }, py::arg("w0"), py::arg("lr"), py::arg("wd"), py::arg("method"), py::arg("steps"),
      py::arg("record_every"), py::arg("sharpness_every"), py::arg("theta_every"),
@@ -369,6 +395,10 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
          py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
          py::arg("m2"), py::arg("rank"));
   add_methods<BNMatrixCompletionCuda<Real>, Real>(mc);
+  py::class_<BNTwoLayerNetCuda<Real>> bn2(m, ("BNTwoLayerNet" + suffix).c_str());
+  bn2.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("Xc"),
+          py::arg("y"), py::arg("width"), py::arg("activation"));
+  add_methods<BNTwoLayerNetCuda<Real>, Real>(bn2);
   py::class_<Toy3DCuda<Real>> toy(m, ("Toy3D" + suffix).c_str());
   toy.def(py::init<double>(), py::arg("c"));
   add_methods<Toy3DCuda<Real>, Real>(toy);

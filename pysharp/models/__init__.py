@@ -1,4 +1,5 @@
-"""The scale-invariant models: BN linear regression, BN matrix completion, a 3-D toy.
+"""The scale-invariant models: BN linear regression, BN matrix completion, a BN two-layer
+network and a 3-D toy.
 
 Each exposes batched, exact ``loss``, ``grad``, ``loss_and_grad``, ``hvp``,
 ``third`` (D^3L[v, v]) and ``hessian`` kernels from the compiled core.
@@ -7,8 +8,10 @@ Each exposes batched, exact ``loss``, ``grad``, ``loss_and_grad``, ``hvp``,
 from ._base import ScaleInvariantModel
 from ._bn_linear_regression import BNLinearRegression
 from ._bn_matrix_completion import BNMatrixCompletion
+from ._bn_two_layer_net import BNTwoLayerNet
 from ._square_loss import LinearRegression, SquareLossModel, TwoLayerNet  # SGD stability
 from ._toy3d import Toy3D
 
-__all__ = ["ScaleInvariantModel", "BNLinearRegression", "BNMatrixCompletion", "Toy3D"]
+__all__ = ["ScaleInvariantModel", "BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet",
+           "Toy3D"]
 __all__ += ["SquareLossModel", "LinearRegression", "TwoLayerNet"]

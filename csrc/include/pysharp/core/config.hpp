@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <type_traits>
+#include <utility>
 
 #if defined(__CUDACC__)
 #define PYSHARP_HD __host__ __device__
@@ -72,6 +73,23 @@ PYSHARP_HD T lane(const T& x, int /*l*/) {
 template <class T, class U>
 PYSHARP_HD void set_lane(T& x, int /*l*/, const U& value) {
   x = value;
+}
+
+// Parameter groups: a model whose loss is invariant to the scale of each of G
+// equal, contiguous blocks of w separately (BNTwoLayerNet: its rows) declares
+// n_groups() = G, and the engine records each block's squared norm. Every
+// other model is one group.
+template <class M, class = void>
+struct has_groups : std::false_type {};
+template <class M>
+struct has_groups<M, std::void_t<decltype(std::declval<const M&>().n_groups())>>
+    : std::true_type {};
+template <class M>
+PYSHARP_HD int n_groups(const M& m) {
+  if constexpr (has_groups<M>::value)
+    return m.n_groups();
+  else
+    return 1;
 }
 
 }  // namespace pysharp

@@ -44,6 +44,8 @@ struct TrajectoryRecords {
   Real* w_final;        // D
   std::uint8_t* diverged;
   long long* diverged_step;
+  Real* group_norm2;    // (n_records, B, G): element r at group_norm2[(r * stride) * G]; or null
+  int groups;           // G = n_groups(model)
 };
 
 // Record arrays of a whole batch; each trajectory gets a strided view.
@@ -56,13 +58,16 @@ struct BatchRecords {
   Real* w_final;
   std::uint8_t* diverged;
   long long* diverged_step;
+  Real* group_norm2 = nullptr;  // (n_records, B, G) squared norms of the parameter groups
+  int groups = 1;               // recorded only when G > 1
 
   PYSHARP_HD TrajectoryRecords<Real> row(long long b, long long B, int D) const {
     auto at = [b](auto* p) { return p ? p + b : p; };
     return {B,           at(loss),      at(norm2),   at(eff_lr),
             at(grad_norm), at(top_grad), at(sharpness), at(eos_ratio),
             at(sharpness_converged), theta ? theta + b * D : nullptr,
-            w_final + b * D, diverged + b, diverged_step + b};
+            w_final + b * D, diverged + b, diverged_step + b,
+            group_norm2 ? group_norm2 + b * groups : nullptr, groups};
   }
 };
 
@@ -342,6 +347,11 @@ class TrajectoryRunner {
         if (out_[l].top_grad)
           out_[l].top_grad[r * S] =
               have_v1_[l] ? norm * state_.grad_dot(l, v1_[l]) : Real(0) / Real(0);
+        if (out_[l].group_norm2) {
+          const int G = out_[l].groups, size = D / G;
+          Real* dst = out_[l].group_norm2 + r * S * G;
+          for (int k = 0; k < G; ++k) dst[k] = lane_dot(w + k * size, w + k * size, size);
+        }
       }
       if (snapshot) {
         Real* dst = out_[l].theta + th_[l]++ * S * D;
@@ -386,6 +396,8 @@ class TrajectoryRunner {
       for (long long r = rec_[l]; r < nrec; ++r) {
         o.loss[r * S] = o.norm2[r * S] = o.eff_lr[r * S] = o.grad_norm[r * S] = nan;
         if (o.top_grad) o.top_grad[r * S] = nan;
+        if (o.group_norm2)
+          for (int k = 0; k < o.groups; ++k) o.group_norm2[r * S * o.groups + k] = nan;
       }
       for (long long r = sh_[l]; r < nsh; ++r) {
         o.sharpness[r * S] = o.eos_ratio[r * S] = nan;

@@ -1,0 +1,44 @@
+// Activations on scalars, jets and lane blocks, for the models with hidden units.
+#pragma once
+
+#include "pysharp/core/jet.hpp"
+
+namespace pysharp {
+
+// tanh on scalars and jets: y' = (1 - y^2) x', order by order
+// (k y_k = sum_{j=1..k} j x_j s_{k-j} with s = 1 - y^2).
+PYSHARP_HD inline double tanh_(double x) { return tanh(x); }
+PYSHARP_HD inline float tanh_(float x) { return tanhf(x); }
+template <class T, int N>
+PYSHARP_HD Jet<T, N> tanh_(const Jet<T, N>& x) {
+  Jet<T, N> y;
+  T s[N + 1];
+  y.c[0] = tanh_(x.c[0]);
+  s[0] = T(1) - y.c[0] * y.c[0];
+  for (int k = 1; k <= N; ++k) {
+    T acc = T(0);
+    for (int j = 1; j <= k; ++j) acc += T(j) * x.c[j] * s[k - j];
+    y.c[k] = acc / T(k);
+    T sq = T(0);
+    for (int j = 0; j <= k; ++j) sq += y.c[j] * y.c[k - j];
+    s[k] = -sq;
+  }
+  return y;
+}
+
+enum class Activation : int { tanh = 0, relu = 1 };
+
+// act(h) into *a and act'(h) into *da.
+template <class S>
+PYSHARP_HD void activate(Activation act, const S& h, S* a, S* da) {
+  if (act == Activation::tanh) {
+    *a = tanh_(h);
+    *da = S(1) - (*a) * (*a);
+  } else {
+    const auto on = value_of(h) > value_t<S>(0);
+    *a = select(on, h, S(0));
+    *da = select(on, S(1), S(0));
+  }
+}
+
+}  // namespace pysharp
