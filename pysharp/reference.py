@@ -213,18 +213,18 @@ class BNTwoLayerNetReference:
     the positive scale of each row W_j.
 
     Derivation (per unit j; Xc = X - mean(X), c_j = Xc W_j, r_j = ||c_j||,
-    chat_j = c_j / r_j, zhat_j = sqrt(n) chat_j, all dot products unconjugated):
+    chat_j = c_j / r_j, zhat_j = sqrt(n) chat_j, all dot products unconjugated)::
 
-    q_ij = (2/n) (f_i - y_i) a_j act'(zhat_ij),
-    g_j = sqrt(n)/r_j (q_j - (chat_j . q_j) chat_j),   grad_j = Xc^T g_j.
+        q_ij = (2/n) (f_i - y_i) a_j act'(zhat_ij),
+        g_j = sqrt(n)/r_j (q_j - (chat_j . q_j) chat_j),   grad_j = Xc^T g_j.
 
     Along v (V_j its rows, s_j = Xc V_j, e_j = chat_j . s_j,
-    dzhat_j = sqrt(n)/r_j (s_j - e_j chat_j), df_i = sum_j a_j act'(zhat_ij) dzhat_ij):
+    dzhat_j = sqrt(n)/r_j (s_j - e_j chat_j), df_i = sum_j a_j act'(zhat_ij) dzhat_ij)::
 
-    dq_ij = (2/n) a_j [df_i act'(zhat_ij) + (f_i - y_i) act''(zhat_ij) dzhat_ij],
-    Hv_j = Xc^T sqrt(n)/r_j [dq_j - (chat_j . dq_j) chat_j
-           - (e_j q_j + (s_j . q_j) chat_j + (chat_j . q_j) s_j
-              - 3 e_j (chat_j . q_j) chat_j) / r_j].
+        dq_ij = (2/n) a_j [df_i act'(zhat_ij) + (f_i - y_i) act''(zhat_ij) dzhat_ij],
+        Hv_j = Xc^T sqrt(n)/r_j [dq_j - (chat_j . dq_j) chat_j
+               - (e_j q_j + (s_j . q_j) chat_j + (chat_j . q_j) s_j
+                  - 3 e_j (chat_j . q_j) chat_j) / r_j].
 
     Centring q (or dq) is not needed: chat_j and s_j are centred and Xc^T 1 = 0.
     """
