@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._backend import core
+from ._dispatch import core_only
 from ._hyper import broadcast_batch, per_trajectory
 from ._validation import as_positive_int, as_real, check_nonzero_rows
 from .models import BNLinearRegression, SquareLossModel
@@ -67,7 +68,7 @@ def _batch_sizes(batch, n: int, replacement: bool, minimum: int = 1,
 
 def run_sgd(model: SquareLossModel | BNLinearRegression, w0, lr, batch, steps: int, *, wd=0.0,
             replacement: bool = False, record_every: int | None = None, seed: int = 0,
-            first_trajectory: int = 0, max_loss: float = 1e100) -> SGDResult:
+            first_trajectory: int = 0, max_loss: float = 1e100, backend: str = "auto") -> SGDResult:
     """Run mini-batch SGD (with optional weight decay) for a batch of trajectories.
 
     Parameters
@@ -99,6 +100,9 @@ def run_sgd(model: SquareLossModel | BNLinearRegression, w0, lr, batch, steps: i
     max_loss : float
         A recorded full-batch loss above this (or a non-finite iterate) flags
         divergence; the trajectory is frozen, the rest of the batch completes.
+    backend : {"auto", "cpp"}
+        Core only: the compiled core runs this call; other backends are refused
+        with a message.
 
     Returns
     -------
@@ -124,6 +128,7 @@ def run_sgd(model: SquareLossModel | BNLinearRegression, w0, lr, batch, steps: i
     with replacement on small n for that reason, and do not use it when you
     mean SGD with full-batch BN statistics (that is not what this computes).
     """
+    core_only(backend, "run_sgd")
     is_bn = isinstance(model, BNLinearRegression)
     if not (is_bn or isinstance(model, SquareLossModel)):
         raise TypeError(f"model must be a pysharp square-loss model (LinearRegression, "

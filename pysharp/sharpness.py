@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ._backend import core
-from ._dispatch import resolve
+from ._dispatch import core_only, resolve
 from ._validation import as_batch, as_positive_int, as_real
 from .models import ScaleInvariantModel
 
@@ -155,7 +155,8 @@ def _to_numpy(x) -> np.ndarray:
 
 
 def lanczos(matvec: Callable, dim: int, k: int = 1, *, which: str = "LA", tol: float = 1e-10,
-            max_iter: int | None = None, start=None, seed: int = 0) -> EigenResult:
+            max_iter: int | None = None, start=None, seed: int = 0,
+            backend: str = "auto") -> EigenResult:
     """Extreme algebraic eigenpairs of a symmetric operator given by ``matvec``.
 
     The same C++ Lanczos (full reorthogonalisation; for k > 1 locking and
@@ -171,6 +172,9 @@ def lanczos(matvec: Callable, dim: int, k: int = 1, *, which: str = "LA", tol: f
         Dimension of the operator.
     k, which, tol, max_iter, start, seed
         As in ``spherical_sharpness``.
+    backend : {"auto", "cpp"}
+        Core only: the compiled core runs this call; other backends are refused
+        with a message.
 
     Returns
     -------
@@ -182,6 +186,7 @@ def lanczos(matvec: Callable, dim: int, k: int = 1, *, which: str = "LA", tol: f
     For operators already in pysharp, prefer ``spherical_sharpness``: it runs
     with the GIL released and batched over points.
     """
+    core_only(backend, "lanczos")
     if not callable(matvec):
         raise TypeError("matvec must be callable")
     dim = as_positive_int(dim, "dim")

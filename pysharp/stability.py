@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._backend import core
+from ._dispatch import core_only
 from ._validation import as_batch, as_float_array, as_positive_int, as_real
 from .models import BNLinearRegression, SquareLossModel
 
@@ -72,11 +73,13 @@ def _check_model(model) -> None:
                         f"BNLinearRegression, got {type(model).__name__}")
 
 
-def per_sample_gradients(model, w) -> np.ndarray:
+def per_sample_gradients(model, w, *, backend: str = "auto") -> np.ndarray:
     """a_i = grad_W f(x_i; w) for every training sample: (n, D) or (B, n, D), float64.
 
     For ``BNLinearRegression``, f is the BN prediction p_i with full-batch statistics.
+    Core only (``backend`` "auto" or "cpp"), as every function of this module.
     """
+    core_only(backend, "per_sample_gradients")
     _check_model(model)
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)
     if isinstance(model, BNLinearRegression):
@@ -202,7 +205,7 @@ def _sharp_nonuni_one(A: np.ndarray, method: str, tol: float, seed: int):
 
 
 def sharpness_nonuniformity(model, w, *, method: str = "auto", tol: float = 1e-10,
-                            seed: int = 0) -> StabilityQuantities:
+                            seed: int = 0, backend: str = "auto") -> StabilityQuantities:
     """Sharpness lambda_max(H) and non-uniformity sqrt(lambda_max(Sigma)) at w.
 
     H = mean_i a_i a_i^T is the Hessian of L = (1/2n) sum (f - y)^2 at an
@@ -223,11 +226,15 @@ def sharpness_nonuniformity(model, w, *, method: str = "auto", tol: float = 1e-1
         Lanczos residual tolerance.
     seed : int
         Key of the Lanczos start vectors.
+    backend : {"auto", "cpp"}
+        Core only: the compiled core runs this call; other backends are refused
+        with a message.
 
     Returns
     -------
     StabilityQuantities
     """
+    core_only(backend, "sharpness_nonuniformity")
     _check_model(model)
     if method not in ("auto", "dense", "gram", "lanczos"):
         raise ValueError(f"method must be 'auto', 'dense', 'gram' or 'lanczos', got {method!r}")
@@ -391,7 +398,7 @@ class SecondMomentOperator:
 
 def second_moment_operator(model, w, lr, batch, *, replacement: bool = False,
                            method: str = "auto", tol: float = 1e-12,
-                           max_iter: int = 100_000) -> SecondMomentOperator:
+                           max_iter: int = 100_000, backend: str = "auto") -> SecondMomentOperator:
     """The exact T_2 of linearised SGD at w and its spectral radius.
 
     Parameters
@@ -414,6 +421,9 @@ def second_moment_operator(model, w, lr, batch, *, replacement: bool = False,
         r(r+1)/2 <= 1000, else power.
     tol, max_iter
         Power-iteration stopping rule and cap.
+    backend : {"auto", "cpp"}
+        Core only: the compiled core runs this call; other backends are refused
+        with a message.
 
     Returns
     -------
@@ -421,6 +431,7 @@ def second_moment_operator(model, w, lr, batch, *, replacement: bool = False,
         ``.spectral_radius`` on the range of H, ``.apply``, ``.matrix``,
         ``.expected_square``.
     """
+    core_only(backend, "second_moment_operator")
     A = _point(model, w)
     n, D = A.shape
     lr = _lr(lr)
@@ -453,13 +464,16 @@ def second_moment_operator(model, w, lr, batch, *, replacement: bool = False,
 
 
 def is_linearly_stable(model, w, lr, batch, *, replacement: bool = False, order: int = 2,
-                       n_runs: int = 2048, steps: int = 300, seed: int = 0) -> bool:
+                       n_runs: int = 2048, steps: int = 300, seed: int = 0,
+                       backend: str = "auto") -> bool:
     """Whether linearised SGD's order-k moment stays bounded at w.
 
     order = 2: exactly, spectral_radius(T_2) <= 1 (1 + 1e-9). Other orders:
     the Monte Carlo estimate of ``moment_growth`` (rate <= 1 within its
-    confidence interval), with ``n_runs``, ``steps`` and ``seed``.
+    confidence interval), with ``n_runs``, ``steps`` and ``seed``. Core only
+    (``backend`` "auto" or "cpp").
     """
+    core_only(backend, "is_linearly_stable")
     order = as_positive_int(order, "order")
     if order == 2:
         op = second_moment_operator(model, w, lr, batch, replacement=replacement)
@@ -502,7 +516,7 @@ def _log_mean_exp(x: np.ndarray) -> float:
 def moment_growth(model, w, lr, batch, *, order: int = 2, replacement: bool = False,
                   n_runs: int = 2048, steps: int = 300, burn_in: int | None = None,
                   resample_every: int = 1, subspace: str = "range", level: float = 0.95,
-                  seed: int = 0) -> MomentGrowth:
+                  seed: int = 0, backend: str = "auto") -> MomentGrowth:
     """Monte Carlo k-th moment growth rate of linearised SGD at w, batched in the core.
 
     Linearised SGD x_{t+1} = (I - eta H_{I_t}) x_t runs for ``n_runs``
@@ -536,11 +550,15 @@ def moment_growth(model, w, lr, batch, *, order: int = 2, replacement: bool = Fa
         Confidence level in (0, 1).
     seed : int
         Key of the batches and of the resampling.
+    backend : {"auto", "cpp"}
+        Core only: the compiled core runs this call; other backends are refused
+        with a message.
 
     Returns
     -------
     MomentGrowth
     """
+    core_only(backend, "moment_growth")
     A = _point(model, w)
     n, D = A.shape
     lr = _lr(lr)
@@ -661,7 +679,7 @@ class StabilityConditions:
 
 def stability_conditions(model, w, lr, batch, *, replacement: bool = False,
                          quantities: StabilityQuantities | None = None,
-                         rtol: float = 1e-9) -> StabilityConditions:
+                         rtol: float = 1e-9, backend: str = "auto") -> StabilityConditions:
     """The exact stability verdict rho(T_2) <= 1 at a single point w, and its conditions.
 
     Parameters
@@ -678,12 +696,16 @@ def stability_conditions(model, w, lr, batch, *, replacement: bool = False,
         A ``sharpness_nonuniformity`` result at w, to reuse.
     rtol : float
         Slack of every comparison (rounding of the eigenvalues): x <= bound (1 + rtol).
+    backend : {"auto", "cpp"}
+        Core only: the compiled core runs this call; other backends are refused
+        with a message.
 
     Returns
     -------
     StabilityConditions
         ``stable`` rests on ``second_moment_operator`` (dense T_2 up to rank 44).
     """
+    core_only(backend, "stability_conditions")
     _check_model(model)
     lr = _lr(lr)
     batch, replacement = _batch(batch, model.n, replacement)
@@ -704,7 +726,7 @@ def stability_conditions(model, w, lr, batch, *, replacement: bool = False,
 
 
 def critical_lr(model, w, batch, *, replacement: bool = False, criterion: str = "exact",
-                xtol: float = 1e-12):
+                xtol: float = 1e-12, backend: str = "auto"):
     """The largest learning rate at which the minimum w is linearly stable, per batch size.
 
     "exact": the eta with spectral_radius(T_2) = 1, found by root finding
@@ -725,6 +747,9 @@ def critical_lr(model, w, batch, *, replacement: bool = False, criterion: str = 
     criterion : {"exact", "sufficient"}
     xtol : float
         Relative tolerance of the root.
+    backend : {"auto", "cpp"}
+        Core only: the compiled core runs this call; other backends are refused
+        with a message.
 
     Returns
     -------
@@ -732,6 +757,7 @@ def critical_lr(model, w, batch, *, replacement: bool = False, criterion: str = 
         eta*, one per batch size; inf where H = 0. B = n without replacement
         (kappa = 0) gives 2/a.
     """
+    core_only(backend, "critical_lr")
     A = _point(model, w)
     n = A.shape[0]
     if criterion not in ("exact", "sufficient"):
@@ -796,7 +822,7 @@ def stability_boundary(lr: float, batch: int, n: int, *, replacement: bool = Fal
             "a": a, "s": s, "criterion": "sufficient, one direction"}
 
 
-def gradient_moment_ratio(model, w, lr, batch, *, k: int = 1) -> np.ndarray:
+def gradient_moment_ratio(model, w, lr, batch, *, k: int = 1, backend: str = "auto") -> np.ndarray:
     """Ma & Ying's moment bound at a minimum, as a ratio (<= 1 where it holds).
 
     (1/n) sum_i ||a_i||_{2k}^{2k} / (2 D (2B)^(k-1) / eta^k), with ||.||_{2k}
@@ -804,8 +830,9 @@ def gradient_moment_ratio(model, w, lr, batch, *, k: int = 1) -> np.ndarray:
     it holds at minima linearly stable of order k). k = 1 is vacuous beside
     a <= 2/eta: its ratio is eta tr(H) / (2D) <= eta a / 2; k >= 2 bound the
     higher moments, the paper's contribution. w (D,) or (B, D): returns a
-    float or a (B,) array.
+    float or a (B,) array. Core only (``backend`` "auto" or "cpp").
     """
+    core_only(backend, "gradient_moment_ratio")
     _check_model(model)
     lr = _lr(lr)
     k = as_positive_int(k, "k")
@@ -840,7 +867,7 @@ class InputSmoothness:
         return None if self.holds is None else bool(np.all(self.holds))
 
 
-def input_smoothness(model, w, X=None, *, k: int = 1) -> InputSmoothness:
+def input_smoothness(model, w, X=None, *, k: int = 1, backend: str = "auto") -> InputSmoothness:
     """g_W, g_x and the multiplicative-structure check at w on inputs X.
 
     Parameters
@@ -852,11 +879,15 @@ def input_smoothness(model, w, X=None, *, k: int = 1) -> InputSmoothness:
         BNLinearRegression only the training inputs (its statistics are theirs).
     k : int
         Moment order: the 2k-norms and 1/2k root of the definitions.
+    backend : {"auto", "cpp"}
+        Core only: the compiled core runs this call; other backends are refused
+        with a message.
 
     Returns
     -------
     InputSmoothness
     """
+    core_only(backend, "input_smoothness")
     _check_model(model)
     k = as_positive_int(k, "k")
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)

@@ -15,6 +15,8 @@ import textwrap
 import numpy as np
 import pytest
 
+import pysharp as ps
+
 from pysharp.models import BNLinearRegression, BNMatrixCompletion, Toy3D
 
 W_KERNELS = ["loss", "grad", "loss_and_grad", "hessian", "hvp", "third"]
@@ -686,3 +688,32 @@ def test_errors_leave_model_usable(case):
         with pytest.raises(ValueError):
             m.loss(bad)
     assert m.loss(w) == L
+
+
+def test_core_only_calls_take_backend_and_refuse_the_others():
+    """SGD, the stability analysis and Lanczos on a Python operator run in the core only:
+    backend="auto" / "cpp" run, any other backend is refused by name before any work."""
+    from pysharp import stability
+    model = ps.LinearRegression(np.eye(3)[:, :2] + 0.1, np.arange(3.0))
+    w = np.zeros(2)
+    same = ps.run_sgd(model, w, 0.1, 2, 20, backend="cpp")
+    np.testing.assert_array_equal(same.w, ps.run_sgd(model, w, 0.1, 2, 20).w)
+    calls = {
+        "run_sgd": lambda b: ps.run_sgd(model, w, 0.1, 2, 20, backend=b),
+        "lanczos": lambda b: ps.lanczos(lambda x: 2 * x, 4, backend=b),
+        "sharpness_nonuniformity": lambda b: stability.sharpness_nonuniformity(model, w,
+                                                                                backend=b),
+        "second_moment_operator": lambda b: stability.second_moment_operator(model, w, 0.1, 2,
+                                                                              backend=b),
+        "critical_lr": lambda b: stability.critical_lr(model, w, 2, backend=b),
+        "input_smoothness": lambda b: stability.input_smoothness(model, w, backend=b),
+        "gradient_moment_ratio": lambda b: stability.gradient_moment_ratio(model, w, 0.1, 2,
+                                                                            backend=b),
+    }
+    for name, call in calls.items():
+        call("auto")
+        for backend in ("numba", "numpy", "cuda"):
+            with pytest.raises(ValueError, match=f"{name} runs in the compiled core only"):
+                call(backend)
+        with pytest.raises(ValueError, match="backend must be"):
+            call("fortran")

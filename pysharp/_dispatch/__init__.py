@@ -15,6 +15,10 @@ Every public kernel, sharpness and trajectory call takes
 
 ``auto`` picks ``cuda`` then ``cupy`` for arrays that live on a GPU (anything with
 ``__cuda_array_interface__``), and ``cpp``, then ``numba``, then ``numpy`` otherwise.
+
+Core-only calls (SGD, the SGD stability analysis, Lanczos on a Python operator,
+the square-loss models) take ``backend="auto" | "cpp"`` and refuse the others
+with a message saying so (:func:`core_only`).
 """
 
 from __future__ import annotations
@@ -109,3 +113,38 @@ def resolve(backend: str, *arrays, trajectories: bool = False) -> str:
     if reason is not None:
         raise BackendUnavailable(f"backend {backend!r} is not available: {reason}")
     return backend
+
+
+def core_only(backend: str, what: str) -> str:
+    """Resolve the ``backend`` argument of a call that only the compiled core runs.
+
+    Parameters
+    ----------
+    backend : str
+        "auto" or "cpp"; any other backend name is refused.
+    what : str
+        The call, for the messages (e.g. "run_sgd").
+
+    Returns
+    -------
+    str
+        "cpp".
+
+    Raises
+    ------
+    ValueError
+        For a backend name that is not "auto" or "cpp" (a known one is named as
+        having no implementation of ``what``).
+    BackendUnavailable
+        When the compiled core is not built here.
+    """
+    if not isinstance(backend, str) or backend not in ("auto",) + NAMES:
+        raise ValueError(f"backend must be 'auto' or one of {', '.join(NAMES)}, got {backend!r}")
+    if backend not in ("auto", "cpp"):
+        raise ValueError(f"{what} runs in the compiled core only (backend='cpp'); the "
+                         f"{backend!r} backend has no implementation of it")
+    reason = _probe("cpp")
+    if reason is not None:
+        raise BackendUnavailable(f"{what} needs the compiled core, which is not available: "
+                                 f"{reason}")
+    return "cpp"
