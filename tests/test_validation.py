@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import pysharp as ps
-
 from pysharp.models import BNLinearRegression, BNMatrixCompletion, Toy3D
 
 W_KERNELS = ["loss", "grad", "loss_and_grad", "hessian", "hvp", "third"]
