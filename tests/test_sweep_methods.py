@@ -258,3 +258,26 @@ def test_config_takes_method_and_batch():
         parse({**cfg, "run": {"steps": 10}})
     with pytest.raises(ValueError, match="missing grid.batch"):
         parse({**cfg, "grid": {"lr": 0.1}})
+
+
+def test_sgd_memory_estimate_and_streaming(tmp_path, monkeypatch):
+    """The estimate counts an SGD point's outputs exactly (the bytes of the Dataset), refuses
+    an in-memory grid that does not fit, and the 5-D grid streams to a store in blocks."""
+    pytest.importorskip("zarr")
+    from pysharp.sweeps._store import chunk_bounds
+
+    spec = SGD_MODELS["linear_regression"]
+    kw = dict(lr=[0.05, 0.1, 0.4], batch=[1, 2], seeds=[0, 1], steps=100, record_every=10,
+              progress=False)
+    in_memory = ps.sweep(spec, method="sgd", **kw)
+    n = in_memory.stable.size
+    per = sum(v.nbytes for v in in_memory.data_vars.values()) // n
+    assert per == 11 * 8 + 8 + 1 + 8 + 8 + 1  # loss (11 records), final_loss, diverged, ...
+    chunk = _sweep._CHUNK_WORK * 4 * per  # chunk_size 5: blocks of whole (batch, ..) rows, 4
+    # room for 1.5 chunks: the results (one chunk's worth) plus a running chunk do not fit
+    monkeypatch.setattr(_sweep, "available_memory", lambda: int(1.5 * chunk / _sweep._SAFETY))
+    with pytest.raises(MemoryError, match="store="):
+        ps.sweep(spec, method="sgd", chunk_size=5, **kw)
+    got = ps.sweep(spec, method="sgd", chunk_size=5, store=tmp_path / "s.zarr", **kw)
+    assert got.attrs["chunks_computed"] == len(chunk_bounds((3, 2, 1, 2, 1), 5)) == 3
+    xr.testing.assert_identical(got.compute(), in_memory.assign_attrs(got.attrs))

@@ -265,8 +265,9 @@ def sharpness_drop(model: ScaleInvariantModel, tr, steps: int | None = None) -> 
       start, usually far from the minimisers and their sharpness).
     - the end is the mean of S(w_T) and S(w_T+1), one more step of the run's own
       method (GD+WD, or for projected GD and scalar RMSprop the step of effective LR
-      ``tr.eff_lr`` at T, see :func:`end_sharpness`): at EoS the iterate oscillates with period two and S differs between the two phases by a
-      few per cent, while which phase lands on step T is an accident of each run.
+      ``tr.eff_lr`` at T, see :func:`end_sharpness`): at EoS the iterate oscillates
+      with period two and S differs between the two phases by a few per cent, while
+      which phase lands on step T is an accident of each run.
       Lanczos is warm-started from the gradient (at EoS the gradient lies along the
       top eigenvector) so no random start enters and each row is computed alone:
       the value does not depend on the chunk.

@@ -14,9 +14,9 @@ import numpy as np
 
 from .._dispatch import resolve
 from .._validation import as_positive_int, as_real, check_nonzero_rows
-from . import _spec
 from ..models import BNLinearRegression, ScaleInvariantModel, SquareLossModel
 from ..models._registry import REGISTRY, entry_of
+from . import _spec
 from ._compute import (
     GRID_DIMS,
     METHOD_DIMS,
