@@ -72,9 +72,7 @@ def make_grid(lr, wd, seeds, init_norm, batch=None, method: str = "gd_wd"
             "seed": _axis(seeds, "seeds", integer=True),
             "init_norm": _axis(init_norm, "init_norm", positive=True)}
     if method == "sgd":
-        grid["batch"] = _axis(batch, "batch", integer=True)
-        if grid["batch"].min() < 1:
-            raise ValueError(f"batch sizes must be >= 1, got {grid['batch'].min()}")
+        grid["batch"] = _axis(batch, "batch", integer=True)  # bounds: see _check_method
     if grid["lr"].max() * grid["wd"].max() >= 1:
         raise ValueError("lr * wd must be < 1 at every grid point "
                          f"(max lr {grid['lr'].max()} x max wd {grid['wd'].max()})")
@@ -108,10 +106,11 @@ def _check_method(method, model, grid_batch, *, sharpness_every, jitter, backend
                              f"got {backend!r}")
         if replacement is not None and not isinstance(replacement, (bool, np.bool_)):
             raise TypeError(f"replacement must be a bool, got {type(replacement).__name__}")
-        minimum = 2 if isinstance(model, BNLinearRegression) else 1
-        if grid_batch.min() < minimum:
-            raise ValueError(f"batch sizes must be >= {minimum} for {name!r} (ghost BN takes the "
-                             f"mean and std of each batch), got {grid_batch.min()}")
+        bn = isinstance(model, BNLinearRegression)
+        if grid_batch.min() < (2 if bn else 1):
+            why = " for BN linear regression (ghost BN takes each batch's mean and std)"
+            raise ValueError(f"batch sizes must be >= {2 if bn else 1}{why if bn else ''}, "
+                             f"got {grid_batch.min()}")
         if not replacement and grid_batch.max() > model.n:
             raise ValueError(f"batch sizes must be <= n = {model.n} without replacement, "
                              f"got {grid_batch.max()}")
