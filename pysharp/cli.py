@@ -86,11 +86,15 @@ def _demo(args) -> int:
 
 def _sweep_summary(ds, seconds: float) -> dict:
     n = int(ds.diverged.size)
-    eos = ds.eos_entry_step.values >= 0
+    eos = ds.eos_entry_step.values >= 0 if "eos_entry_step" in ds else np.zeros(0, bool)
     summary = {"trajectories": n, "seconds": round(seconds, 3),
                "chunks_computed": int(ds.attrs["chunks_computed"]),
                "chunks_reused": int(ds.attrs["chunks_reused"]),
-               "diverged": int(ds.diverged.values.sum()), "entered_eos": int(eos.sum())}
+               "diverged": int(ds.diverged.values.sum())}
+    if "eos_entry_step" in ds:
+        summary["entered_eos"] = int(eos.sum())
+    if "stable" in ds:  # an SGD sweep: the linear-stability verdict at the end points
+        summary["linearly_stable"] = int(ds.stable.values.sum())
     if "sharpness_drop" in ds and eos.any():
         summary["median_sharpness_drop"] = float(np.nanmedian(ds.sharpness_drop.values))
     if "cosine_min_norm" in ds:
@@ -105,7 +109,10 @@ def _print_sweep(ds, seconds: float) -> dict:
     rate = s["trajectories"] * steps / seconds if s["chunks_computed"] else float("nan")
     print(f"  {s['trajectories']} trajectories in {seconds:.2f} s ({rate:.3g} trajectory-steps/s; "
           f"{s['chunks_computed']} chunks computed, {s['chunks_reused']} reused from the store)")
-    print(f"  entered EoS: {s['entered_eos']}, diverged: {s['diverged']}"
+    print((f"  entered EoS: {s['entered_eos']}, " if "entered_eos" in s else
+           f"  linearly stable (rho(T_2) <= 1): {s['linearly_stable']}, "
+           if "linearly_stable" in s else "  ")
+          + f"diverged: {s['diverged']}"
           + (f", median sharpness drop after EoS entry {s['median_sharpness_drop']:.3g}"
              if "median_sharpness_drop" in s else "")
           + (f", median cosine to the min-norm interpolant {s['median_cosine_min_norm']:.4f}"
@@ -153,6 +160,10 @@ def _sweep(args) -> int:
     from .sweeps._config import load_config
 
     kwargs = load_config(args.config)
+    if args.method:
+        kwargs["method"] = args.method
+    if args.batch:
+        kwargs["batch"] = args.batch
     if args.store:
         kwargs["store"] = args.store
     store = Path(kwargs.setdefault("store", Path(args.config).with_suffix(".zarr").name))
@@ -167,10 +178,11 @@ def _sweep(args) -> int:
     finally:
         close()
     _print_sweep(ds, seconds)
-    varied = [d for d in ("lr", "wd", "init_norm", "seed") if ds.sizes[d] > 1] or ["lr"]
+    grid = [d for d in ("lr", "batch", "wd", "init_norm", "seed") if d in ds.dims]
+    varied = [d for d in grid if ds.sizes[d] > 1] or ["lr"]
     axes = f"--x {varied[0]}" + (f" --y {varied[1]}" if len(varied) > 1 else "")
-    print(f"  stored in {store}; plot it with: pysharp plot {store} {axes} "
-          "--metric eos_entry_step")
+    metric = "rho_T2" if "rho_T2" in ds else "eos_entry_step"
+    print(f"  stored in {store}; plot it with: pysharp plot {store} {axes} --metric {metric}")
     return 0
 
 
@@ -200,6 +212,11 @@ def _plot(args) -> int:
 def _model_names() -> list[str]:
     from .models._registry import REGISTRY
     return list(REGISTRY)
+
+
+def _method_names() -> list[str]:
+    from .sweeps._compute import METHOD_DIMS
+    return list(METHOD_DIMS)
 
 
 def _run(args) -> int:
@@ -296,8 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--quick", action="store_true", help="seconds instead of minutes")
     rep.set_defaults(func=_reproduce)
     sw = sub.add_parser("sweep", help="run a TOML-configured lr x wd x seed x init_norm sweep "
-                                      "into a resumable Zarr store")
+                                      "(lr x batch x ... for SGD) into a resumable Zarr store")
     sw.add_argument("config", help="TOML file (see examples/)")
+    sw.add_argument("--method", choices=_method_names(),
+                    help="the optimiser (overrides run.method; default gd_wd)")
+    sw.add_argument("--batch", type=int, nargs="+", metavar="B",
+                    help="SGD batch sizes (overrides grid.batch)")
     sw.add_argument("--resume", action="store_true", help="continue an existing store")
     sw.add_argument("--store", help="store path (default: output.store, else CONFIG.zarr)")
     sw.add_argument("--workers", type=int, help="run chunks on N local worker processes")

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from .._backend import core
-from .._validation import as_batch, as_float_array, as_positive_int
+from .._validation import as_batch, as_float_array, as_positive_int, as_real
+from ._registry import ModelEntry, register
 
 
 def _data(X, y, n_min: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -229,6 +230,35 @@ class LinearRegression(SquareLossModel):
     def spec(self) -> dict:
         return {"model": "linear_regression", "X": self.X, "y": self.y, "bias": self.bias}
 
+    @classmethod
+    def synthetic(cls, d: int = 10, n: int = 20, seed: int = 0, noise: float = 0.0,
+                  bias: bool = False) -> LinearRegression:
+        """A teacher-student instance: x ~ N(0, I_d), y = x . w_true (+ noise), ||w_true|| = 1.
+
+        Parameters
+        ----------
+        d, n : int
+            Input dimension and number of samples.
+        seed : int
+            Seed of numpy's default_rng (a stream apart from ``random_point``'s).
+        noise : float
+            Standard deviation of additive Gaussian label noise (0: w_true interpolates).
+        bias : bool
+            Fit an intercept too (the teacher has none).
+
+        The teacher is kept as ``model.w_true`` (d,).
+        """
+        d = as_positive_int(d, "d")
+        n = as_positive_int(n, "n")
+        noise = as_real(noise, "noise", minimum=0.0)
+        rng = np.random.default_rng(as_positive_int(seed, "seed", minimum=0))
+        w_true = rng.standard_normal(d)
+        w_true /= np.linalg.norm(w_true)
+        X = rng.standard_normal((n, d))
+        model = cls(X, X @ w_true + noise * rng.standard_normal(n), bias=bias)
+        model.w_true = w_true
+        return model
+
 
 _ACTIVATIONS = {"tanh": 0, "relu": 1}
 
@@ -320,7 +350,40 @@ class TwoLayerNet(SquareLossModel):
                 "activation": self.activation, "X": self.X if self._has_data else None,
                 "y": self.y if self._has_data else None}
 
+    @classmethod
+    def synthetic(cls, d: int = 8, m: int = 16, n: int = 8, seed: int = 0,
+                  activation: str = "tanh") -> TwoLayerNet:
+        """A teacher-student instance: x ~ N(0, I_d), y = f(x; w_true) for a teacher of the
+        same architecture (so an interpolating minimum exists).
+
+        Parameters
+        ----------
+        d, m, n : int
+            Input dimension, width and number of samples.
+        seed : int
+            Seed of numpy's default_rng (a stream apart from ``random_point``'s).
+        activation : {"tanh", "relu"}
+
+        The teacher's weights, drawn like the standard initialisation (W1 ~ N(0, 1/d),
+        b1 = 0, a ~ N(0, 1)), are kept as ``model.w_true`` (D,).
+        """
+        rng = np.random.default_rng(as_positive_int(seed, "seed", minimum=0))
+        d, n = as_positive_int(d, "d"), as_positive_int(n, "n")
+        X = rng.standard_normal((n, d))
+        teacher = cls(d, m, activation, X=X)
+        w_true = rng.standard_normal(teacher.dim) * teacher._init_scale()
+        model = cls(d, m, activation, X=X, y=teacher.predict(w_true))
+        model.w_true = w_true
+        return model
+
     def __repr__(self) -> str:
         n = self.n if self._has_data else 0
         return (f"TwoLayerNet(d={self.input_dim}, m={self.width}, activation={self.activation!r}, "
                 f"n={n}, dim={self.dim})")
+
+
+# SGD-only models: ``pysharp.sweep(name, method="sgd", ...)`` runs them by name.
+_SGD_PLOTS = ("final_loss", "rho_T2", "stable")
+register(ModelEntry("linear_regression", LinearRegression, LinearRegression.synthetic,
+                    plot_metrics=_SGD_PLOTS))
+register(ModelEntry("two_layer_net", TwoLayerNet, TwoLayerNet.synthetic, plot_metrics=_SGD_PLOTS))

@@ -1,4 +1,5 @@
-"""Parameter sweeps: a grid of GD+WD runs in chunked engine calls, resumable on Zarr.
+"""Parameter sweeps: a grid of GD+WD, projected GD, scalar RMSprop or SGD runs in chunked
+engine calls, resumable on Zarr.
 
 ``pysharp.sweep(...)`` runs the grid and returns an xarray Dataset;
 ``pysharp.open_sweep(store)`` reads a finished store back; ``load_config``

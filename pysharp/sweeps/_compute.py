@@ -1,5 +1,10 @@
 """One sweep chunk: a contiguous block of grid points, run as one engine call.
 
+Four methods share the machinery: ``gd_wd`` (:func:`pysharp.run_gd_wd`), ``pgd``
+(:func:`pysharp.run_pgd`, constant effective LR on the unit sphere),
+``scalar_rmsprop`` (:func:`pysharp.run_scalar_rmsprop`) and ``sgd``
+(:func:`pysharp.run_sgd`); ``METHOD_DIMS`` gives each its grid axes.
+
 ``compute_chunk`` is what an executor runs; it takes and returns plain data
 (a spec, the grid, numbers, NumPy arrays), so it pickles to any process or
 machine. Everything here is deterministic: a chunk computed anywhere, in any
@@ -13,18 +18,34 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dynamics import run_gd_wd
+from ..dynamics import run_gd_wd, run_pgd, run_scalar_rmsprop
 from ..models import ScaleInvariantModel
 from ..models._registry import entry_of
+from ..sgd import run_sgd
+from ..stability import second_moment_operator
 from . import _spec
 
-#: Grid dimensions, in the order of the Dataset's axes (trajectories are laid
-#: out flat in this C order).
+#: Grid dimensions of a GD-type sweep, in the order of the Dataset's axes
+#: (trajectories are laid out flat in this C order).
 GRID_DIMS = ("lr", "wd", "seed", "init_norm")
+
+#: The methods ``pysharp.sweep`` runs -> their grid dimensions (C order).
+METHOD_DIMS = {"gd_wd": GRID_DIMS, "pgd": GRID_DIMS, "scalar_rmsprop": GRID_DIMS,
+               "sgd": ("lr", "batch", "wd", "seed", "init_norm")}
+
+#: Every grid axis of any method.
+ALL_GRID_DIMS = tuple(dict.fromkeys(d for dims in METHOD_DIMS.values() for d in dims))
 
 #: Recorded metrics: name -> record axis.
 RECORDED = {"loss": "step", "norm2": "step", "eff_lr": "step",
             "sharpness": "sharpness_step", "eos_ratio": "sharpness_step"}
+
+#: The recorded metrics of an SGD sweep (``pysharp.SGDResult`` records the loss only).
+SGD_RECORDED = {"loss": "step"}
+
+#: A point counts as linearly stable when rho(T_2) <= 1 + this (rounding of the
+#: eigenvalues), the slack of :func:`pysharp.stability.is_linearly_stable`.
+STABLE_RTOL = 1e-9
 
 SUMMARY_DOC = {
     "eos_entry_step": "first sharpness step with eff_lr * sharpness >= 2 (1 - eos_tol); -1: never",
@@ -40,10 +61,23 @@ SUMMARY_DOC = {
                       "after step 0, which leaves the peak unrecorded)",
 }  # the models' own summaries document themselves in the registry (``summary_doc``)
 
+SGD_SUMMARY_DOC = {
+    "diverged": SUMMARY_DOC["diverged"],
+    "diverged_step": SUMMARY_DOC["diverged_step"],
+    "final_loss": "full-batch training loss at the last record (NaN if diverged)",
+    "rho_T2": "spectral radius of the second-moment operator T_2 of linearised SGD at the final "
+              "iterate for the point's lr and batch (pysharp.stability.second_moment_operator; "
+              "exact at an interpolating minimum, the Gauss-Newton linearisation elsewhere; NaN "
+              "if diverged)",
+    "stable": f"linearly stable at the final iterate: rho_T2 <= 1 (+ {STABLE_RTOL:g} for "
+              "rounding); False if diverged",
+}
 
-def summary_doc(model: ScaleInvariantModel) -> dict[str, str]:
-    """Descriptions of every summary variable of a sweep of ``model``."""
-    return SUMMARY_DOC | {name: s.doc for name, s in _model_summaries(model).items()}
+
+def summary_doc(model: ScaleInvariantModel, method: str = "gd_wd") -> dict[str, str]:
+    """Descriptions of every summary variable of a ``method`` sweep of ``model``."""
+    base = SGD_SUMMARY_DOC if method == "sgd" else SUMMARY_DOC
+    return base | {name: s.doc for name, s in _model_summaries(model).items()}
 
 
 def _model_summaries(model: ScaleInvariantModel) -> dict:
@@ -61,6 +95,26 @@ class Settings:
     jitter: float
     eos_tol: float
     backend: str
+    method: str = "gd_wd"
+    rms_beta: float | None = None  # scalar_rmsprop only
+    rms_eps: float | None = None  # scalar_rmsprop only
+    replacement: bool | None = None  # sgd only
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """The grid axes of this method, in C order."""
+        return METHOD_DIMS[self.method]
+
+    @property
+    def recorded(self) -> dict[str, str]:
+        """The recorded metrics of this method: name -> record axis."""
+        return SGD_RECORDED if self.method == "sgd" else RECORDED
+
+    def identity(self) -> dict:
+        """The settings as stored in a sweep's identity: the method is stored beside them, and
+        a setting another method has not (None) is left out, so a GD+WD sweep's identity is
+        what it was before other methods existed."""
+        return {k: v for k, v in self.__dict__.items() if k != "method" and v is not None}
 
     def record_steps(self) -> dict[str, np.ndarray]:
         steps = np.arange(0, self.steps + 1, self.record_every)
@@ -72,6 +126,12 @@ class Settings:
 def layout(model: ScaleInvariantModel, settings: Settings) -> dict[str, tuple[tuple, str]]:
     """Per-trajectory outputs of a chunk: name -> (shape after the trajectory axis, dtype)."""
     lengths = {k: len(v) for k, v in settings.record_steps().items()}
+    if settings.method == "sgd":
+        out = {"loss": ((lengths["step"],), "float64"), "final_loss": ((), "float64"),
+               "diverged": ((), "bool"), "diverged_step": ((), "int64"),
+               "rho_T2": ((), "float64"), "stable": ((), "bool")}
+        out.update({name: ((), "float64") for name in _model_summaries(model)})
+        return out
     out = {name: ((lengths[axis],), "float64") for name, axis in RECORDED.items()
            if lengths[axis] or axis == "step"}
     out.update({"eos_entry_step": ((), "int64"), "diverged": ((), "bool"),
@@ -84,11 +144,12 @@ def layout(model: ScaleInvariantModel, settings: Settings) -> dict[str, tuple[tu
     return out
 
 
-def grid_points(grid: dict[str, np.ndarray], start: int, stop: int) -> dict[str, np.ndarray]:
-    """The (lr, wd, seed, init_norm) values of flat trajectories start..stop-1."""
-    shape = tuple(len(grid[d]) for d in GRID_DIMS)
+def grid_points(grid: dict[str, np.ndarray], start: int, stop: int,
+                dims: tuple[str, ...] = GRID_DIMS) -> dict[str, np.ndarray]:
+    """The grid values (one array per axis of ``dims``) of flat trajectories start..stop-1."""
+    shape = tuple(len(grid[d]) for d in dims)
     index = np.unravel_index(np.arange(start, stop), shape)
-    return {d: np.asarray(grid[d])[i] for d, i in zip(GRID_DIMS, index)}
+    return {d: np.asarray(grid[d])[i] for d, i in zip(dims, index)}
 
 
 def initial_points(model: ScaleInvariantModel, seeds: np.ndarray,
@@ -99,21 +160,50 @@ def initial_points(model: ScaleInvariantModel, seeds: np.ndarray,
     return W0 * (norms / np.linalg.norm(W0, axis=1))[:, None]
 
 
+def run_chunk(model, settings: Settings, pts: dict[str, np.ndarray], start: int):
+    """The ``pysharp.run_*`` call of one chunk: a Trajectory, or an SGDResult for ``sgd``.
+
+    Parameters
+    ----------
+    model
+        The sweep's model.
+    settings : Settings
+    pts : dict
+        The chunk's grid values, ``grid_points(grid, start, stop, settings.dims)``.
+    start : int
+        The chunk's first flat trajectory, passed as ``first_trajectory``: the engine
+        keys its random streams (jitter, Lanczos starts, SGD batches) by the global
+        trajectory index, so a point's numbers do not depend on the chunking.
+    """
+    W0 = initial_points(model, pts["seed"], pts["init_norm"])
+    common = dict(record_every=settings.record_every, first_trajectory=start)
+    if settings.method == "sgd":
+        return run_sgd(model, W0, pts["lr"], pts["batch"].astype(np.int64), settings.steps,
+                       wd=pts["wd"], replacement=bool(settings.replacement), seed=0, **common)
+    common.update(sharpness_every=settings.sharpness_every, jitter=settings.jitter, seed=0,
+                  backend=settings.backend, eos_tol=settings.eos_tol)
+    if settings.method == "pgd":  # the lr axis is the constant effective LR; wd is 0
+        return run_pgd(model, W0, pts["lr"], settings.steps, **common)
+    if settings.method == "scalar_rmsprop":
+        return run_scalar_rmsprop(model, W0, pts["lr"], pts["wd"], settings.steps,
+                                  beta=settings.rms_beta, eps=settings.rms_eps, **common)
+    return run_gd_wd(model, W0, pts["lr"], pts["wd"], settings.steps, **common)
+
+
 def compute_chunk(spec: dict, grid: dict[str, np.ndarray], settings: Settings,
                   start: int, stop: int) -> dict[str, np.ndarray]:
     """Run grid points start..stop-1 in one engine call; arrays with a leading (stop - start,)
     axis."""
     model = _spec.cached(spec)
-    pts = grid_points(grid, start, stop)
-    W0 = initial_points(model, pts["seed"], pts["init_norm"])
-    tr = run_gd_wd(model, W0, pts["lr"], pts["wd"], settings.steps,
-                   record_every=settings.record_every, sharpness_every=settings.sharpness_every,
-                   jitter=settings.jitter, seed=0, backend=settings.backend,
-                   eos_tol=settings.eos_tol, first_trajectory=start)
+    pts = grid_points(grid, start, stop, settings.dims)
+    tr = run_chunk(model, settings, pts, start)
+    if settings.method == "sgd":
+        return summarise_sgd(model, tr)
     return summarise(model, tr, settings)
 
 
-def end_sharpness(model: ScaleInvariantModel, w: np.ndarray, lr, wd) -> np.ndarray:
+def end_sharpness(model: ScaleInvariantModel, w: np.ndarray, lr, wd, *,
+                  eff_lr=None) -> np.ndarray:
     """Mean spherical sharpness over the two phases of the period-two oscillation, (B,).
 
     Parameters
@@ -122,7 +212,13 @@ def end_sharpness(model: ScaleInvariantModel, w: np.ndarray, lr, wd) -> np.ndarr
     w : ndarray, shape (B, D)
         Final iterates w_T.
     lr, wd : float or ndarray, shape (B,)
-        Their hyperparameters; one more GD+WD step gives w_T+1.
+        Their hyperparameters; without ``eff_lr`` one more GD+WD step gives w_T+1.
+    eff_lr : float or ndarray, shape (B,), optional
+        The effective LR eta_T of the step from w_T (``Trajectory.eff_lr`` at step T):
+        w_T+1 is then the direction of w_T - eta_T ||w_T||^2 grad L(w_T), the
+        method's own step on the sphere: projected GD's theta - eta grad L(theta),
+        and scalar RMSprop's (1 - lr wd) w - lr grad L(w) / (sqrt(v_T) + eps) up to
+        the positive factor 1 - lr wd, which the spherical sharpness ignores.
 
     Returns
     -------
@@ -135,6 +231,8 @@ def end_sharpness(model: ScaleInvariantModel, w: np.ndarray, lr, wd) -> np.ndarr
     w = np.atleast_2d(np.asarray(w, dtype=np.float64))
     lr = np.broadcast_to(np.asarray(lr, dtype=np.float64), w.shape[:1])
     wd = np.broadcast_to(np.asarray(wd, dtype=np.float64), w.shape[:1])
+    if eff_lr is not None:
+        eff_lr = np.broadcast_to(np.asarray(eff_lr, dtype=np.float64), w.shape[:1])
     fallback = np.ones(model.dim) / np.sqrt(model.dim)
     total = np.zeros(w.shape[0])
     point = w
@@ -143,11 +241,15 @@ def end_sharpness(model: ScaleInvariantModel, w: np.ndarray, lr, wd) -> np.ndarr
         start = grad + 1e-3 * np.linalg.norm(grad, axis=1, keepdims=True) * fallback
         start[~np.any(grad != 0, axis=1)] = fallback
         total += spherical_sharpness(model, point, start=start, method="lanczos").eigenvalues[:, 0]
-        point = (1 - lr * wd)[:, None] * point - lr[:, None] * grad
+        if eff_lr is None:
+            point = (1 - lr * wd)[:, None] * point - lr[:, None] * grad
+        else:
+            norm2 = np.einsum("ij,ij->i", point, point)
+            point = point - (eff_lr * norm2)[:, None] * grad
     return 0.5 * total
 
 
-def sharpness_drop(model: ScaleInvariantModel, tr) -> np.ndarray:
+def sharpness_drop(model: ScaleInvariantModel, tr, steps: int | None = None) -> np.ndarray:
     """Sharpness lost after EoS entry, (B,); NaN where the edge was never reached or the run
     diverged.
 
@@ -161,12 +263,17 @@ def sharpness_drop(model: ScaleInvariantModel, tr) -> np.ndarray:
       ``sharpness_every`` steps from one grid point to the next. A run that enters
       before the first record after step 0 has no such record: NaN (step 0 is the
       start, usually far from the minimisers and their sharpness).
-    - the end is the mean of S(w_T) and S(w_T+1), one more GD+WD step: at EoS the
-      iterate oscillates with period two and S differs between the two phases by a
-      few per cent, while which phase lands on step T is an accident of each run.
+    - the end is the mean of S(w_T) and S(w_T+1), one more step of the run's own
+      method (GD+WD, or for projected GD and scalar RMSprop the step of effective LR
+      ``tr.eff_lr`` at T, see :func:`end_sharpness`): at EoS the iterate oscillates
+      with period two and S differs between the two phases by a few per cent, while
+      which phase lands on step T is an accident of each run.
       Lanczos is warm-started from the gradient (at EoS the gradient lies along the
       top eigenvector) so no random start enters and each row is computed alone:
       the value does not depend on the chunk.
+
+    ``steps`` (the run's T) is needed for scalar RMSprop, whose step size at T is read
+    from ``tr.eff_lr`` recorded at T.
     """
     sharp = tr.sharpness
     B = sharp.shape[1]
@@ -179,7 +286,13 @@ def sharpness_drop(model: ScaleInvariantModel, tr) -> np.ndarray:
     at = np.searchsorted(tr.sharpness_steps, tr.eos_entry_step[idx])
     upto = np.arange(len(sharp))[:, None] <= at
     peak = np.max(np.where(upto, sharp[:, idx], -np.inf), axis=0)
-    end = end_sharpness(model, tr.w[idx], tr.lr[idx], tr.wd[idx])
+    if tr.method == "gd_wd":
+        end = end_sharpness(model, tr.w[idx], tr.lr[idx], tr.wd[idx])
+    else:  # pgd: eff_lr is eta; scalar_rmsprop: the sweep makes step T a record step
+        if tr.method == "scalar_rmsprop" and tr.steps[-1] != steps:
+            raise ValueError("scalar_rmsprop: the end sharpness needs eff_lr recorded at the "
+                             "last step, steps (record_every must divide steps)")
+        end = end_sharpness(model, tr.w[idx], tr.lr[idx], tr.wd[idx], eff_lr=tr.eff_lr[-1, idx])
     drop[idx] = peak - end
     return drop
 
@@ -197,11 +310,35 @@ def summarise(model: ScaleInvariantModel, tr, settings: Settings) -> dict[str, n
         finite = np.isfinite(sharp)
         out["min_sharpness"] = np.where(finite.any(axis=0),
                                         np.min(np.where(finite, sharp, np.inf), axis=0), np.nan)
-        out["sharpness_drop"] = sharpness_drop(model, tr)
+        out["sharpness_drop"] = sharpness_drop(model, tr, settings.steps)
     for name, summary in _model_summaries(model).items():
         values = np.full(len(tr.diverged), np.nan)
         alive = ~tr.diverged
         if alive.any():
             values[alive] = summary.compute(model, tr.w[alive])
+        out[name] = values
+    return out
+
+
+def summarise_sgd(model, res) -> dict[str, np.ndarray]:
+    """The outputs of an SGD chunk (see ``layout``) from a batched ``SGDResult``.
+
+    ``rho_T2`` is computed row by row, each from its own final iterate, lr and batch
+    (``pysharp.stability.second_moment_operator``, the sampling scheme of the run), so
+    a row's value does not depend on the rest of the chunk.
+    """
+    B = len(res.diverged)
+    rho = np.full(B, np.nan)
+    for j in np.flatnonzero(~res.diverged):
+        rho[j] = second_moment_operator(model, res.w[j], float(res.lr[j]), int(res.batch[j]),
+                                        replacement=res.replacement).spectral_radius
+    out = {"loss": np.ascontiguousarray(res.loss.T), "final_loss": res.loss[-1].copy(),
+           "diverged": res.diverged.copy(), "diverged_step": res.diverged_step.astype(np.int64),
+           "rho_T2": rho, "stable": np.asarray(rho <= 1 + STABLE_RTOL)}
+    for name, summary in _model_summaries(model).items():
+        values = np.full(B, np.nan)
+        alive = ~res.diverged
+        if alive.any():
+            values[alive] = summary.compute(model, res.w[alive])
         out[name] = values
     return out

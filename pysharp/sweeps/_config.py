@@ -18,6 +18,23 @@ Example (see ``examples/`` for more)::
 
     [output]
     store = "bn-linreg.zarr"
+
+Other methods: ``[run] method = "pgd" | "scalar_rmsprop" | "sgd"`` (default
+``"gd_wd"``). For ``"sgd"`` the grid takes ``batch`` (batch sizes) and ``wd``
+may be left out (0)::
+
+    [model]
+    name = "linear_regression"
+    d = 10
+    n = 20
+
+    [grid]
+    lr = { geomspace = [0.01, 1.0, 24] }
+    batch = [1, 2, 4, 8, 20]
+
+    [run]
+    method = "sgd"
+    steps = 5000
 """
 
 from __future__ import annotations
@@ -29,15 +46,18 @@ from typing import Any
 import numpy as np
 
 from . import _spec
+from ._compute import METHOD_DIMS
 
 _SECTIONS = {
     "model": None,  # checked against the model's factory
-    "grid": {"lr", "wd", "seeds", "init_norm"},
-    "run": {"steps", "record_every", "sharpness_every", "jitter", "eos_tol", "backend",
-            "chunk_size"},
+    "grid": {"lr", "wd", "seeds", "init_norm", "batch"},
+    "run": {"method", "steps", "record_every", "sharpness_every", "jitter", "eos_tol", "backend",
+            "chunk_size", "replacement", "rms_beta", "rms_eps"},
     "output": {"store"},
 }
-_REQUIRED = {"model": {"name"}, "grid": {"lr", "wd"}, "run": {"steps"}}
+_REQUIRED = {"model": {"name"}, "grid": {"lr"}, "run": {"steps"}}
+#: Methods whose grid needs ``wd`` (the others default it to 0).
+_NEED_WD = ("gd_wd", "scalar_rmsprop")
 
 
 def _toml():
@@ -101,13 +121,24 @@ def parse(config: dict, source: str = "config") -> dict:
             if allowed is not None and key not in allowed:
                 raise ValueError(f"{source}: unknown key {section}.{key}; "
                                  f"[{section}] takes {sorted(allowed)}")
+    method = config.get("run", {}).get("method", "gd_wd")
+    if not isinstance(method, str) or method not in METHOD_DIMS:
+        raise ValueError(f"{source}: run.method must be one of {sorted(METHOD_DIMS)}, "
+                         f"got {method!r}")
+    if method in _NEED_WD and "wd" not in config["grid"]:
+        raise ValueError(f"{source}: missing grid.wd (method {method!r})")
+    if method == "sgd" and "batch" not in config["grid"]:
+        raise ValueError(f"{source}: missing grid.batch (method 'sgd')")
     kwargs: dict[str, Any] = {"model": _spec.normalise(dict(config["model"]))}
     for key, value in config["grid"].items():
         kwargs[key] = grid_values(value, f"grid.{key}")
     for key, value in config.get("run", {}).items():
-        if key in ("backend",):
+        if key in ("backend", "method"):
             if not isinstance(value, str):
                 raise ValueError(f"run.{key} must be a string")
+        elif key == "replacement":
+            if not isinstance(value, bool):
+                raise ValueError("run.replacement must be true or false")
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"run.{key} must be a number")
         kwargs[key] = value

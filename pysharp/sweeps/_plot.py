@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._compute import GRID_DIMS
+from ._compute import ALL_GRID_DIMS
 
 _REDUCERS = {"mean": np.nanmean, "median": np.nanmedian, "min": np.nanmin, "max": np.nanmax}
 # Integer codes where -1 means "never": not a value to average.
@@ -28,8 +28,9 @@ def metric_values(ds, metric: str, keep: list[str], reduce: str = "mean",
         raise ValueError(f"reduce must be one of {sorted(_REDUCERS)}, got {reduce!r}")
     da = ds[metric]
     for dim, value in (sel or {}).items():
-        if dim not in GRID_DIMS:
-            raise ValueError(f"can only select grid axes {GRID_DIMS}, got {dim!r}")
+        if dim not in ALL_GRID_DIMS or dim not in da.dims:
+            grid_axes = [d for d in da.dims if d in ALL_GRID_DIMS]
+            raise ValueError(f"can only select grid axes {grid_axes}, got {dim!r}")
         da = da.sel({dim: value}, method="nearest")
     for dim in keep:
         if dim not in da.dims:

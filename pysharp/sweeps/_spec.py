@@ -6,8 +6,9 @@ synthetic model needs. Two forms are accepted:
 
 - ``{"name": "bn_linear_regression", "d": 40, "n": 20, "seed": 0}``: a
   registered synthetic model and the arguments of its factory;
-- a model instance, whose ``spec()`` (its data arrays included) is shipped
-  instead; the stored metadata then keeps only the arrays' SHA-256.
+- a model instance (scale-invariant, or a square-loss model for SGD), whose
+  ``spec()`` (its data arrays included) is shipped instead; the stored
+  metadata then keeps only the arrays' SHA-256.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..models import ScaleInvariantModel
+from ..models import ScaleInvariantModel, SquareLossModel
 from ..models._registry import REGISTRY, entry_of
 
 
@@ -34,7 +35,7 @@ def normalise(model: Any) -> dict:
 
     Raises ValueError naming an unknown model or parameter, before any work.
     """
-    if isinstance(model, ScaleInvariantModel):
+    if isinstance(model, (ScaleInvariantModel, SquareLossModel)):
         spec = dict(model.spec())
         entry_of(model)  # an unregistered model class cannot be rebuilt by a worker
         out = {"name": spec.pop("model"), "data": spec}
@@ -60,7 +61,7 @@ def normalise(model: Any) -> dict:
     return spec
 
 
-def build(spec: dict) -> ScaleInvariantModel:
+def build(spec: dict) -> ScaleInvariantModel | SquareLossModel:
     """The model a spec describes (a fresh instance)."""
     if "data" in spec:
         model = REGISTRY[spec["name"]].cls(**spec["data"])
@@ -72,11 +73,11 @@ def build(spec: dict) -> ScaleInvariantModel:
 
 
 @lru_cache(maxsize=8)
-def _cached(spec_json: str) -> ScaleInvariantModel:
+def _cached(spec_json: str) -> ScaleInvariantModel | SquareLossModel:
     return build(json.loads(spec_json))
 
 
-def cached(spec: dict) -> ScaleInvariantModel:
+def cached(spec: dict) -> ScaleInvariantModel | SquareLossModel:
     """The model of ``spec``, built once per process and shared (do not mutate it).
 
     Data specs (from a model instance) are rebuilt each time.

@@ -1,10 +1,11 @@
 """The resumable Zarr store of a sweep: an xarray store with completion markers.
 
 Layout of ``path.zarr`` (Zarr format 3): one array per output on the grid's
-named axes (``dimension_names`` = lr, wd, seed, init_norm and, for recorded
-metrics, ``step`` or ``sharpness_step``), one array per coordinate, the
-Dataset's attributes as the group's attributes. ``xarray.open_zarr(path)``
-therefore returns the Dataset ``pysharp.sweep`` returned.
+named axes (``dimension_names`` = lr, wd, seed, init_norm, or lr, batch, wd,
+seed, init_norm for SGD, and, for recorded metrics, ``step`` or
+``sharpness_step``), one array per coordinate, the Dataset's attributes as
+the group's attributes. ``xarray.open_zarr(path)`` therefore returns the
+Dataset ``pysharp.sweep`` returned.
 
 A sweep chunk is one block of the grid (see :func:`block_shape`) and exactly
 one Zarr chunk of each array, so no two sweep chunks ever share bytes. A chunk

@@ -1,4 +1,4 @@
-"""``pysharp.sweep``: a Cartesian lr x wd x seed x init_norm grid of GD+WD runs."""
+"""``pysharp.sweep``: a Cartesian grid of GD+WD, projected GD, scalar RMSprop or SGD runs."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ import numpy as np
 
 from .._dispatch import resolve
 from .._validation import as_positive_int, as_real, check_nonzero_rows
+from ..models import BNLinearRegression, ScaleInvariantModel, SquareLossModel
+from ..models._registry import REGISTRY, entry_of
 from . import _spec
 from ._compute import (
     GRID_DIMS,
+    METHOD_DIMS,
     RECORDED,
     SUMMARY_DOC,
     Settings,
@@ -62,15 +65,76 @@ def _axis(values, name: str, *, integer: bool = False, positive: bool = False) -
     return a
 
 
-def make_grid(lr, wd, seeds, init_norm) -> dict[str, np.ndarray]:
-    """The validated grid axes, in the order of ``GRID_DIMS``."""
+def make_grid(lr, wd, seeds, init_norm, batch=None, method: str = "gd_wd"
+              ) -> dict[str, np.ndarray]:
+    """The validated grid axes of ``method``, in the order of ``METHOD_DIMS[method]``."""
     grid = {"lr": _axis(lr, "lr", positive=True), "wd": _axis(wd, "wd"),
             "seed": _axis(seeds, "seeds", integer=True),
             "init_norm": _axis(init_norm, "init_norm", positive=True)}
+    if method == "sgd":
+        grid["batch"] = _axis(batch, "batch", integer=True)  # bounds: see _check_method
     if grid["lr"].max() * grid["wd"].max() >= 1:
         raise ValueError("lr * wd must be < 1 at every grid point "
                          f"(max lr {grid['lr'].max()} x max wd {grid['wd'].max()})")
-    return grid
+    if method == "pgd":
+        if grid["wd"].tolist() != [0.0]:
+            raise ValueError("method='pgd' runs projected GD on the unit sphere with a constant "
+                             "effective LR (the lr axis), which has no weight decay: wd must be "
+                             f"0 (the default), got {grid['wd'].tolist()}")
+        if grid["init_norm"].tolist() != [1.0]:
+            raise ValueError("method='pgd' starts on the unit sphere: init_norm must be 1 "
+                             f"(the default), got {grid['init_norm'].tolist()}")
+    return {d: grid[d] for d in METHOD_DIMS[method]}
+
+
+def _check_method(method, model, grid_batch, *, sharpness_every, jitter, backend,
+                  replacement, rms_beta, rms_eps) -> None:
+    """Refuse, before any work, a method that does not fit the model or the other arguments."""
+    name = entry_of(model).name
+    if method == "sgd":
+        if not isinstance(model, (SquareLossModel, BNLinearRegression)):
+            sgd_models = sorted(e.name for e in REGISTRY.values()
+                                if issubclass(e.cls, (SquareLossModel, BNLinearRegression)))
+            raise ValueError(f"method='sgd' needs a square-loss model or BN linear regression "
+                             f"({', '.join(sgd_models)}); {name!r} is not one")
+        if sharpness_every:
+            raise ValueError("sharpness_every: method='sgd' records no sharpness (leave it unset)")
+        if jitter:
+            raise ValueError("jitter: method='sgd' has no jitter (its noise is the batches')")
+        if backend not in ("auto", "cpp"):
+            raise ValueError(f"backend: method='sgd' runs on the compiled core ('cpp'), "
+                             f"got {backend!r}")
+        if replacement is not None and not isinstance(replacement, (bool, np.bool_)):
+            raise TypeError(f"replacement must be a bool, got {type(replacement).__name__}")
+        bn = isinstance(model, BNLinearRegression)
+        if grid_batch.min() < (2 if bn else 1):
+            why = " for BN linear regression (ghost BN takes each batch's mean and std)"
+            raise ValueError(f"batch sizes must be >= {2 if bn else 1}{why if bn else ''}, "
+                             f"got {grid_batch.min()}")
+        if not replacement and grid_batch.max() > model.n:
+            raise ValueError(f"batch sizes must be <= n = {model.n} without replacement, "
+                             f"got {grid_batch.max()}")
+    else:
+        if not isinstance(model, ScaleInvariantModel):
+            raise ValueError(f"method={method!r} needs a scale-invariant model; {name!r} is a "
+                             "square-loss model: use method='sgd'")
+        if grid_batch is not None:
+            raise ValueError(f"batch applies to method='sgd' only, not {method!r}")
+        if replacement is not None:
+            raise ValueError(f"replacement applies to method='sgd' only, not {method!r}")
+    if method != "scalar_rmsprop" and (rms_beta is not None or rms_eps is not None):
+        raise ValueError(f"rms_beta and rms_eps apply to method='scalar_rmsprop' only, "
+                         f"not {method!r}")
+
+
+def _default_record_every(steps: int, method: str) -> int:
+    """steps // 100 (at least 1); for scalar RMSprop the largest divisor of steps up to that,
+    so that step T is recorded (see ``sharpness_drop``)."""
+    every = max(1, steps // 100)
+    if method == "scalar_rmsprop":
+        while steps % every:
+            every -= 1
+    return every
 
 
 def _check_starts(model, grid: dict[str, np.ndarray]) -> None:
@@ -81,13 +145,16 @@ def _check_starts(model, grid: dict[str, np.ndarray]) -> None:
     is checked at those two.
     """
     norms = np.array([grid["init_norm"].min(), grid["init_norm"].max()])
+    if not isinstance(model, ScaleInvariantModel):  # a square-loss model: any finite w is fine
+        norms = norms[-1:].repeat(2)
     for s in grid["seed"]:
         W0 = initial_points(model, np.array([s, s]), norms)
         try:
             if not np.all(np.isfinite(W0)):
                 raise ValueError("the start is not finite")
             check_nonzero_rows(W0, "w0")
-            model.loss(W0)
+            if not np.all(np.isfinite(model.loss(W0))):
+                raise ValueError("the loss is not finite there")
         except ValueError as exc:
             raise ValueError(f"seeds = {int(s)} with init_norm in [{norms[0]}, {norms[1]}] "
                              f"gives an unusable start: {exc}") from None
@@ -115,12 +182,18 @@ class _Progress:
             self.bar.close()
 
 
-def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
-          record_every: int | None = None, sharpness_every: int | None = None,
-          jitter: float = 0.0, eos_tol: float = 0.05, backend: str = "auto",
+def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
+          method: str = "gd_wd", steps: int, record_every: int | None = None,
+          sharpness_every: int | None = None, jitter: float = 0.0, eos_tol: float = 0.05,
+          backend: str = "auto", replacement: bool | None = None,
+          rms_beta: float | None = None, rms_eps: float | None = None,
           store: str | Path | None = None, executor: Executor | None = None,
           chunk_size: int = 2048, progress: bool = True):
-    """GD+WD on every point of the grid lr x wd x seeds x init_norm, as an xarray Dataset.
+    """``method`` on every point of a grid of hyperparameters, as an xarray Dataset.
+
+    The grid is lr x wd x seeds x init_norm for the scale-invariant methods
+    (``"gd_wd"``, ``"pgd"``, ``"scalar_rmsprop"``) and lr x batch x wd x seeds x
+    init_norm for ``"sgd"``.
 
     The grid is laid out flat (C order over lr, wd, seed, init_norm) and cut
     into chunks of at most ``chunk_size`` trajectories, each a block of whole
@@ -138,22 +211,41 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
 
     Parameters
     ----------
-    model : str, dict or ScaleInvariantModel
+    model : str, dict or model instance
         A registered synthetic model by name (``"bn_linear_regression"``,
-        ``"bn_matrix_completion"``, ``"toy3d"``) or as a spec dict
+        ``"bn_matrix_completion"``, ``"toy3d"``; for ``"sgd"`` also
+        ``"linear_regression"`` and ``"two_layer_net"``) or as a spec dict
         ``{"name": ..., **factory_parameters}``; workers rebuild it from the
         spec. A model instance is shipped as its data (fine for small data).
     lr, wd : float or 1-D array_like
         Learning rates (> 0) and weight decays (>= 0), lr wd < 1; distinct values.
+        ``wd`` is required for ``"gd_wd"`` and ``"scalar_rmsprop"`` and defaults to
+        0 otherwise; for ``"pgd"`` ``lr`` is the constant effective LR eta on the
+        unit sphere and ``wd`` must be 0.
     seeds : int or 1-D array_like of int
         Seeds of the starting directions: w0 = init_norm * the direction of
-        ``model.random_point(seed=seed)``.
+        ``model.random_point(seed=seed)`` (for a square-loss model the standard
+        initialisation's direction).
     init_norm : float or 1-D array_like
-        Initial norms ||w0|| (> 0).
+        Initial norms ||w0|| (> 0); 1 (the unit sphere) for ``"pgd"``.
+    batch : int or 1-D array_like of int
+        ``"sgd"`` only (required there): batch sizes, in [1, n] ([2, n] for BN
+        linear regression; no upper bound with ``replacement``).
+    method : {"gd_wd", "pgd", "scalar_rmsprop", "sgd"}
+        :func:`pysharp.run_gd_wd`, :func:`pysharp.run_pgd` (constant effective LR),
+        :func:`pysharp.run_scalar_rmsprop` or :func:`pysharp.run_sgd`. Part of a
+        store's identity.
     steps, record_every, sharpness_every, jitter, eos_tol
         As in :func:`pysharp.run_gd_wd` (defaults: steps // 100 and steps // 20).
+        ``"scalar_rmsprop"`` needs record_every to divide steps (its default does).
+        ``"sgd"`` records the loss only: no sharpness_every, no jitter.
     backend : str
-        The engine's backend (see :func:`pysharp.backends`), resolved once here.
+        The engine's backend (see :func:`pysharp.backends`), resolved once here;
+        ``"sgd"`` runs on the compiled core.
+    replacement : bool, optional
+        ``"sgd"`` only: draw batches with replacement (default False).
+    rms_beta, rms_eps : float, optional
+        ``"scalar_rmsprop"`` only: its ``beta`` and ``eps`` (defaults 0.99, 1e-12).
     store : path, optional
         A Zarr directory, readable as ``xarray.open_zarr(store)``. Each finished
         chunk is written at once and marked complete with checksums; calling
@@ -187,6 +279,15 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
         Dataset is lazy (dask-backed when dask is installed): values are read
         from the store when used.
 
+        For ``"sgd"``: dimensions (lr, batch, wd, seed, init_norm) and ``step``;
+        the recorded full-batch ``loss`` and ``final_loss``, ``diverged``,
+        ``diverged_step``, ``rho_T2`` (the spectral radius of the second-moment
+        operator of linearised SGD at the final iterate, for the point's lr and
+        batch: :func:`pysharp.stability.second_moment_operator`) and ``stable``
+        (rho_T2 <= 1, the exact linear-stability verdict at an interpolating
+        minimum), with the model's own summaries. A ``lr x batch`` map:
+        ``pysharp.sweeps.plot(ds, x="lr", y="batch", metric="rho_T2")``.
+
     Raises
     ------
     MemoryError
@@ -201,18 +302,46 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
     Use :func:`pysharp.run_gd_wd` directly for a handful of trajectories.
     """
     xr = _need("xarray")
+    if not isinstance(method, str) or method not in METHOD_DIMS:
+        raise ValueError(f"method must be one of {sorted(METHOD_DIMS)}, got {method!r}")
     spec = _spec.normalise(model)
-    grid = make_grid(lr, wd, seeds, init_norm)
+    if wd is None:
+        if method in ("gd_wd", "scalar_rmsprop"):
+            raise ValueError(f"wd is required for method={method!r}")
+        wd = 0.0
+    if batch is None and method == "sgd":
+        raise ValueError("batch is required for method='sgd' (a batch size or a list of them)")
+    grid_batch = None if batch is None else _axis(batch, "batch", integer=True)
+    _check_method(method, _spec.cached(spec), grid_batch, sharpness_every=sharpness_every,
+                  jitter=jitter, backend=backend, replacement=replacement,
+                  rms_beta=rms_beta, rms_eps=rms_eps)
+    grid = make_grid(lr, wd, seeds, init_norm, batch, method)
     steps = as_positive_int(steps, "steps")
+    record_every = as_positive_int(record_every if record_every is not None
+                                   else _default_record_every(steps, method), "record_every")
+    extra: dict[str, Any] = {}
+    if method == "scalar_rmsprop":
+        if steps % record_every:
+            raise ValueError(f"record_every = {record_every} must divide steps = {steps} for "
+                             "method='scalar_rmsprop': the end sharpness takes one more RMSprop "
+                             "step, whose size is read from eff_lr recorded at the last step")
+        beta = as_real(0.99 if rms_beta is None else rms_beta, "rms_beta", minimum=0.0)
+        if beta >= 1:
+            raise ValueError(f"rms_beta must be < 1, got {beta}")
+        extra = {"rms_beta": beta,
+                 "rms_eps": as_real(1e-12 if rms_eps is None else rms_eps, "rms_eps",
+                                    minimum=0.0)}
+    if method == "sgd":
+        extra = {"replacement": bool(replacement)}
+        sharpness_every = 0
     settings = Settings(
-        steps=steps,
-        record_every=as_positive_int(record_every if record_every is not None
-                                     else max(1, steps // 100), "record_every"),
+        steps=steps, record_every=record_every,
         sharpness_every=as_positive_int(sharpness_every if sharpness_every is not None
                                         else max(1, steps // 20), "sharpness_every", minimum=0),
         jitter=as_real(jitter, "jitter", minimum=0.0),
         eos_tol=as_real(eos_tol, "eos_tol", minimum=0.0),
-        backend=resolve(backend, trajectories=True))
+        backend="cpp" if method == "sgd" else resolve(backend, trajectories=True),
+        method=method, **extra)
     chunk_size = as_positive_int(chunk_size, "chunk_size")
     if executor is not None and not isinstance(executor, Executor):
         raise TypeError("executor must be a concurrent.futures.Executor, e.g. "
@@ -226,16 +355,17 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
             raise ValueError(f"store: {store} exists and is not a directory")
     _check_starts(_spec.cached(spec), grid)
     out_layout = layout(_spec.cached(spec), settings)
-    docs = summary_doc(_spec.cached(spec))
-    shape = tuple(len(grid[d]) for d in GRID_DIMS)
+    docs = summary_doc(_spec.cached(spec), method)
+    dims = settings.dims
+    shape = tuple(len(grid[d]) for d in dims)
     n_traj = math.prod(shape)
     room_for = check_memory(out_layout, shape, chunk_size, in_memory=store is None)
     bounds = chunk_bounds(shape, chunk_size)
     n_chunks = len(bounds)
     from .. import __version__
     identity = json.loads(json.dumps({
-        "model": _spec.describe(spec), "grid": {d: grid[d].tolist() for d in GRID_DIMS},
-        "settings": settings.__dict__, "method": "gd_wd", "chunk_size": chunk_size,
+        "model": _spec.describe(spec), "grid": {d: grid[d].tolist() for d in dims},
+        "settings": settings.identity(), "method": method, "chunk_size": chunk_size,
         "outputs": {name: [list(tail), dtype] for name, (tail, dtype) in out_layout.items()},
         "pysharp_version": __version__}))
     attrs = dataset_attrs(identity, settings)
@@ -248,9 +378,9 @@ def sweep(model: Any, *, lr, wd, seeds=0, init_norm=1.0, steps: int,
                 for name, (tail, dtype) in out_layout.items()}
     else:
         _need("zarr")
-        db = SweepStore(store, identity, variables(out_layout, docs),
+        db = SweepStore(store, identity, variables(out_layout, docs, settings),
                         coordinates(grid, settings),
-                        GRID_DIMS, chunk_size, attrs)
+                        dims, chunk_size, attrs)
         done = {k for k in db.marked() if db.read(k) is not None}  # verified, then dropped
     reused = len(done)
     todo = [k for k in range(n_chunks) if k not in done]
@@ -410,21 +540,26 @@ def check_memory(out_layout: dict, shape: tuple[int, ...], chunk_size: int, *,
     return int((room - total) // chunk)
 
 
-def variables(out_layout: dict, docs: dict | None = None
+def variables(out_layout: dict, docs: dict | None = None, settings: Settings | None = None
               ) -> dict[str, tuple[tuple[str, ...], str, dict]]:
     """name -> (dims, dtype, attrs) of every output of a sweep; ``docs`` (name ->
-    description, default the generic summaries') from ``summary_doc(model)``."""
+    description, default the generic summaries') from ``summary_doc(model, method)``;
+    ``settings`` give the method's grid axes (default GD+WD's)."""
     docs = SUMMARY_DOC if docs is None else docs
-    return {name: (GRID_DIMS + ((RECORDED[name],) if name in RECORDED else ()), dtype,
+    dims = GRID_DIMS if settings is None else settings.dims
+    recorded = RECORDED if settings is None else settings.recorded
+    return {name: (dims + ((recorded[name],) if name in recorded else ()), dtype,
                    {"description": docs.get(
                        name, f"recorded {name} (see pysharp.Trajectory)")})
             for name, (_, dtype) in out_layout.items()}
 
 
 def coordinates(grid: dict, settings: Settings) -> dict[str, np.ndarray]:
-    """The Dataset's coordinates: the grid axes (in ``GRID_DIMS`` order), then the record axes."""
-    coords = {d: np.asarray(grid[d]) for d in GRID_DIMS}
-    coords.update(settings.record_steps())
+    """The Dataset's coordinates: the grid axes (in ``settings.dims`` order), then the record
+    axes (``step`` only for SGD)."""
+    coords = {d: np.asarray(grid[d]) for d in settings.dims}
+    steps = settings.record_steps()
+    coords.update(steps if settings.method != "sgd" else {"step": steps["step"]})
     return coords
 
 
@@ -448,10 +583,11 @@ def open_lazy(xr, store):
 def to_dataset(xr, data: dict[str, np.ndarray], grid: dict, settings: Settings, attrs: dict,
                docs: dict | None = None):
     """Reshape flat per-trajectory arrays (leading axis: the flat grid) onto the grid's axes."""
-    shape = tuple(len(grid[d]) for d in GRID_DIMS)
+    shape = tuple(len(grid[d]) for d in settings.dims)
     out = {}
     for name, (dims, _, var_attrs) in variables(
-            {name: (arr.shape[1:], arr.dtype.name) for name, arr in data.items()}, docs).items():
+            {name: (arr.shape[1:], arr.dtype.name) for name, arr in data.items()}, docs,
+            settings).items():
         arr = data[name]
         out[name] = xr.Variable(dims, arr.reshape(shape + arr.shape[1:]), var_attrs)
     return xr.Dataset(out, coords=coordinates(grid, settings), attrs=dict(attrs))
@@ -493,10 +629,11 @@ def open_sweep(store: str | Path):
         raise ValueError(f"{path} is not a pysharp sweep store (format {FORMAT})")
     identity = json.loads(attrs["pysharp_sweep"])
     grid = {d: np.asarray(v) for d, v in identity["grid"].items()}
-    settings = Settings(**identity["settings"])
+    settings = Settings(**identity["settings"], method=identity.get("method", "gd_wd"))
     out_layout = {name: (tuple(tail), dtype) for name, (tail, dtype) in identity["outputs"].items()}
-    db = SweepStore(path, identity, variables(out_layout), coordinates(grid, settings),
-                    GRID_DIMS, identity["chunk_size"], attrs, create=False)
+    db = SweepStore(path, identity, variables(out_layout, None, settings),
+                    coordinates(grid, settings), settings.dims, identity["chunk_size"], attrs,
+                    create=False)
     marked = set(db.marked())
     missing = [k for k in range(db.n_chunks)
                if k not in marked or db.read(k, forget=False) is None]
