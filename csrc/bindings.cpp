@@ -21,8 +21,8 @@
 #endif
 
 #include "cpu/batched.hpp"
+#include "bind_model.hpp"
 #include "cpu/engine.hpp"
-#include "module_options.hpp"
 #include "pysharp/models/bn_linear_regression.hpp"
 #include "pysharp/models/bn_matrix_completion.hpp"
 #include "pysharp/models/bn_two_layer_net.hpp"
@@ -31,9 +31,8 @@
 namespace py = pybind11;
 using namespace pysharp;
 
-template <class T>
-using carray = py::array_t<T, py::array::c_style | py::array::forcecast>;
-using flags = py::array_t<std::uint8_t>;
+using module::carray;
+using module::flags;
 
 namespace {
 
@@ -42,15 +41,8 @@ std::vector<T> to_vector(const carray<T>& a) {
   return std::vector<T>(a.data(), a.data() + a.size());
 }
 
-using module::lanczos_options;
+using module::checked_batch;
 using module::require;
-
-template <class Real>
-carray<Real> optional_output(bool wanted, std::vector<py::ssize_t> shape) {
-  if (!wanted)
-    for (auto& s : shape) s = 0;
-  return carray<Real>(shape);
-}
 
 // Owners keep the model's arrays alive; the model itself is a view of them
 // (the same POD struct a CUDA kernel receives).
@@ -130,168 +122,54 @@ struct Toy3DCore {
   explicit Toy3DCore(double c) : model{static_cast<Real>(c)} {}
 };
 
-template <class Core>
-std::int64_t checked_batch(const Core& core, const py::array& W, const char* name) {
-  require(W.ndim() == 2 && W.shape(1) == core.model.dim(),
-          std::string(name) + " must be (B, " + std::to_string(core.model.dim()) + ")");
-  return W.shape(0);
-}
-
-template <class Core, class Real>
-void add_kernels(py::class_<Core>& cls) {
-  cls.def_property_readonly("dim", [](const Core& c) { return c.model.dim(); });
-  cls.def(
-      "loss_grad",
-      [](const Core& c, const carray<Real>& W) {
-        const std::int64_t B = checked_batch(c, W, "W");
-        carray<Real> loss(B), G({B, static_cast<std::int64_t>(c.model.dim())});
-        flags ok(B);
-        {
-          py::gil_scoped_release nogil;
-          cpu::loss_grad(c.model, W.data(), B, loss.mutable_data(), G.mutable_data(),
-                         ok.mutable_data());
-        }
-        return py::make_tuple(loss, G, ok);
-      },
-      py::arg("W"), "(B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)");
-  auto directional = [](auto order) {
-    return [](const Core& c, const carray<Real>& W, const carray<Real>& V) {
-      const std::int64_t B = checked_batch(c, W, "W");
-      require(checked_batch(c, V, "V") == B, "W and V must have the same shape");
-      carray<Real> out({B, static_cast<std::int64_t>(c.model.dim())});
-      flags ok(B);
-      {
-        py::gil_scoped_release nogil;
-        cpu::directional<decltype(order)::value>(c.model, W.data(), V.data(), B,
-                                                 out.mutable_data(), ok.mutable_data());
+// Runs the bindings' calls on the CPU: OpenMP over lane blocks (cpu/).
+struct CpuExec {
+  template <class Core, class Real>
+  static void loss_grad(const Core& c, const Real* W, std::int64_t B, Real* loss, Real* G,
+                        std::uint8_t* ok) {
+    cpu::loss_grad(c.model, W, B, loss, G, ok);
+  }
+  template <int N, class Core, class Real>
+  static void directional(const Core& c, const Real* W, const Real* V, std::int64_t B,
+                          Real* out, std::uint8_t* ok) {
+    cpu::directional<N>(c.model, W, V, B, out, ok);
+  }
+  template <class Core, class Real>
+  static void hessian(const Core& c, const Real* W, std::int64_t B, Real* H, std::uint8_t* ok) {
+    cpu::hessian(c.model, W, B, H, ok);
+  }
+  template <class Core, class Real>
+  static void lanczos(const Core& c, const LanczosOptions& o, const Real* W, const Real* start,
+                      std::int64_t B, Real* evals, Real* evecs, Real* resid, int* iterations,
+                      std::uint8_t* converged, std::uint8_t* ok) {
+    cpu::lanczos_batch(c.model, o, W, start, B, evals, evecs, resid, iterations, converged, ok);
+  }
+  template <class Core, class Real>
+  static void run(const Core& c, const EngineConfig& cfg, bool reduced, const Real* W0,
+                  const Real* lr, const Real* wd, std::int64_t B, long long offset,
+                  module::RunOutputs<Real>& out) {
+    const BatchRecords<Real> rec = out.host_records();
+    if constexpr (module::has_reduced<Core>::value) {
+      if (reduced) {
+        cpu::run_batch_spectral(c.model, c.spectral, cfg, W0, lr, wd, B, offset, rec);
+        return;
       }
-      return py::make_tuple(out, ok);
-    };
-  };
-  cls.def("hvp", directional(std::integral_constant<int, 1>{}), py::arg("W"),
-          py::arg("V"), "(B, D), (B, D) -> (H v (B, D), ok (B,))");
-  cls.def("third", directional(std::integral_constant<int, 2>{}), py::arg("W"),
-          py::arg("V"), "(B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))");
-  cls.def(
-      "hessian",
-      [](const Core& c, const carray<Real>& W) {
-        const std::int64_t B = checked_batch(c, W, "W");
-        const std::int64_t D = c.model.dim();
-        carray<Real> H({B, D, D});
-        flags ok(B);
-        {
-          py::gil_scoped_release nogil;
-          cpu::hessian(c.model, W.data(), B, H.mutable_data(), ok.mutable_data());
-        }
-        return py::make_tuple(H, ok);
-      },
-      py::arg("W"), "(B, D) -> (H (B, D, D), ok (B,))");
-}
+    }
+    cpu::run_batch(c.model, cfg, W0, lr, wd, B, offset, rec);
+  }
+};
 
 template <class Core, class Real>
-void add_engine(py::class_<Core>& cls) {
-  cls.def(
-      "run",
-      [](const Core& c, const carray<Real>& W0, const carray<Real>& lr, const carray<Real>& wd,
-         int method, long long steps, long long record_every, long long sharpness_every,
-         long long theta_every, double jitter, std::uint64_t seed, long long offset,
-         double rms_beta, double rms_eps, int lanczos_max_iter, int lanczos_min_iter,
-         double lanczos_tol, bool reduced) {
-        const std::int64_t B = checked_batch(c, W0, "w0");
-        const int D = c.model.dim();
-        require(lr.size() == B && wd.size() == B, "lr and wd must have one entry per trajectory");
-        constexpr bool has_reduced = std::is_same_v<Core, BNLinRegCore<Real>>;
-        const EngineConfig cfg = module::engine_config(
-            D, method, steps, record_every, sharpness_every, theta_every, jitter, seed, rms_beta,
-            rms_eps, lanczos_max_iter, lanczos_min_iter, lanczos_tol, reduced, has_reduced);
-        const py::ssize_t nrec = n_records(steps, record_every);
-        const py::ssize_t nsh = n_records(steps, sharpness_every);
-        const py::ssize_t nth = n_records(steps, theta_every);
-        const bool sharp = sharpness_every > 0;
-        carray<Real> loss({nrec, (py::ssize_t)B}), norm2({nrec, (py::ssize_t)B}),
-            eff_lr({nrec, (py::ssize_t)B}), grad_norm({nrec, (py::ssize_t)B});
-        auto top_grad = optional_output<Real>(sharp, {nrec, (py::ssize_t)B});
-        carray<Real> sharpness({nsh, (py::ssize_t)B}), eos_ratio({nsh, (py::ssize_t)B});
-        flags sh_conv({nsh, (py::ssize_t)B});
-        carray<Real> theta({nth, (py::ssize_t)B, (py::ssize_t)D});
-        carray<Real> w({(py::ssize_t)B, (py::ssize_t)D});
-        flags diverged(B);
-        py::array_t<long long> diverged_step(B);
-        const int G = n_groups(c.model);
-        carray<Real> group_norm2({G > 1 ? nrec : 0, (py::ssize_t)B, (py::ssize_t)G});
-        BatchRecords<Real> out{loss.mutable_data(), norm2.mutable_data(),
-                                    eff_lr.mutable_data(), grad_norm.mutable_data(),
-                                    sharp ? top_grad.mutable_data() : nullptr,
-                                    sharpness.mutable_data(), eos_ratio.mutable_data(),
-                                    sh_conv.mutable_data(),
-                                    nth ? theta.mutable_data() : nullptr, w.mutable_data(),
-                                    diverged.mutable_data(), diverged_step.mutable_data(),
-                                    G > 1 ? group_norm2.mutable_data() : nullptr, G};
-        {
-          py::gil_scoped_release nogil;
-          if constexpr (has_reduced) {
-            if (reduced) {
-              cpu::run_batch_spectral(c.model, c.spectral, cfg, W0.data(), lr.data(), wd.data(),
-                                      B, offset, out);
-            } else {
-              cpu::run_batch(c.model, cfg, W0.data(), lr.data(), wd.data(), B, offset, out);
-            }
-          } else {
-            cpu::run_batch(c.model, cfg, W0.data(), lr.data(), wd.data(), B, offset, out);
-          }
-        }
-        py::dict r;
-        r["loss"] = loss;
-        r["norm2"] = norm2;
-        r["eff_lr"] = eff_lr;
-        r["grad_norm"] = grad_norm;
-        r["top_grad"] = top_grad;
-        r["sharpness"] = sharpness;
-        r["eos_ratio"] = eos_ratio;
-        r["sharpness_converged"] = sh_conv;
-        r["theta"] = theta;
-        r["w"] = w;
-        r["diverged"] = diverged;
-        r["diverged_step"] = diverged_step;
-        if (G > 1) r["group_norm2"] = group_norm2;
-        return r;
-      },
-      py::arg("w0"), py::arg("lr"), py::arg("wd"), py::arg("method"), py::arg("steps"),
-      py::arg("record_every"), py::arg("sharpness_every"), py::arg("theta_every"),
-      py::arg("jitter"), py::arg("seed"), py::arg("offset"), py::arg("rms_beta"),
-      py::arg("rms_eps"), py::arg("lanczos_max_iter"), py::arg("lanczos_min_iter"),
-      py::arg("lanczos_tol"), py::arg("reduced") = false);
-  cls.def(
-      "lanczos",
-      [](const Core& c, const carray<Real>& W, int k, int max_iter, int min_iter, double tol,
-         std::uint64_t seed, std::optional<carray<Real>> start, bool smallest) {
-        const std::int64_t B = checked_batch(c, W, "W");
-        const int D = c.model.dim();
-        const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed, smallest);
-        if (start) require(checked_batch(c, *start, "start") == B, "start must match W");
-        carray<Real> evals({(py::ssize_t)B, (py::ssize_t)k}),
-            evecs({(py::ssize_t)B, (py::ssize_t)k, (py::ssize_t)D}),
-            resid({(py::ssize_t)B, (py::ssize_t)k});
-        py::array_t<int> iters(B);
-        flags conv(B), ok(B);
-        {
-          py::gil_scoped_release nogil;
-          cpu::lanczos_batch(c.model, o, W.data(), start ? start->data() : nullptr, B,
-                             evals.mutable_data(), evecs.mutable_data(), resid.mutable_data(),
-                             iters.mutable_data(), conv.mutable_data(), ok.mutable_data());
-        }
-        return py::make_tuple(evals, evecs, resid, iters, conv, ok);
-      },
-      py::arg("W"), py::arg("k"), py::arg("max_iter"), py::arg("min_iter"), py::arg("tol"),
-      py::arg("seed"), py::arg("start") = py::none(), py::arg("smallest") = false);
+void bind_model(py::class_<Core>& cls) {
+  module::bind_model<CpuExec, Core, Real>(cls);
 }
 
 // Lanczos on a Python callable: the same C++ recurrence, the GIL held while
 // the callable runs. Its result is anything numpy.asarray accepts.
-py::tuple lanczos_callable(const py::function& matvec, int D, int k, int max_iter, int min_iter,
-                           double tol, std::uint64_t seed, std::optional<carray<double>> start,
-                           bool smallest) {
-  const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed, smallest);
+py::tuple lanczos_callable(const py::function& matvec, int D, const py::dict& options,
+                           std::optional<carray<double>> start) {
+  const LanczosOptions o = module::lanczos_options_from(options, D);
+  const int k = o.k;
   if (start) require(start->size() == D, "start must have shape (dim,)");
   std::vector<double> scratch(lanczos_scratch_size(D, o));
   carray<double> evals(k), evecs({k, D}), resid(k);
@@ -319,8 +197,7 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
                       const carray<Real>&, const carray<Real>&, double>(),
              py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("sigma"), py::arg("ut"),
              py::arg("V"), py::arg("uperp2"));
-  add_kernels<BNLinRegCore<Real>, Real>(linreg);
-  add_engine<BNLinRegCore<Real>, Real>(linreg);
+  bind_model<BNLinRegCore<Real>, Real>(linreg);
 
   using MC = BNMatrixCompletionCore<Real>;
   py::class_<MC> mc(m, ("BNMatrixCompletion" + suffix).c_str());
@@ -328,8 +205,7 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
                   int, int, int>(),
          py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
          py::arg("m2"), py::arg("rank"));
-  add_kernels<MC, Real>(mc);
-  add_engine<MC, Real>(mc);
+  bind_model<MC, Real>(mc);
   mc.def(
       "test_loss",
       [](const MC& c, const carray<Real>& W, const carray<int>& rows,
@@ -368,13 +244,11 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
   py::class_<BN2> bn2(m, ("BNTwoLayerNet" + suffix).c_str());
   bn2.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("Xc"),
           py::arg("y"), py::arg("width"), py::arg("activation"));
-  add_kernels<BN2, Real>(bn2);
-  add_engine<BN2, Real>(bn2);
+  bind_model<BN2, Real>(bn2);
 
   py::class_<Toy3DCore<Real>> toy(m, ("Toy3D" + suffix).c_str());
   toy.def(py::init<double>(), py::arg("c"));
-  add_kernels<Toy3DCore<Real>, Real>(toy);
-  add_engine<Toy3DCore<Real>, Real>(toy);
+  bind_model<Toy3DCore<Real>, Real>(toy);
 }
 
 }  // namespace
@@ -386,9 +260,9 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "pysharp compiled core: batched model kernels (see pysharp.models).";
   bind_dtype<double>(m, "_f64");
   bind_dtype<float>(m, "_f32");
-  m.def("lanczos_callable", &lanczos_callable, py::arg("matvec"), py::arg("dim"), py::arg("k"),
-        py::arg("max_iter"), py::arg("min_iter"), py::arg("tol"), py::arg("seed"),
-        py::arg("start") = py::none(), py::arg("smallest") = false);
+  m.def("lanczos_callable", &lanczos_callable, py::arg("matvec"), py::arg("dim"),
+        py::arg("options"), py::arg("start") = py::none());
+  m.attr("METHODS") = module::method_names();
 
   m.def("build_info", []() {
     py::dict info;

@@ -3,7 +3,10 @@
 // so both accept and refuse exactly the same calls.
 #pragma once
 
+#include <pybind11/pybind11.h>
+
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -31,29 +34,80 @@ inline LanczosOptions lanczos_options(int D, int k, int max_iter, int min_iter, 
   return o;
 }
 
-// The configuration of a `run` call, checked. can_reduce: the model has the
-// exact reduced update (BN linear regression).
-inline EngineConfig engine_config(int D, int method, long long steps, long long record_every,
-                                  long long sharpness_every, long long theta_every,
-                                  double jitter, std::uint64_t seed, double rms_beta,
-                                  double rms_eps, int lanczos_max_iter, int lanczos_min_iter,
-                                  double lanczos_tol, bool reduced, bool can_reduce) {
-  require(method >= 0 && method <= 3, "unknown method");
-  require(steps >= 0 && record_every >= 1 && sharpness_every >= 0 && theta_every >= 0,
-          "steps >= 0, record_every >= 1, sharpness_every >= 0, theta_every >= 0");
+// Fields of a Python dict read by name, each once; done() refuses the keys nobody read,
+// so a misspelt or stale field is an error rather than a silent default.
+class Fields {
+ public:
+  Fields(const pybind11::dict& d, std::string what) : d_(d), what_(std::move(what)) {}
+  template <class T>
+  T get(const char* name) {
+    require(d_.contains(name), what_ + " lacks the field '" + name + "'");
+    read_.insert(name);
+    return d_[name].cast<T>();
+  }
+  void done() const {
+    for (auto item : d_) {
+      const std::string key = pybind11::str(item.first);
+      require(read_.count(key) != 0, what_ + " has an unknown field '" + key + "'");
+    }
+  }
+
+ private:
+  const pybind11::dict& d_;
+  std::string what_;
+  std::set<std::string> read_;
+};
+
+// LanczosOptions from the dict of pysharp._engine.LanczosOptions.to_core().
+inline LanczosOptions lanczos_options_from(const pybind11::dict& d, int D) {
+  Fields f(d, "LanczosOptions");
+  const int k = f.get<int>("k"), max_iter = f.get<int>("max_iter");
+  const int min_iter = f.get<int>("min_iter");
+  const double tol = f.get<double>("tol");
+  const auto seed = f.get<std::uint64_t>("seed");
+  const bool smallest = f.get<bool>("smallest");
+  f.done();
+  return lanczos_options(D, k, max_iter, min_iter, tol, seed, smallest);
+}
+
+// The names and values of the update rules (pysharp._engine.Method mirrors them).
+inline pybind11::dict method_names() {
+  pybind11::dict m;
+  m["gd_wd"] = int(Method::gd_wd);
+  m["pgd"] = int(Method::pgd);
+  m["pgd_adaptive"] = int(Method::pgd_adaptive);
+  m["scalar_rmsprop"] = int(Method::scalar_rmsprop);
+  return m;
+}
+
+// EngineConfig from the dict of pysharp._engine.EngineConfig.to_core(), checked.
+// can_reduce: the model has the exact reduced update (BN linear regression);
+// *reduced receives whether the call asks for it.
+inline EngineConfig engine_config_from(const pybind11::dict& d, int D, bool can_reduce,
+                                       bool* reduced) {
+  Fields f(d, "EngineConfig");
   EngineConfig cfg;
+  const int method = f.get<int>("method");
+  require(method >= 0 && method <= int(Method::scalar_rmsprop), "unknown method");
   cfg.method = static_cast<Method>(method);
-  cfg.steps = steps;
-  cfg.record_every = record_every;
-  cfg.sharpness_every = sharpness_every;
-  cfg.theta_every = theta_every;
-  cfg.jitter = jitter;
-  cfg.seed = seed;
-  cfg.rms_beta = rms_beta;
-  cfg.rms_eps = rms_eps;
-  cfg.lanczos = lanczos_options(D, 1, lanczos_max_iter, lanczos_min_iter, lanczos_tol, seed);
-  require(!reduced || (can_reduce && jitter == 0 &&
-                       (cfg.method == Method::gd_wd || cfg.method == Method::scalar_rmsprop)),
+  cfg.steps = f.get<long long>("steps");
+  cfg.record_every = f.get<long long>("record_every");
+  cfg.sharpness_every = f.get<long long>("sharpness_every");
+  cfg.theta_every = f.get<long long>("theta_every");
+  require(cfg.steps >= 0 && cfg.record_every >= 1 && cfg.sharpness_every >= 0 &&
+              cfg.theta_every >= 0,
+          "steps >= 0, record_every >= 1, sharpness_every >= 0, theta_every >= 0");
+  cfg.jitter = f.get<double>("jitter");
+  cfg.seed = f.get<std::uint64_t>("seed");
+  cfg.rms_beta = f.get<double>("rms_beta");
+  cfg.rms_eps = f.get<double>("rms_eps");
+  *reduced = f.get<bool>("reduced");
+  cfg.lanczos = lanczos_options_from(f.get<pybind11::dict>("lanczos"), D);
+  f.done();
+  require(cfg.lanczos.k == 1 && !cfg.lanczos.smallest,
+          "the engine's in-run sharpness is the top eigenvalue: LanczosOptions k = 1, LA");
+  require(!*reduced || (can_reduce && cfg.jitter == 0 &&
+                        (cfg.method == Method::gd_wd || cfg.method == Method::scalar_rmsprop)),
           "the reduced update exists for BN linear regression, GD+WD or scalar RMSprop, "
           "without jitter");
   return cfg;

@@ -11,15 +11,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._dispatch import resolve
+from ._engine import EngineConfig, LanczosOptions, Method
 from ._hyper import broadcast_batch, per_trajectory
 from ._validation import as_positive_int, as_real, check_nonzero_rows
 from .models import ScaleInvariantModel
-from .sharpness import LANCZOS_MAX_ITER
 
 STABLE, EOS, UNSTABLE = 0, 1, 2
 REGIME_NAMES = ("stable", "eos", "unstable")
 
-_METHODS = {"gd_wd": 0, "pgd": 1, "pgd_adaptive": 2, "scalar_rmsprop": 3}
 _SINGLE_ARRAYS = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad", "sharpness",
                   "eos_ratio", "sharpness_converged", "regime")
 
@@ -129,17 +128,14 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
     check_nonzero_rows(W0, "w0")
     model.loss(W0, backend=backend)  # a start where the loss is undefined is refused, not run
-    D = model.dim
-    cap = min(D, LANCZOS_MAX_ITER)
-    max_iter = cap if lanczos_max_iter is None else as_positive_int(
-        lanczos_max_iter, "lanczos_max_iter")
-    if max_iter > cap:
-        raise ValueError(f"lanczos_max_iter must be <= min(D, {LANCZOS_MAX_ITER}) = {cap}")
-    max_iter = min(max_iter, 128) if lanczos_max_iter is None else max_iter
-    raw = model._core(W0.dtype, backend).run(
-        W0, hyper["lr"], hyper["wd"], _METHODS[method], steps, record_every, sharpness_every,
-        theta_every, jitter, seed, first_trajectory, rms_beta, rms_eps, max_iter, min(D, 8),
-        lanczos_tol, reduced)
+    config = EngineConfig(
+        method=Method.named(method), steps=steps, record_every=record_every,
+        sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter, seed=seed,
+        rms_beta=rms_beta, rms_eps=rms_eps, reduced=reduced,
+        lanczos=LanczosOptions.for_dim(model.dim, 1, lanczos_max_iter, tol=lanczos_tol,
+                                       seed=seed, name="lanczos_max_iter"))
+    raw = model._core(W0.dtype, backend).run(W0, hyper["lr"], hyper["wd"], config.to_core(),
+                                             first_trajectory)
 
     sharpness_steps = np.arange(0, steps + 1, sharpness_every) if sharpness_every else \
         np.zeros(0, dtype=np.int64)

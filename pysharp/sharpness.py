@@ -9,11 +9,10 @@ import numpy as np
 
 from ._backend import core
 from ._dispatch import core_only, resolve
+from ._engine import LanczosOptions
 from ._validation import as_batch, as_positive_int, as_real
 from .models import ScaleInvariantModel
 
-# Krylov dimension cap of one Lanczos run: kLanczosMaxIter in engine/lanczos.hpp.
-LANCZOS_MAX_ITER = 1024
 _WHICH = ("LA", "SA")
 
 
@@ -34,18 +33,6 @@ class EigenResult:
     residuals: np.ndarray
     iterations: np.ndarray
     converged: np.ndarray
-
-
-def _iteration_limits(dim: int, k: int, max_iter) -> tuple[int, int]:
-    cap = min(dim, LANCZOS_MAX_ITER)
-    if max_iter is None:
-        max_iter = min(cap, max(128, 4 * k))
-    max_iter = as_positive_int(max_iter, "max_iter")
-    if not k <= max_iter <= cap:
-        raise ValueError(f"max_iter must be in [k, min(dim, {LANCZOS_MAX_ITER})] = [{k}, {cap}], "
-                         f"got {max_iter}")
-    # Never trust a residual estimate from a tiny Krylov space.
-    return max_iter, min(max_iter, max(2 * k + 2, 8))
 
 
 def _check_which(which) -> bool:
@@ -130,12 +117,12 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, which: str
         iters = np.full(W.shape[0], D, dtype=np.int32)
         conv = np.ones(W.shape[0], dtype=bool)
     else:
-        max_iter, min_iter = _iteration_limits(D, k, max_iter)
+        options = LanczosOptions.for_dim(D, k, max_iter, tol=tol, smallest=smallest,
+                                         seed=as_positive_int(seed, "seed", minimum=0))
         S = None if start is None else np.broadcast_to(
             as_batch(start, D, "start", dtype=W.dtype)[0], W.shape).copy()
         evals, evecs, resid, iters, conv, ok = model._core(W.dtype, backend).lanczos(
-            W, k, max_iter, min_iter, tol, as_positive_int(seed, "seed", minimum=0), S,
-            smallest)
+            W, options.to_core(), S)
         model._checked(ok)
         conv = conv.astype(bool)
     res = EigenResult(evals * norm2[:, None], evecs, resid * norm2[:, None], iters, conv)
@@ -195,9 +182,9 @@ def lanczos(matvec: Callable, dim: int, k: int = 1, *, which: str = "LA", tol: f
         raise ValueError(f"k must be <= dim = {dim}, got {k}")
     smallest = _check_which(which)
     tol = as_real(tol, "tol", minimum=0.0, strict=True)
-    max_iter, min_iter = _iteration_limits(dim, k, max_iter)
+    options = LanczosOptions.for_dim(dim, k, max_iter, tol=tol, smallest=smallest,
+                                     seed=as_positive_int(seed, "seed", minimum=0))
     x0 = None if start is None else as_batch(start, dim, "start", dtype=np.float64)[0][0]
     evals, evecs, resid, iters, conv = core().lanczos_callable(
-        lambda x: _to_numpy(matvec(x)), dim, k, max_iter, min_iter, tol,
-        as_positive_int(seed, "seed", minimum=0), x0, smallest)
+        lambda x: _to_numpy(matvec(x)), dim, options.to_core(), x0)
     return EigenResult(evals, evecs, resid, np.int32(iters), bool(conv))

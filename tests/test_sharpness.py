@@ -10,7 +10,7 @@ from conftest import get_case
 
 import pysharp as ps
 from pysharp._backend import core
-from pysharp.sharpness import LANCZOS_MAX_ITER
+from pysharp._engine import LANCZOS_MAX_ITER, LanczosOptions
 
 numba_only = pytest.mark.skipif(not ps.backends()["numba"]["available"],
                                 reason="numba is not installed")
@@ -171,7 +171,8 @@ def test_iteration_cap_is_one_constant():
     with pytest.raises(ValueError, match="max_iter"):
         ps.lanczos(lambda x: d * x, d.size, max_iter=LANCZOS_MAX_ITER + 1)
     with pytest.raises(ValueError, match=f"min\\(D, {LANCZOS_MAX_ITER}\\)"):  # the C++ check
-        core().lanczos_callable(lambda x: d * x, d.size, 1, LANCZOS_MAX_ITER + 1, 8, 1e-10, 0)
+        options = LanczosOptions(max_iter=LANCZOS_MAX_ITER + 1).to_core()
+        core().lanczos_callable(lambda x: d * x, d.size, options)
 
 
 def test_which_is_validated(toy_case):

@@ -716,3 +716,33 @@ def test_core_only_calls_take_backend_and_refuse_the_others():
                 call(backend)
         with pytest.raises(ValueError, match="backend must be"):
             call("fortran")
+
+
+def test_engine_interface_is_typed_and_read_by_field_name():
+    """Backends receive EngineConfig / LanczosOptions by field name: the Python enum
+    mirrors the C++ one, and a missing, unknown or misspelt field is refused."""
+    from pysharp import _backend
+    from pysharp._engine import EngineConfig, LanczosOptions, Method
+    assert {m.name.lower(): int(m) for m in Method} == dict(_backend.core().METHODS)
+    model = Toy3D()
+    core = model._core(np.dtype(np.float64))
+    W = np.array([[1.0, 0.5, 0.2]])
+    lr = np.array([0.1])
+    wd = np.array([1e-3])
+    good = EngineConfig(Method.GD_WD, steps=5, lanczos=LanczosOptions(max_iter=3, min_iter=3))
+    out = core.run(W, lr, wd, good.to_core())
+    ref = ps.run_gd_wd(model, W[0], 0.1, 1e-3, 5, record_every=1, sharpness_every=0)
+    np.testing.assert_array_equal(out["w"][0], ref.w)
+    for broken, message in [
+        ({**good.to_core(), "stpes": 5}, "unknown field 'stpes'"),
+        ({k: v for k, v in good.to_core().items() if k != "jitter"}, "lacks the field 'jitter'"),
+        ({**good.to_core(), "method": 9}, "unknown method"),
+        ({**good.to_core(), "lanczos": {**good.lanczos.to_core(), "k": 2}},
+         "k = 1"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            core.run(W, lr, wd, broken)
+    with pytest.raises(ValueError, match="unknown method 'sgd_wd'"):
+        Method.named("sgd_wd")
+    with pytest.raises(ValueError, match="lanczos_max_iter must be in"):
+        ps.run_gd_wd(model, W[0], 0.1, 1e-3, 5, lanczos_max_iter=4)

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -21,15 +22,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "bind_model.hpp"
 #include "cuda/kernels.cuh"
-#include "module_options.hpp"
 
 namespace py = pybind11;
 using namespace pysharp;
 
-template <class T>
-using carray = py::array_t<T, py::array::c_style | py::array::forcecast>;
-using flags = py::array_t<std::uint8_t>;
+using module::carray;
+using module::flags;
 
 namespace {
 
@@ -40,7 +40,6 @@ void check(cudaError_t e, const char* what) {
     throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
 
-using module::lanczos_options;
 using module::require;
 
 int blocks_for(long long n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
@@ -159,14 +158,6 @@ struct Toy3DCuda {
   explicit Toy3DCuda(double c) : model{static_cast<Real>(c)} {}
 };
 
-template <class Core>
-long long checked_batch(const Core& core, const py::array& W, const char* name) {
-  require(W.ndim() == 2 && W.shape(1) == core.model.dim(),
-          std::string(name) + " must be (B, " + std::to_string(core.model.dim()) + ")");
-  return W.shape(0);
-}
-
-
 // How many trajectories one launch runs: bounded by a quarter of free device memory.
 long long launch_chunk(long long B, long long bytes_each) {
   std::size_t free_b = 0, total_b = 0;
@@ -176,141 +167,98 @@ long long launch_chunk(long long B, long long bytes_each) {
   return std::min(B, cap);
 }
 
-template <class Core, class Real>
-void add_methods(py::class_<Core>& cls) {
-  cls.def_property_readonly("dim", [](const Core& c) { return c.model.dim(); });
-  cls.def("loss_grad", [](const Core& c, const carray<Real>& W) {
-    const long long B = checked_batch(c, W, "W");
+// Runs the bindings' calls (bind_model.hpp) on the GPU, one thread per row:
+// inputs copied to the device, kernels launched, results copied back.
+struct CudaExec {
+  template <class Core, class Real>
+  static void loss_grad(const Core& c, const Real* W, long long B, Real* loss, Real* G,
+                        std::uint8_t* ok) {
     const int D = c.model.dim();
-    auto dW = DeviceBuffer<Real>::from(W);
-    DeviceBuffer<Real> dl(B), dG(B * D), work(B * std::max(1, c.model.work_size()));
+    DeviceBuffer<Real> dW(W, B * D), dl(B), dG(B * D),
+        work(B * std::max(1, c.model.work_size()));
     DeviceBuffer<std::uint8_t> dok(B);
-    {
-      py::gil_scoped_release nogil;
-      cuda::loss_grad_kernel<<<blocks_for(B), kThreads>>>(c.model, dW.get(), B, dl.get(),
-                                                         dG.get(), work.get(), dok.get());
-      finish_launch("loss_grad");
-    }
-    carray<Real> loss(B), G({B, static_cast<long long>(D)});
-    flags ok(B);
-    dl.to(loss.mutable_data());
-    dG.to(G.mutable_data());
-    dok.to(ok.mutable_data());
-    return py::make_tuple(loss, G, ok);
-  }, py::arg("W"));
-  auto directional = [](auto order) {
-    return [](const Core& c, const carray<Real>& W, const carray<Real>& V) {
-      constexpr int N = decltype(order)::value;
-      const long long B = checked_batch(c, W, "W");
-      require(checked_batch(c, V, "V") == B, "W and V must have the same shape");
-      const int D = c.model.dim();
-      auto dW = DeviceBuffer<Real>::from(W);
-      auto dV = DeviceBuffer<Real>::from(V);
-      DeviceBuffer<Real> dout(B * D);
-      DeviceBuffer<Jet<Real, N>> jets(B * jet_scratch_size(c.model));
-      DeviceBuffer<std::uint8_t> dok(B);
-      {
-        py::gil_scoped_release nogil;
-        cuda::directional_kernel<N><<<blocks_for(B), kThreads>>>(
-            c.model, dW.get(), dV.get(), B, dout.get(), jets.get(), dok.get());
-        finish_launch(N == 1 ? "hvp" : "third");
-      }
-      carray<Real> out({B, static_cast<long long>(D)});
-      flags ok(B);
-      dout.to(out.mutable_data());
-      dok.to(ok.mutable_data());
-      return py::make_tuple(out, ok);
-    };
-  };
-  cls.def("hvp", directional(std::integral_constant<int, 1>{}), py::arg("W"), py::arg("V"));
-  cls.def("third", directional(std::integral_constant<int, 2>{}), py::arg("W"), py::arg("V"));
-  cls.def("hessian", [](const Core& c, const carray<Real>& W) {
-    const long long B = checked_batch(c, W, "W");
+    cuda::loss_grad_kernel<<<blocks_for(B), kThreads>>>(c.model, dW.get(), B, dl.get(),
+                                                       dG.get(), work.get(), dok.get());
+    finish_launch("loss_grad");
+    dl.to(loss);
+    dG.to(G);
+    dok.to(ok);
+  }
+
+  template <int N, class Core, class Real>
+  static void directional(const Core& c, const Real* W, const Real* V, long long B, Real* out,
+                          std::uint8_t* ok) {
+    const int D = c.model.dim();
+    DeviceBuffer<Real> dW(W, B * D), dV(V, B * D), dout(B * D);
+    DeviceBuffer<Jet<Real, N>> jets(B * jet_scratch_size(c.model));
+    DeviceBuffer<std::uint8_t> dok(B);
+    cuda::directional_kernel<N><<<blocks_for(B), kThreads>>>(c.model, dW.get(), dV.get(), B,
+                                                             dout.get(), jets.get(), dok.get());
+    finish_launch(N == 1 ? "hvp" : "third");
+    dout.to(out);
+    dok.to(ok);
+  }
+
+  template <class Core, class Real>
+  static void hessian(const Core& c, const Real* W, long long B, Real* H, std::uint8_t* ok) {
     const long long D = c.model.dim();
-    auto dW = DeviceBuffer<Real>::from(W);
-    DeviceBuffer<Real> dH(B * D * D), e(B * D * D), col(B * D * D);
+    DeviceBuffer<Real> dW(W, B * D), dH(B * D * D), e(B * D * D), col(B * D * D);
     DeviceBuffer<Jet<Real, 1>> jets(B * D * jet_scratch_size(c.model));
     DeviceBuffer<std::uint8_t> bad(B);
     bad.fill_zero();
-    {
-      py::gil_scoped_release nogil;
-      cuda::hessian_kernel<<<blocks_for(B * D), kThreads>>>(c.model, dW.get(), B, dH.get(),
-                                                           e.get(), col.get(), jets.get(),
-                                                           bad.get());
-      finish_launch("hessian");
-    }
-    carray<Real> H({B, D, D});
-    flags ok(B);
-    dH.to(H.mutable_data());
-    bad.to(ok.mutable_data());
-    for (long long b = 0; b < B; ++b) ok.mutable_data()[b] = !ok.data()[b];
-    return py::make_tuple(H, ok);
-  }, py::arg("W"));
-  cls.def("lanczos", [](const Core& c, const carray<Real>& W, int k, int max_iter, int min_iter,
-                        double tol, std::uint64_t seed, std::optional<carray<Real>> start,
-                        bool smallest) {
-    const long long B = checked_batch(c, W, "W");
-    const int D = c.model.dim();
-    const LanczosOptions o = lanczos_options(D, k, max_iter, min_iter, tol, seed, smallest);
-    if (start) require(checked_batch(c, *start, "start") == B, "start must match W");
-    auto dW = DeviceBuffer<Real>::from(W);
-    DeviceBuffer<Real> dS = start ? DeviceBuffer<Real>::from(*start) : DeviceBuffer<Real>();
+    cuda::hessian_kernel<<<blocks_for(B * D), kThreads>>>(c.model, dW.get(), B, dH.get(),
+                                                         e.get(), col.get(), jets.get(),
+                                                         bad.get());
+    finish_launch("hessian");
+    dH.to(H);
+    bad.to(ok);
+    for (long long b = 0; b < B; ++b) ok[b] = !ok[b];
+  }
+
+  template <class Core, class Real>
+  static void lanczos(const Core& c, const LanczosOptions& o, const Real* W, const Real* start,
+                      long long B, Real* evals, Real* evecs, Real* resid, int* iterations,
+                      std::uint8_t* converged, std::uint8_t* ok) {
+    const int D = c.model.dim(), k = o.k;
+    DeviceBuffer<Real> dW(W, B * D);
+    DeviceBuffer<Real> dS = start ? DeviceBuffer<Real>(start, B * D) : DeviceBuffer<Real>();
     DeviceBuffer<Real> dev(B * k), dvec(B * k * D), dres(B * k);
     DeviceBuffer<Real> scratch(B * lanczos_scratch_size(D, o));
     DeviceBuffer<Jet<Real, 1>> jets(B * jet_scratch_size(c.model));
     DeviceBuffer<int> dit(B);
     DeviceBuffer<std::uint8_t> dconv(B), dok(B);
-    {
-      py::gil_scoped_release nogil;
-      cuda::lanczos_kernel<<<blocks_for(B), kThreads>>>(
-          c.model, o, dW.get(), start ? dS.get() : nullptr, B, dev.get(), dvec.get(),
-          dres.get(), dit.get(), dconv.get(), dok.get(), scratch.get(), jets.get());
-      finish_launch("lanczos");
-    }
-    carray<Real> evals({B, (long long)k}), evecs({B, (long long)k, (long long)D}),
-        resid({B, (long long)k});
-    py::array_t<int> iters(B);
-    flags conv(B), ok(B);
-    dev.to(evals.mutable_data());
-    dvec.to(evecs.mutable_data());
-    dres.to(resid.mutable_data());
-    dit.to(iters.mutable_data());
-    dconv.to(conv.mutable_data());
-    dok.to(ok.mutable_data());
-    return py::make_tuple(evals, evecs, resid, iters, conv, ok);
-  }, py::arg("W"), py::arg("k"), py::arg("max_iter"), py::arg("min_iter"), py::arg("tol"),
-     py::arg("seed"), py::arg("start") = py::none(), py::arg("smallest") = false);
-  cls.def("run", [](const Core& c, const carray<Real>& W0, const carray<Real>& lr,
-                    const carray<Real>& wd, int method, long long steps, long long record_every,
-                    long long sharpness_every, long long theta_every, double jitter,
-                    std::uint64_t seed, long long offset, double rms_beta, double rms_eps,
-                    int lanczos_max_iter, int lanczos_min_iter, double lanczos_tol,
-                    bool reduced) {
-    const long long B = checked_batch(c, W0, "w0");
+    cuda::lanczos_kernel<<<blocks_for(B), kThreads>>>(
+        c.model, o, dW.get(), start ? dS.get() : nullptr, B, dev.get(), dvec.get(), dres.get(),
+        dit.get(), dconv.get(), dok.get(), scratch.get(), jets.get());
+    finish_launch("lanczos");
+    dev.to(evals);
+    dvec.to(evecs);
+    dres.to(resid);
+    dit.to(iterations);
+    dconv.to(converged);
+    dok.to(ok);
+  }
+
+  template <class Core, class Real>
+  static void run(const Core& c, const EngineConfig& cfg, bool reduced, const Real* W0,
+                  const Real* lr, const Real* wd, long long B, long long offset,
+                  module::RunOutputs<Real>& out) {
     const int D = c.model.dim();
-    require(lr.size() == B && wd.size() == B, "lr and wd must have one entry per trajectory");
-    constexpr bool has_reduced = std::is_same_v<Core, BNLinRegCuda<Real>>;
-    const EngineConfig cfg = module::engine_config(
-        D, method, steps, record_every, sharpness_every, theta_every, jitter, seed, rms_beta,
-        rms_eps, lanczos_max_iter, lanczos_min_iter, lanczos_tol, reduced, has_reduced);
-    const long long nrec = n_records(steps, record_every), nsh = n_records(steps, sharpness_every),
-                    nth = n_records(steps, theta_every);
-    DeviceBuffer<Real> loss(nrec * B), norm2(nrec * B), eff(nrec * B), gn(nrec * B),
-        top(sharpness_every ? nrec * B : 0), sharp(nsh * B), ratio(nsh * B), theta(nth * B * D),
-        w(B * D);
-    DeviceBuffer<std::uint8_t> sconv(nsh * B), div(B);
-    DeviceBuffer<long long> divs(B);
-    const int G = n_groups(c.model);
-    DeviceBuffer<Real> groups(G > 1 ? nrec * B * G : 0);
-    BatchRecords<Real> out{loss.get(), norm2.get(), eff.get(), gn.get(),
-                           sharpness_every ? top.get() : nullptr, sharp.get(), ratio.get(),
-                           sconv.get(), nth ? theta.get() : nullptr, w.get(), div.get(),
-                           divs.get(), G > 1 ? groups.get() : nullptr, G};
-    auto dW0 = DeviceBuffer<Real>::from(W0);
-    auto dlr = DeviceBuffer<Real>::from(lr);
-    auto dwd = DeviceBuffer<Real>::from(wd);
-    long long state_reals = FullSpaceState<std::decay_t<decltype(c.model)>, Real>::scratch_size(c.model);
-    if constexpr (has_reduced)
+    // A device mirror of every output array; empty ones (not asked for) stay null.
+    auto arrays = out.arrays();
+    std::vector<DeviceBuffer<char>> mirror;
+    mirror.reserve(arrays.size());
+    std::array<void*, module::RunOutputs<Real>::kArrays> dev{};
+    for (std::size_t i = 0; i < arrays.size(); ++i) {
+      mirror.emplace_back(static_cast<std::size_t>(arrays[i]->nbytes()));
+      dev[i] = arrays[i]->size() ? mirror.back().get() : nullptr;
+    }
+    const BatchRecords<Real> rec = out.records(dev);
+    DeviceBuffer<Real> dW0(W0, B * D), dlr(lr, B), dwd(wd, B);
+    constexpr bool can_reduce = module::has_reduced<Core>::value;
+    long long state_reals =
+        FullSpaceState<std::decay_t<decltype(c.model)>, Real>::scratch_size(c.model);
+    if constexpr (can_reduce)
       if (reduced) state_reals = SpectralState<Real>::scratch_size(c.spectral);
     const long long traj_reals = trajectory_scratch_reals(D, cfg);
     const long long jets_each = jet_scratch_size(c.model);
@@ -318,67 +266,31 @@ void add_methods(py::class_<Core>& cls) {
         B, (state_reals + traj_reals) * sizeof(Real) + jets_each * sizeof(Jet<Real, 1>));
     DeviceBuffer<Real> state(chunk * state_reals), scratch(chunk * traj_reals);
     DeviceBuffer<Jet<Real, 1>> jets(chunk * jets_each);
-    {
-      py::gil_scoped_release nogil;
-      for (long long first = 0; first < B; first += chunk) {
-        const long long count = std::min(chunk, B - first);
-        bool launched = false;
-        if constexpr (has_reduced) {
-          if (reduced) {
-            cuda::spectral_trajectory_kernel<<<blocks_for(count), kThreads>>>(
-                c.model, c.spectral, cfg, dW0.get(), dlr.get(), dwd.get(), first, count, B,
-                offset, out, state.get(), scratch.get(), jets.get());
-            launched = true;
-          }
+    for (long long first = 0; first < B; first += chunk) {
+      const long long count = std::min(chunk, B - first);
+      bool launched = false;
+      if constexpr (can_reduce) {
+        if (reduced) {
+          cuda::spectral_trajectory_kernel<<<blocks_for(count), kThreads>>>(
+              c.model, c.spectral, cfg, dW0.get(), dlr.get(), dwd.get(), first, count, B,
+              offset, rec, state.get(), scratch.get(), jets.get());
+          launched = true;
         }
-        if (!launched)
-          cuda::trajectory_kernel<<<blocks_for(count), kThreads>>>(
-              c.model, cfg, dW0.get(), dlr.get(), dwd.get(), first, count, B, offset, out,
-              state.get(), scratch.get(), jets.get());
-        finish_launch("run");
       }
+      if (!launched)
+        cuda::trajectory_kernel<<<blocks_for(count), kThreads>>>(
+            c.model, cfg, dW0.get(), dlr.get(), dwd.get(), first, count, B, offset, rec,
+            state.get(), scratch.get(), jets.get());
+      finish_launch("run");
     }
-    carray<Real> h_loss({nrec, B}), h_norm2({nrec, B}), h_eff({nrec, B}), h_gn({nrec, B}),
-        h_top({sharpness_every ? nrec : 0, B}), h_sharp({nsh, B}), h_ratio({nsh, B}),
-        h_theta({nth, B, (long long)D}), h_w({B, (long long)D});
-    flags h_sconv({nsh, B}), h_div(B);
-    py::array_t<long long> h_divs(B);
-    loss.to(h_loss.mutable_data());
-    norm2.to(h_norm2.mutable_data());
-    eff.to(h_eff.mutable_data());
-    gn.to(h_gn.mutable_data());
-    top.to(h_top.mutable_data());
-    sharp.to(h_sharp.mutable_data());
-    ratio.to(h_ratio.mutable_data());
-    theta.to(h_theta.mutable_data());
-    w.to(h_w.mutable_data());
-    sconv.to(h_sconv.mutable_data());
-    div.to(h_div.mutable_data());
-    divs.to(h_divs.mutable_data());
-    py::dict r;
-    r["loss"] = h_loss;
-    r["norm2"] = h_norm2;
-    r["eff_lr"] = h_eff;
-    r["grad_norm"] = h_gn;
-    r["top_grad"] = h_top;
-    r["sharpness"] = h_sharp;
-    r["eos_ratio"] = h_ratio;
-    r["sharpness_converged"] = h_sconv;
-    r["theta"] = h_theta;
-    r["w"] = h_w;
-    r["diverged"] = h_div;
-    r["diverged_step"] = h_divs;
-    if (G > 1) {
-      carray<Real> h_groups({nrec, B, (long long)G});
-      groups.to(h_groups.mutable_data());
-      r["group_norm2"] = h_groups;
-    }
-    return r;
-  }, py::arg("w0"), py::arg("lr"), py::arg("wd"), py::arg("method"), py::arg("steps"),
-     py::arg("record_every"), py::arg("sharpness_every"), py::arg("theta_every"),
-     py::arg("jitter"), py::arg("seed"), py::arg("offset"), py::arg("rms_beta"),
-     py::arg("rms_eps"), py::arg("lanczos_max_iter"), py::arg("lanczos_min_iter"),
-     py::arg("lanczos_tol"), py::arg("reduced") = false);
+    for (std::size_t i = 0; i < arrays.size(); ++i)
+      if (arrays[i]->size()) mirror[i].to(static_cast<char*>(arrays[i]->mutable_data()));
+  }
+};
+
+template <class Core, class Real>
+void add_methods(py::class_<Core>& cls) {
+  module::bind_model<CudaExec, Core, Real>(cls);
 }
 
 template <class Real>
@@ -410,6 +322,7 @@ PYBIND11_MODULE(_cuda, m) {
   m.doc() = "pysharp CUDA kernels, with the interface of pysharp._core (see pysharp.backends).";
   bind_dtype<double>(m, "_f64");
   bind_dtype<float>(m, "_f32");
+  m.attr("METHODS") = module::method_names();
   m.def("device_error", []() -> std::string {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);

@@ -63,19 +63,23 @@ class NumbaCore(_Cast):
         (W,) = self._f64(W)
         return self._out(*self._nk.batch_hessian(self._p, W))
 
-    def lanczos(self, W, k, max_iter, min_iter, tol, seed, start=None, smallest=False):
+    def lanczos(self, W, options: dict, start=None):
+        """As the compiled core's: ``options`` is ``LanczosOptions.to_core()``."""
         (W,) = self._f64(W)
+        o = options
         S = np.zeros_like(W) if start is None else self._f64(start)[0]
-        return self._out(*self._nk.batch_lanczos(self._p, W, k, max_iter, min_iter, tol, seed,
-                                                 S, start is not None, bool(smallest)))
+        return self._out(*self._nk.batch_lanczos(self._p, W, o["k"], o["max_iter"],
+                                                 o["min_iter"], o["tol"], o["seed"], S,
+                                                 start is not None, bool(o["smallest"])))
 
-    def run(self, W0, lr, wd, method, steps, record_every, sharpness_every, theta_every,
-            jitter, seed, offset, rms_beta, rms_eps, lanczos_max_iter, lanczos_min_iter,
-            lanczos_tol, reduced=False):
+    def run(self, W0, lr, wd, config: dict, offset: int = 0):
+        """As the compiled core's: ``config`` is ``EngineConfig.to_core()``."""
         W0, lr, wd = self._f64(W0, lr, wd)
-        out = self._nk.run(self._p, W0, lr, wd, method, steps, record_every, sharpness_every,
-                           theta_every, jitter, seed, offset, rms_beta, rms_eps,
-                           lanczos_max_iter, lanczos_min_iter, lanczos_tol)
+        c, lz = config, config["lanczos"]
+        out = self._nk.run(self._p, W0, lr, wd, c["method"], c["steps"], c["record_every"],
+                           c["sharpness_every"], c["theta_every"], c["jitter"], c["seed"],
+                           offset, c["rms_beta"], c["rms_eps"], lz["max_iter"],
+                           lz["min_iter"], lz["tol"])
         keys = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad", "sharpness", "eos_ratio",
                 "sharpness_converged", "theta", "w", "diverged", "diverged_step")
         return dict(zip(keys, self._out(*out)))

@@ -1,0 +1,222 @@
+// The Python interface of a model class, written once for pysharp._core and
+// pysharp._cuda: argument checks, result arrays and their names, the GIL. What
+// runs the computation is an executor: CpuExec (bindings.cpp, OpenMP over lane
+// blocks) or CudaExec (cuda/module.cu, device copies and kernel launches), each
+// with the same static functions on host pointers:
+//
+//   loss_grad(core, W, B, loss, G, ok)
+//   directional<N>(core, W, V, B, out, ok)         N = 1: H v, N = 2: D^3L[v, v]
+//   hessian(core, W, B, H, ok)
+//   lanczos(core, options, W, start, B, evals, evecs, resid, iterations, converged, ok)
+//   run(core, config, reduced, W0, lr, wd, B, offset, RunOutputs&)
+//
+// Engine and Lanczos options arrive as dicts read by field name
+// (module_options.hpp; pysharp/_engine.py builds them).
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "module_options.hpp"
+
+namespace pysharp::module {
+
+namespace py = pybind11;
+
+template <class T>
+using carray = py::array_t<T, py::array::c_style | py::array::forcecast>;
+using flags = py::array_t<std::uint8_t>;
+
+// A holder with a `spectral` member has BN linear regression's exact reduced update.
+template <class Core, class = void>
+struct has_reduced : std::false_type {};
+template <class Core>
+struct has_reduced<Core, std::void_t<decltype(std::declval<const Core&>().spectral)>>
+    : std::true_type {};
+
+template <class Core>
+std::int64_t checked_batch(const Core& core, const py::array& W, const char* name) {
+  require(W.ndim() == 2 && W.shape(1) == core.model.dim(),
+          std::string(name) + " must be (B, " + std::to_string(core.model.dim()) + ")");
+  return W.shape(0);
+}
+
+// The host arrays a `run` returns, and the BatchRecords that write them.
+template <class Real>
+struct RunOutputs {
+  static constexpr int kArrays = 13;
+  carray<Real> loss, norm2, eff_lr, grad_norm, top_grad, sharpness, eos_ratio;
+  flags sharpness_converged;
+  carray<Real> theta, w;
+  flags diverged;
+  py::array_t<long long> diverged_step;
+  carray<Real> group_norm2;
+  int groups;
+
+  RunOutputs(py::ssize_t B, py::ssize_t D, int G, const EngineConfig& c)
+      : RunOutputs(B, D, G, n_records(c.steps, c.record_every),
+                   n_records(c.steps, c.sharpness_every), n_records(c.steps, c.theta_every),
+                   c.sharpness_every > 0) {}
+
+  RunOutputs(py::ssize_t B, py::ssize_t D, int G, py::ssize_t nrec, py::ssize_t nsh,
+             py::ssize_t nth, bool sharp)
+      : loss({nrec, B}), norm2({nrec, B}), eff_lr({nrec, B}), grad_norm({nrec, B}),
+        top_grad({sharp ? nrec : 0, B}), sharpness({nsh, B}), eos_ratio({nsh, B}),
+        sharpness_converged({nsh, B}), theta({nth, B, D}), w({B, D}), diverged(B),
+        diverged_step(B), group_norm2({G > 1 ? nrec : 0, B, py::ssize_t(G)}), groups(G) {}
+
+  // Every array, in the order of BatchRecords' fields.
+  std::array<py::array*, kArrays> arrays() {
+    return {&loss, &norm2, &eff_lr, &grad_norm, &top_grad, &sharpness, &eos_ratio,
+            &sharpness_converged, &theta, &w, &diverged, &diverged_step, &group_norm2};
+  }
+
+  // Records writing to p[i] for arrays()[i]: the host data, or a device mirror.
+  // An empty array (an output not asked for) gets a null pointer.
+  BatchRecords<Real> records(const std::array<void*, kArrays>& p) {
+    auto r = [&](int i) { return static_cast<Real*>(p[i]); };
+    return {r(0), r(1), r(2), r(3), r(4), r(5), r(6),
+            static_cast<std::uint8_t*>(p[7]), r(8), r(9), static_cast<std::uint8_t*>(p[10]),
+            static_cast<long long*>(p[11]), r(12), groups};
+  }
+
+  BatchRecords<Real> host_records() {
+    std::array<void*, kArrays> p{};
+    auto a = arrays();
+    for (int i = 0; i < kArrays; ++i) p[i] = a[i]->size() ? a[i]->mutable_data() : nullptr;
+    return records(p);
+  }
+
+  py::dict to_dict() const {
+    py::dict r;
+    r["loss"] = loss;
+    r["norm2"] = norm2;
+    r["eff_lr"] = eff_lr;
+    r["grad_norm"] = grad_norm;
+    r["top_grad"] = top_grad;
+    r["sharpness"] = sharpness;
+    r["eos_ratio"] = eos_ratio;
+    r["sharpness_converged"] = sharpness_converged;
+    r["theta"] = theta;
+    r["w"] = w;
+    r["diverged"] = diverged;
+    r["diverged_step"] = diverged_step;
+    if (groups > 1) r["group_norm2"] = group_norm2;
+    return r;
+  }
+};
+
+// dim, loss_grad, hvp, third, hessian.
+template <class Exec, class Core, class Real>
+void bind_kernels(py::class_<Core>& cls) {
+  cls.def_property_readonly("dim", [](const Core& c) { return c.model.dim(); });
+  cls.def(
+      "loss_grad",
+      [](const Core& c, const carray<Real>& W) {
+        const std::int64_t B = checked_batch(c, W, "W");
+        carray<Real> loss(B), G({B, static_cast<std::int64_t>(c.model.dim())});
+        flags ok(B);
+        {
+          py::gil_scoped_release nogil;
+          Exec::loss_grad(c, W.data(), B, loss.mutable_data(), G.mutable_data(),
+                          ok.mutable_data());
+        }
+        return py::make_tuple(loss, G, ok);
+      },
+      py::arg("W"), "(B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)");
+  auto directional = [](auto order) {
+    return [](const Core& c, const carray<Real>& W, const carray<Real>& V) {
+      const std::int64_t B = checked_batch(c, W, "W");
+      require(checked_batch(c, V, "V") == B, "W and V must have the same shape");
+      carray<Real> out({B, static_cast<std::int64_t>(c.model.dim())});
+      flags ok(B);
+      {
+        py::gil_scoped_release nogil;
+        Exec::template directional<decltype(order)::value>(c, W.data(), V.data(), B,
+                                                           out.mutable_data(), ok.mutable_data());
+      }
+      return py::make_tuple(out, ok);
+    };
+  };
+  cls.def("hvp", directional(std::integral_constant<int, 1>{}), py::arg("W"), py::arg("V"),
+          "(B, D), (B, D) -> (H v (B, D), ok (B,))");
+  cls.def("third", directional(std::integral_constant<int, 2>{}), py::arg("W"), py::arg("V"),
+          "(B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))");
+  cls.def(
+      "hessian",
+      [](const Core& c, const carray<Real>& W) {
+        const std::int64_t B = checked_batch(c, W, "W");
+        const std::int64_t D = c.model.dim();
+        carray<Real> H({B, D, D});
+        flags ok(B);
+        {
+          py::gil_scoped_release nogil;
+          Exec::hessian(c, W.data(), B, H.mutable_data(), ok.mutable_data());
+        }
+        return py::make_tuple(H, ok);
+      },
+      py::arg("W"), "(B, D) -> (H (B, D, D), ok (B,))");
+}
+
+// lanczos and run: the Hessian's extreme eigenpairs and the trajectory engine.
+template <class Exec, class Core, class Real>
+void bind_engine(py::class_<Core>& cls) {
+  cls.def(
+      "lanczos",
+      [](const Core& c, const carray<Real>& W, const py::dict& options,
+         std::optional<carray<Real>> start) {
+        const std::int64_t B = checked_batch(c, W, "W");
+        const int D = c.model.dim();
+        const LanczosOptions o = lanczos_options_from(options, D);
+        if (start) require(checked_batch(c, *start, "start") == B, "start must match W");
+        const py::ssize_t k = o.k;
+        carray<Real> evals({(py::ssize_t)B, k}), evecs({(py::ssize_t)B, k, (py::ssize_t)D}),
+            resid({(py::ssize_t)B, k});
+        py::array_t<int> iters(B);
+        flags conv(B), ok(B);
+        {
+          py::gil_scoped_release nogil;
+          Exec::lanczos(c, o, W.data(), start ? start->data() : nullptr, B,
+                        evals.mutable_data(), evecs.mutable_data(), resid.mutable_data(),
+                        iters.mutable_data(), conv.mutable_data(), ok.mutable_data());
+        }
+        return py::make_tuple(evals, evecs, resid, iters, conv, ok);
+      },
+      py::arg("W"), py::arg("options"), py::arg("start") = py::none(),
+      "(B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), "
+      "iterations (B,), converged (B,), ok (B,))");
+  cls.def(
+      "run",
+      [](const Core& c, const carray<Real>& W0, const carray<Real>& lr, const carray<Real>& wd,
+         const py::dict& config, long long offset) {
+        const std::int64_t B = checked_batch(c, W0, "w0");
+        const int D = c.model.dim();
+        require(lr.size() == B && wd.size() == B, "lr and wd must have one entry per trajectory");
+        require(offset >= 0, "offset must be >= 0");
+        bool reduced = false;
+        const EngineConfig cfg = engine_config_from(config, D, has_reduced<Core>::value, &reduced);
+        RunOutputs<Real> out(B, D, n_groups(c.model), cfg);
+        {
+          py::gil_scoped_release nogil;
+          Exec::run(c, cfg, reduced, W0.data(), lr.data(), wd.data(), B, offset, out);
+        }
+        return out.to_dict();
+      },
+      py::arg("w0"), py::arg("lr"), py::arg("wd"), py::arg("config"), py::arg("offset") = 0,
+      "(B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records");
+}
+
+template <class Exec, class Core, class Real>
+void bind_model(py::class_<Core>& cls) {
+  bind_kernels<Exec, Core, Real>(cls);
+  bind_engine<Exec, Core, Real>(cls);
+}
+
+}  // namespace pysharp::module
