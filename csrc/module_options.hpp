@@ -77,6 +77,7 @@ inline pybind11::dict method_names() {
   m["pgd"] = int(Method::pgd);
   m["pgd_adaptive"] = int(Method::pgd_adaptive);
   m["scalar_rmsprop"] = int(Method::scalar_rmsprop);
+  m["pgd_quasi_rmsprop"] = int(Method::pgd_quasi_rmsprop);
   return m;
 }
 
@@ -88,7 +89,7 @@ inline EngineConfig engine_config_from(const pybind11::dict& d, int D, bool can_
   Fields f(d, "EngineConfig");
   EngineConfig cfg;
   const int method = f.get<int>("method");
-  require(method >= 0 && method <= int(Method::scalar_rmsprop), "unknown method");
+  require(method >= 0 && method < kMethodCount, "unknown method");
   cfg.method = static_cast<Method>(method);
   cfg.steps = f.get<long long>("steps");
   cfg.record_every = f.get<long long>("record_every");
@@ -101,6 +102,7 @@ inline EngineConfig engine_config_from(const pybind11::dict& d, int D, bool can_
   cfg.seed = f.get<std::uint64_t>("seed");
   cfg.rms_beta = f.get<double>("rms_beta");
   cfg.rms_eps = f.get<double>("rms_eps");
+  cfg.qr_kappa = f.get<double>("qr_kappa");
   *reduced = f.get<bool>("reduced");
   cfg.lanczos = lanczos_options_from(f.get<pybind11::dict>("lanczos"), D);
   f.done();

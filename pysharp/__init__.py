@@ -6,7 +6,7 @@ A compiled C++ core (pysharp._core) with a thin Python layer. See README.md.
 from . import stability, theory
 from ._backend import build_info
 from ._dispatch import BackendUnavailable, backends
-from .dynamics import Trajectory, run_gd_wd, run_pgd, run_scalar_rmsprop
+from .dynamics import QuasiRMSprop, Trajectory, run_gd_wd, run_pgd, run_scalar_rmsprop
 from .models import (
     BNLinearRegression,
     BNMatrixCompletion,
@@ -52,7 +52,7 @@ __version__ = _version()
 __all__ = ["BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet", "ScaleInvariantModel",
            "Toy3D",
            "LinearRegression", "TwoLayerNet", "run_sgd", "SGDResult", "stability",
-           "Trajectory", "run_gd_wd", "run_pgd", "run_scalar_rmsprop",
+           "Trajectory", "run_gd_wd", "run_pgd", "run_scalar_rmsprop", "QuasiRMSprop",
            "EigenResult", "spherical_sharpness", "lanczos", "theory", "sweep", "open_sweep",
            "build_info", "backends", "BackendUnavailable", "__version__"]
 __all__ += ["hessian_spectrum", "hessian_trace", "spectral_density", "loss_slice", "Spectrum",

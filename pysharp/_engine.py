@@ -30,6 +30,7 @@ class Method(enum.IntEnum):
     PGD = 1             # theta+ = Pi(theta - eta grad L(theta)), constant eta
     PGD_ADAPTIVE = 2    # as PGD, eta follows the GD+WD recursion (Lemma 3.1)
     SCALAR_RMSPROP = 3  # GD+WD with lr / (sqrt(v) + eps), v an EMA of ||grad||^2
+    PGD_QUASI_RMSPROP = 4  # as PGD, eta follows a Quasi-RMSprop scheduler
 
     @classmethod
     def named(cls, name: str) -> Method:
@@ -108,6 +109,7 @@ class EngineConfig:
     seed: int = 0
     rms_beta: float = 0.99
     rms_eps: float = 1e-12
+    qr_kappa: float = 0.0
     reduced: bool = False
     lanczos: LanczosOptions = field(default_factory=LanczosOptions)
 

@@ -96,7 +96,7 @@ def first_eos_step(regime: np.ndarray, sharpness_steps: np.ndarray) -> np.ndarra
 def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
          sharpness_every, theta_every, jitter, seed, dtype, backend, eos_tol, lanczos_tol,
          lanczos_max_iter, first_trajectory=0, reduced=None, rms_beta=0.99,
-         rms_eps=1e-12) -> Trajectory:
+         rms_eps=1e-12, qr_kappa=0.0) -> Trajectory:
     if not isinstance(model, ScaleInvariantModel):
         raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
     backend = resolve(backend, w0, trajectories=True)
@@ -116,7 +116,7 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     lr_a = per_trajectory(lr, "lr", positive=True)
     wd_a = per_trajectory(wd, "wd")
     W0, hyper, single = broadcast_batch(w0, model.dim, dtype, lr=lr_a, wd=wd_a)
-    if method in ("pgd", "pgd_adaptive"):
+    if method in ("pgd", "pgd_adaptive", "pgd_quasi_rmsprop"):
         W0 = W0 / np.linalg.norm(W0, axis=1, keepdims=True)
     can_reduce = (model._has_reduced_engine and jitter == 0
                   and method in ("gd_wd", "scalar_rmsprop") and backend in ("cpp", "cuda"))
@@ -124,14 +124,14 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
         raise ValueError("reduced=True needs a model with a reduced engine (BNLinearRegression), "
                          "GD+WD or scalar RMSprop, jitter = 0 and the cpp or cuda backend")
     reduced = can_reduce if reduced is None else bool(reduced)
-    if np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
+    if method != "pgd_quasi_rmsprop" and np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
     check_nonzero_rows(W0, "w0")
     model.loss(W0, backend=backend)  # a start where the loss is undefined is refused, not run
     config = EngineConfig(
         method=Method.named(method), steps=steps, record_every=record_every,
         sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter, seed=seed,
-        rms_beta=rms_beta, rms_eps=rms_eps, reduced=reduced,
+        rms_beta=rms_beta, rms_eps=rms_eps, qr_kappa=qr_kappa, reduced=reduced,
         lanczos=LanczosOptions.for_dim(model.dim, 1, lanczos_max_iter, tol=lanczos_tol,
                                        seed=seed, name="lanczos_max_iter"))
     raw = model._core(W0.dtype, backend).run(W0, hyper["lr"], hyper["wd"], config.to_core(),
@@ -206,6 +206,68 @@ _COMMON_DOC = """
 """
 
 
+@dataclass(frozen=True)
+class QuasiRMSprop:
+    """A Quasi-RMSprop scheduler for the effective LR of projected GD on the sphere.
+
+    The class of schedulers for which the paper (Lyu, Li & Arora 2022, Appendix B)
+    proves that PGD at the Edge of Stability tracks the sharpness-reduction flow.
+    With g_t = grad L(theta_t),
+
+        1/eta_{t+1}^2 = beta / eta_t^2 + c ||g_t||^2 + kappa c^2 ||g_t||^4 eta_t^2,
+        c = (1 - beta) / lr^2,
+
+    an RMSprop-like running average of ||g||^2 (kappa = 0: scalar RMSprop's
+    scheduler, eta = lr / sqrt(v)), plus a fourth-order term that vanishes as
+    beta -> 1. GD+WD's effective LR is one member (``from_gd_wd``); the theory's
+    regime is 1 - beta = Theta(lr^2).
+
+    Attributes
+    ----------
+    lr : float or array_like, shape (B,)
+        Base learning rate, > 0.
+    beta : float in (0, 1)
+        Decay of the running average.
+    kappa : float >= 0
+        Coefficient of the fourth-order term.
+
+    Notes
+    -----
+    The form is pysharp's reading of the paper's definition (whose appendix is
+    not reproduced in this repository); ``from_gd_wd`` is checked to reproduce
+    GD+WD bit for bit in exact arithmetic and to rounding in the tests.
+    """
+
+    lr: float | np.ndarray
+    beta: float
+    kappa: float = 0.0
+
+    @property
+    def c(self) -> np.ndarray:
+        """(1 - beta) / lr^2, the coefficient of ||g||^2."""
+        return (1.0 - self.beta) / np.asarray(self.lr, dtype=np.float64) ** 2
+
+    @property
+    def flow_time_per_step(self) -> np.ndarray:
+        """lr^2 / 2: the interval of the sharpness-reduction flow one step tracks at EoS.
+
+        The flow runs on the time scale (1 - beta) / (2 c); for GD+WD
+        (``from_gd_wd``) this is (1 - beta) / (4 beta) = lr wd + O((lr wd)^2), the
+        intrinsic LR of Theorem 4.7.
+        """
+        return np.asarray(self.lr, dtype=np.float64) ** 2 / 2
+
+    @classmethod
+    def from_gd_wd(cls, lr: float, wd: float) -> QuasiRMSprop:
+        """GD+WD's scheduler: beta = (1 - lr wd)^4, base LR sqrt((1 - beta) / (2 beta)),
+        kappa = 1 / (4 beta); PGD with it and eta_0 = lr / ((1 - lr wd) ||w0||^2) follows
+        the directions of GD+WD from w0 (Lemma 3.1)."""
+        d = (1.0 - float(lr) * float(wd)) ** 2
+        beta = d * d
+        return cls(lr=float(np.sqrt((1.0 - beta) / (2.0 * beta))), beta=beta,
+                   kappa=1.0 / (4.0 * beta))
+
+
 def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
               record_every: int | None = None, sharpness_every: int | None = None,
               theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
@@ -238,14 +300,16 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
             record_every: int | None = None, sharpness_every: int | None = None,
             theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
             backend: str = "auto", eos_tol: float = 0.05, lanczos_tol: float = 1e-10,
-            lanczos_max_iter: int | None = None, first_trajectory: int = 0) -> Trajectory:
+            lanczos_max_iter: int | None = None, first_trajectory: int = 0,
+            scheduler: QuasiRMSprop | None = None) -> Trajectory:
     """Projected GD on the unit sphere, theta+ = Pi(theta - eta_t grad L(theta)).
 
     With only ``eff_lr`` the effective LR eta_t is constant. With ``lr`` and
     ``wd`` too, eta_0 = eff_lr and eta_t follows the GD+WD recursion
     1/eta_{t+1} = (1 - lr wd)^2 (1/eta_t + eta_t ||grad L(theta_t)||^2), so the
     run reproduces the directions of GD+WD from any w0 with
-    eff_lr = lr / ((1 - lr wd) ||w0||^2) (Lemma 3.1).
+    eff_lr = lr / ((1 - lr wd) ||w0||^2) (Lemma 3.1). With ``scheduler`` (a
+    :class:`QuasiRMSprop`) instead, eta_0 = eff_lr and eta_t follows that scheduler.
 
     Parameters
     ----------
@@ -256,6 +320,25 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
     """
     if (lr is None) != (wd is None):
         raise ValueError("give both lr and wd (adaptive effective LR) or neither (constant)")
+    if scheduler is not None:
+        if lr is not None:
+            raise ValueError("give lr and wd (GD+WD's scheduler) or scheduler, not both")
+        if not isinstance(scheduler, QuasiRMSprop):
+            raise TypeError(f"scheduler must be a QuasiRMSprop, got {type(scheduler).__name__}")
+        beta = as_real(scheduler.beta, "scheduler.beta", minimum=0.0, strict=True)
+        if beta >= 1:
+            raise ValueError(f"scheduler.beta must be < 1, got {beta}")
+        kappa = as_real(scheduler.kappa, "scheduler.kappa", minimum=0.0)
+        per_trajectory(scheduler.lr, "scheduler.lr", positive=True)
+        tr = _run(model, theta0, eff_lr, scheduler.c, steps, method="pgd_quasi_rmsprop",
+                  record_every=record_every, sharpness_every=sharpness_every,
+                  theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
+                  backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
+                  lanczos_max_iter=lanczos_max_iter, first_trajectory=first_trajectory,
+                  rms_beta=beta, qr_kappa=kappa)
+        # the sharpness-reduction flow's time per step (pysharp.flow.compare_to_flow)
+        tr.meta["flow_time_per_step"] = scheduler.flow_time_per_step
+        return tr
     if lr is None:
         return _run(model, theta0, eff_lr, 0.0, steps, method="pgd", record_every=record_every,
                     sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,

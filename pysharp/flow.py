@@ -5,6 +5,13 @@ time tau = lr * wd * t, GD+WD at the Edge of Stability tracks
 
     d zeta / d tau = -2 g / (4 + ||g||^2),   g = P_Gamma grad log lambda_1(zeta),
 
+and projected GD with a Quasi-RMSprop scheduler (``pysharp.QuasiRMSprop``, c =
+(1 - beta) / lr^2) tracks, in the time tau = t lr^2 / 2,
+
+    d zeta / d tau = -2 g / (4 + (2 / c) ||g||^2)
+
+(GD+WD's scheduler has c = 2 beta ~ 2: the flow above).
+
 where P_Gamma projects onto the tangent space of Gamma (the null space of
 H(zeta), orthogonal to zeta) and grad lambda_1 = D^3L(zeta)[v1, v1] for the
 unit top eigenvector v1. This module evaluates that field from the models'
@@ -60,12 +67,13 @@ class FlowGeometry:
     rank: int
     tangent: np.ndarray
     log_grad: np.ndarray
+    weight: float = 1.0
 
     @property
     def velocity(self) -> np.ndarray:
-        """The flow's field -2 g / (4 + ||g||^2), (D,)."""
+        """The flow's field -2 g / (4 + weight ||g||^2), (D,) (weight 1: GD+WD's)."""
         g = self.log_grad
-        return -2.0 * g / (4.0 + g @ g)
+        return -2.0 * g / (4.0 + self.weight * (g @ g))
 
 
 @dataclass
@@ -119,13 +127,27 @@ class SharpnessReductionFlow:
     gap_tol : float
         A relative top-eigenvalue gap below this makes lambda_1 non-smooth:
         the field is then reported as degenerate (FlowError).
+    scheduler : QuasiRMSprop, optional
+        The flow that projected GD with this Quasi-RMSprop scheduler tracks:
+        weight 2 / c on ||g||^2 in the denominator, time tau = t lr^2 / 2
+        (``time_per_step``). Default: GD+WD's flow (weight 1, tau = lr wd t).
     """
 
     def __init__(self, model: ScaleInvariantModel, *, rank_tol: float = 1e-7,
-                 gap_tol: float = 1e-8) -> None:
+                 gap_tol: float = 1e-8, scheduler=None) -> None:
         if not isinstance(model, ScaleInvariantModel):
             raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
         self.model = model
+        #: coefficient of ||g||^2 in the field's denominator
+        self.weight = 1.0
+        #: flow time one step tracks (None: lr * wd of the GD+WD run compared)
+        self.time_per_step: float | None = None
+        if scheduler is not None:
+            from .dynamics import QuasiRMSprop
+            if not isinstance(scheduler, QuasiRMSprop) or np.ndim(scheduler.lr) != 0:
+                raise TypeError("scheduler must be a QuasiRMSprop with a scalar lr")
+            self.weight = float(2.0 / scheduler.c)
+            self.time_per_step = float(scheduler.flow_time_per_step)
         self.rank_tol = as_real(rank_tol, "rank_tol", minimum=0.0, strict=True)
         self.gap_tol = as_real(gap_tol, "gap_tol", minimum=0.0)
 
@@ -169,7 +191,7 @@ class SharpnessReductionFlow:
         tangent = u[:, s > 0.5]
         grad_lam = self.model.third(zeta, v1)
         g = tangent @ (tangent.T @ grad_lam) / lam1
-        return FlowGeometry(float(lam1), v1, float(gap), rank, tangent, g)
+        return FlowGeometry(float(lam1), v1, float(gap), rank, tangent, g, self.weight)
 
     def tangent_projection(self, zeta) -> np.ndarray:
         """The orthogonal projector (D, D) onto the tangent space of Gamma at zeta."""
@@ -325,9 +347,10 @@ class SharpnessReductionFlow:
 
 @dataclass
 class TrackingResult:
-    """||theta_t - zeta(tau_t)|| for the recorded directions of a GD+WD run.
+    """||theta_t - zeta(tau_t)|| for the recorded directions of a run.
 
-    ``steps`` (K,), ``tau`` (K,) = lr wd (steps - t_eos), ``error`` (K,).
+    ``steps`` (K,), ``tau`` (K,) = (flow time per step) (steps - t_eos): lr wd for
+    GD+WD, lr^2 / 2 for a Quasi-RMSprop run; ``error`` (K,).
     """
 
     steps: np.ndarray
@@ -341,7 +364,7 @@ class TrackingResult:
 
 def compare_to_flow(trajectory, flow: FlowSolution, *, t_eos: int | None = None,
                     index: int = 0) -> TrackingResult:
-    """Align a GD+WD run to the flow and measure the tracking error.
+    """Align a GD+WD run (or a Quasi-RMSprop PGD run) to the flow; measure the tracking error.
 
     Parameters
     ----------
@@ -369,7 +392,12 @@ def compare_to_flow(trajectory, flow: FlowSolution, *, t_eos: int | None = None,
             trajectory.eos_entry_step) > 1 else 0])
         t_eos = max(entry, 0)
     steps = np.asarray(trajectory.theta_steps)
-    tau = lr * wd * (steps - t_eos)
+    per_step = trajectory.meta.get("flow_time_per_step")
+    if per_step is None:
+        per_step = lr * wd
+    else:
+        per_step = float(np.ravel(per_step)[index if np.size(per_step) > 1 else 0])
+    tau = per_step * (steps - t_eos)
     keep = (tau >= 0) & (tau <= flow.tau[-1])
     zeta = flow.sol(tau[keep])
     error = np.linalg.norm(theta[keep] - zeta, axis=1)

@@ -17,8 +17,17 @@ enum class Method : int {
   gd_wd = 0,          // w+ = (1 - lr wd) w - lr grad L(w)
   pgd = 1,            // theta+ = Pi(theta - eta grad L(theta)), constant eta = lr
   pgd_adaptive = 2,   // as pgd, eta follows the GD+WD recursion (Lemma 3.1) from lr
-  scalar_rmsprop = 3  // v+ = b v + (1-b) ||g||^2, w+ = (1 - lr wd) w - lr g / (sqrt(v+) + eps)
+  scalar_rmsprop = 3, // v+ = b v + (1-b) ||g||^2, w+ = (1 - lr wd) w - lr g / (sqrt(v+) + eps)
+  pgd_quasi_rmsprop = 4  // as pgd, eta follows a Quasi-RMSprop scheduler (see below)
 };
+inline constexpr int kMethodCount = 5;
+
+// Quasi-RMSprop (pgd_quasi_rmsprop): with g_t = grad L(theta_t) on the sphere,
+//     1/eta_{t+1}^2 = b / eta_t^2 + c ||g_t||^2 + kappa c^2 ||g_t||^4 eta_t^2,
+// b = rms_beta, kappa = qr_kappa (EngineConfig), c > 0 per trajectory (its wd slot;
+// c = (1 - b) / lr^2 for a base LR lr), eta_0 per trajectory (its lr slot).
+// kappa = 0 is scalar RMSprop's scheduler; b = (1 - lr wd)^4, c = 2 b,
+// kappa = 1 / (4 b) is GD+WD's (pgd_adaptive) exactly.
 
 struct EngineConfig {
   Method method = Method::gd_wd;
@@ -29,6 +38,7 @@ struct EngineConfig {
   double jitter = 0.0;            // sigma: adds sigma ||w|| xi, xi ~ N(0, I/D)
   std::uint64_t seed = 0;
   double rms_beta = 0.99, rms_eps = 1e-12;
+  double qr_kappa = 0.0;          // Quasi-RMSprop's fourth-order coefficient
   LanczosOptions lanczos;         // k = 1; stream/counter set per call
 };
 
@@ -198,12 +208,15 @@ class TrajectoryRunner {
     lz_eval_ = lz_ + lanczos_scratch_size(m.dim(), c.lanczos);
     lz_resid_ = lz_eval_ + 1;
     lz_lanes_ = lz_resid_ + 1;
-    on_sphere_ = c.method == Method::pgd || c.method == Method::pgd_adaptive;
+    const bool quasi = c.method == Method::pgd_quasi_rmsprop;
+    on_sphere_ = c.method == Method::pgd || c.method == Method::pgd_adaptive || quasi;
     for (int l = 0; l < W; ++l) {
       const int src = l < lanes ? l : 0;  // padding repeats lane 0
       traj_[l] = traj[src];
       set_lane(lr_, l, lr[src]);
-      set_lane(decay_, l, Real(1) - lr[src] * wd[src]);
+      // Quasi-RMSprop carries its coefficient c in the wd slot and never decays.
+      set_lane(decay_, l, quasi ? Real(1) : Real(1) - lr[src] * wd[src]);
+      set_lane(qr_c_, l, quasi ? wd[src] : Real(0));
       v1_[l] = scratch + l * m.dim();
       have_v1_[l] = false;
       alive_[l] = l < lanes;
@@ -379,6 +392,12 @@ class TrajectoryRunner {
         if (alive_[l] && !lane(finite, l)) flag(l, t + 1);
     if (c_.method == Method::pgd_adaptive)  // 1/eta+ = (1 - lr wd)^2 (1/eta + eta ||grad L(theta)||^2)
       eta_ = Real(1) / (decay_ * decay_ * (Real(1) / eta_ + eta_ * norm2_ * gnorm2_));
+    if (c_.method == Method::pgd_quasi_rmsprop) {  // the scheduler above
+      const V g2 = norm2_ * gnorm2_;                // ||grad L(theta)||^2
+      const V cg2 = qr_c_ * g2;
+      eta_ = Real(1) / sqrt_(Real(c_.rms_beta) / (eta_ * eta_) + cg2 +
+                             Real(c_.qr_kappa) * cg2 * cg2 * eta_ * eta_);
+    }
     return any(live_);
   }
 
@@ -432,6 +451,7 @@ class TrajectoryRunner {
   long long rec_[W], sh_[W], th_[W];  // records written so far, per lane
   Mask live_;
   V lr_, decay_, eta_;  // eta_: PGD's effective LR
+  V qr_c_;              // Quasi-RMSprop's c
   V rms_v_ = V(Real(0));  // scalar RMSprop: running mean of ||grad L(w)||^2
   Real* v1_[W];
   Real *v_new_, *w_lane_, *lz_, *lz_eval_ = nullptr, *lz_resid_ = nullptr;
