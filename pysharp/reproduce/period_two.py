@@ -96,8 +96,8 @@ def run(out, quick: bool) -> dict:
     lim = np.max(np.abs(axes[1, 0].get_xlim()))
     ax.plot([-lim, lim], [-lim, lim], "k--", lw=0.8)
     ax.ticklabel_format(style="sci", scilimits=(0, 0))
-    ax.set(xlabel="-2 h_t^2 grad_Gamma log lambda_1(phi_t) (components)",
-           ylabel="phi_{t+2} - phi_t (components)", title="two-step drift along Gamma")
+    ax.set(xlabel="predicted -2 h_t^2 g_t (components)",
+           ylabel="measured phi_{t+2} - phi_t", title="two-step drift along Gamma")
     ax.legend(fontsize=8)
     ax = axes[1, 1]
     ax.loglog(entry_etas, excess, "o-", label=f"Toy3D (slope {slope:.2f})")
