@@ -61,7 +61,7 @@ def run(out, quick: bool) -> dict:
     lam0 = bn_flow.geometry(zeta0).sharpness
     bn_window = 200 if quick else 1000
     bn_diags = {}
-    for eta in ([5e-4, 5e-5]):
+    for eta in (5e-4, 5e-5):
         lr = 0.5
         w0 = theory_start(zeta0, lam0, lr, eta / lr, seed=0)
         tr = run_gd_wd(bn, w0, lr, eta / lr, _to_peak(eta) + bn_window, record_every=1,
