@@ -20,10 +20,12 @@ theta = phi + h v_1 gives the tangent displacement
 eff_lr = 2 / lambda_1 (the h^2 / 2 terms of grad L(phi + h v_1) of the two
 steps add up). The proof sketch of the paper writes -4 h_t^2 together with
 a period average 2 h_t^2 ~ 2 eta_in / (4 + |g|^2); with h_t as defined here
-(the v_1-component of theta_t - phi_t on the unit sphere) both constants are
-halved: GD+WD gives phi_{t+2} - phi_t = -2 h_t^2 g_t (norm ratio 0.9987 at
-eta_in = 1e-4) and mean h_t^2 (4 + |g_t|^2) ~ 2 eta_in. The products agree, and so does the
-flow: per step d zeta = -2 eta_in g / (4 + |g|^2).
+(the v_1-component of theta_t - phi_t on the unit sphere) the drift
+coefficient is 2 and the period average of h_t^2 twice the paper's:
+GD+WD gives phi_{t+2} - phi_t = -2 h_t^2 g_t (norm ratio 0.9987 at
+eta_in = 1e-4) and mean h_t^2 (4 + |g_t|^2) ~ 2 eta_in (1.007 and 1.047 of
+it over 2000 steps at eta_in = 1e-3, 1e-4). The products agree, and so does
+the flow: per step d zeta = -2 eta_in g / (4 + |g|^2).
 """
 
 from __future__ import annotations
