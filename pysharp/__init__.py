@@ -16,6 +16,7 @@ from .models import (
     Toy3D,
     TwoLayerNet,
 )
+from .period_two import PeriodTwoDiagnostics, period_two_diagnostics
 from .sgd import SGDResult, run_sgd
 from .sharpness import EigenResult, lanczos, spherical_sharpness
 from .spectra import (
@@ -57,3 +58,4 @@ __all__ = ["BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet", "ScaleIn
            "build_info", "backends", "BackendUnavailable", "__version__"]
 __all__ += ["hessian_spectrum", "hessian_trace", "spectral_density", "loss_slice", "Spectrum",
             "TraceEstimate", "SpectralDensity", "LossSlice"]
+__all__ += ["period_two_diagnostics", "PeriodTwoDiagnostics"]

@@ -25,6 +25,7 @@ REGISTRY: dict[str, str] = {
     "sgd-stability": "sgd_stability",
     "central-flow": "central_flow",
     "spectra": "spectra",
+    "period-two": "period_two",
 }
 
 
