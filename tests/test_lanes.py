@@ -41,6 +41,8 @@ METHODS = {
     "pgd": (ps.run_pgd, {}),
     "pgd_adaptive": (ps.run_pgd, {"lr": 0.2, "wd": 1e-2}),
     "scalar_rmsprop": (ps.run_scalar_rmsprop, {}),
+    "pgd_quasi_rmsprop": (ps.run_pgd, {"scheduler": ps.QuasiRMSprop(lr=0.1, beta=0.98,
+                                                                     kappa=0.5)}),
 }
 
 
