@@ -66,6 +66,9 @@ def test_experiment_numbers_show_the_theory(results):
     assert sgd["all_multiplicative_inequalities_hold"]
     assert sgd["g_W_large_lr_batch_1"] < sgd["g_W_small_lr_full_batch"]
     assert sgd["g_x_large_lr_batch_1"] < sgd["g_x_small_lr_full_batch"]
+    p2 = res["period-two"]
+    assert p2["sign_alternation_min"] >= 0.95 and p2["drift_cosine_min"] > 0.9  # 1.0, 0.956
+    assert p2["entry_ratio"][1] < p2["entry_ratio"][0]            # 1.037 < 1.116: Theorem 4.4
 
 
 def test_all_entry_mse_is_the_count_weighted_train_and_held_out_loss():

@@ -66,6 +66,18 @@ ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
         "(theory ≥ 1/4)",
         # measured after EoS entry: 1e-15 perturbations of the start spread it over 0.36-0.50
         {"slope": ("fitted_slope", 0.35)}),
+    "period-two": (
+        "Toy3D (c 10) and BN linear regression from the theory's start: h_t = ⟨θ_t − φ_t, v₁⟩ "
+        "flips sign in a fraction {flip:.3f} of the steps (the rest lie in jitter-level troughs), "
+        "max ∣h_t∣ = {amp:.1f} √(lr·wd); φ_(t+2) − φ_t = −2 h_t² ∇_Γ log λ₁ (cosine {cos:.4f}, "
+        "norm ratio {ratio:.4f} at lr·wd 1e-5); Theorem 4.4: eff. LR at the edge / (2/λ₁(θ*)) "
+        "{e0:.3f} → {e1:.3f} for lr·wd 1e-3 → 1e-5 (excess ∝ (lr·wd)^{slope:.2f}, theory 1/2)",
+        # after-entry quantities vary with rounding (machine, SIMD width); entry ratios less
+        {"flip": ("sign_alternation_min", 0.02), "amp": ("amplitude_ratio_max", 0.3),
+         "cos": ("toy3d.1e-05.drift_cosine", 0.002),
+         "ratio": ("drift_ratio_smallest_lr_wd", 0.002),
+         "e0": ("toy3d.1e-03.entry_ratio", 0.01), "e1": ("toy3d.1e-05.entry_ratio", 0.01),
+         "slope": ("entry_excess_slope", 0.1)}),
     "ablation": (
         "without WD: sharpness {s0:.1f} and test loss {t0:.2f} stay; with WD: {s1:.1f} and "
         "{t1:.2f}",
