@@ -24,6 +24,7 @@ __all__: list[str] = [
     "BNTwoLayerNet_f64",
     "LinearRegression_f32",
     "LinearRegression_f64",
+    "METHODS",
     "Toy3D_f32",
     "Toy3D_f64",
     "TwoLayerNet_f32",
@@ -68,13 +69,8 @@ class BNLinearRegression_f64:
     def lanczos(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        k: typing.SupportsInt | typing.SupportsIndex,
-        max_iter: typing.SupportsInt | typing.SupportsIndex,
-        min_iter: typing.SupportsInt | typing.SupportsIndex,
-        tol: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
+        options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
-        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -82,7 +78,11 @@ class BNLinearRegression_f64:
         numpy.typing.NDArray[numpy.int32],
         numpy.typing.NDArray[numpy.uint8],
         numpy.typing.NDArray[numpy.uint8],
-    ]: ...
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
     ) -> tuple[
@@ -98,21 +98,12 @@ class BNLinearRegression_f64:
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        method: typing.SupportsInt | typing.SupportsIndex,
-        steps: typing.SupportsInt | typing.SupportsIndex,
-        record_every: typing.SupportsInt | typing.SupportsIndex,
-        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
-        theta_every: typing.SupportsInt | typing.SupportsIndex,
-        jitter: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
-        offset: typing.SupportsInt | typing.SupportsIndex,
-        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
-        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
-        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
-        reduced: bool = False,
-    ) -> dict: ...
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
     def third(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -152,13 +143,8 @@ class BNMatrixCompletion_f64:
     def lanczos(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        k: typing.SupportsInt | typing.SupportsIndex,
-        max_iter: typing.SupportsInt | typing.SupportsIndex,
-        min_iter: typing.SupportsInt | typing.SupportsIndex,
-        tol: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
+        options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
-        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -166,7 +152,11 @@ class BNMatrixCompletion_f64:
         numpy.typing.NDArray[numpy.int32],
         numpy.typing.NDArray[numpy.uint8],
         numpy.typing.NDArray[numpy.uint8],
-    ]: ...
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
     ) -> tuple[
@@ -182,21 +172,12 @@ class BNMatrixCompletion_f64:
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        method: typing.SupportsInt | typing.SupportsIndex,
-        steps: typing.SupportsInt | typing.SupportsIndex,
-        record_every: typing.SupportsInt | typing.SupportsIndex,
-        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
-        theta_every: typing.SupportsInt | typing.SupportsIndex,
-        jitter: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
-        offset: typing.SupportsInt | typing.SupportsIndex,
-        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
-        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
-        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
-        reduced: bool = False,
-    ) -> dict: ...
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
     def test_loss(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -242,13 +223,8 @@ class BNTwoLayerNet_f64:
     def lanczos(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        k: typing.SupportsInt | typing.SupportsIndex,
-        max_iter: typing.SupportsInt | typing.SupportsIndex,
-        min_iter: typing.SupportsInt | typing.SupportsIndex,
-        tol: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
+        options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
-        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -256,7 +232,11 @@ class BNTwoLayerNet_f64:
         numpy.typing.NDArray[numpy.int32],
         numpy.typing.NDArray[numpy.uint8],
         numpy.typing.NDArray[numpy.uint8],
-    ]: ...
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
     ) -> tuple[
@@ -272,21 +252,12 @@ class BNTwoLayerNet_f64:
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        method: typing.SupportsInt | typing.SupportsIndex,
-        steps: typing.SupportsInt | typing.SupportsIndex,
-        record_every: typing.SupportsInt | typing.SupportsIndex,
-        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
-        theta_every: typing.SupportsInt | typing.SupportsIndex,
-        jitter: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
-        offset: typing.SupportsInt | typing.SupportsIndex,
-        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
-        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
-        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
-        reduced: bool = False,
-    ) -> dict: ...
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
     def third(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -317,13 +288,8 @@ class Toy3D_f64:
     def lanczos(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        k: typing.SupportsInt | typing.SupportsIndex,
-        max_iter: typing.SupportsInt | typing.SupportsIndex,
-        min_iter: typing.SupportsInt | typing.SupportsIndex,
-        tol: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
+        options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
-        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -331,7 +297,11 @@ class Toy3D_f64:
         numpy.typing.NDArray[numpy.int32],
         numpy.typing.NDArray[numpy.uint8],
         numpy.typing.NDArray[numpy.uint8],
-    ]: ...
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
     ) -> tuple[
@@ -347,21 +317,12 @@ class Toy3D_f64:
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        method: typing.SupportsInt | typing.SupportsIndex,
-        steps: typing.SupportsInt | typing.SupportsIndex,
-        record_every: typing.SupportsInt | typing.SupportsIndex,
-        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
-        theta_every: typing.SupportsInt | typing.SupportsIndex,
-        jitter: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
-        offset: typing.SupportsInt | typing.SupportsIndex,
-        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
-        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
-        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
-        reduced: bool = False,
-    ) -> dict: ...
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
     def third(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -401,13 +362,8 @@ class BNLinearRegression_f32:
     def lanczos(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        k: typing.SupportsInt | typing.SupportsIndex,
-        max_iter: typing.SupportsInt | typing.SupportsIndex,
-        min_iter: typing.SupportsInt | typing.SupportsIndex,
-        tol: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
+        options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
-        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -415,7 +371,11 @@ class BNLinearRegression_f32:
         numpy.typing.NDArray[numpy.int32],
         numpy.typing.NDArray[numpy.uint8],
         numpy.typing.NDArray[numpy.uint8],
-    ]: ...
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
     ) -> tuple[
@@ -431,21 +391,12 @@ class BNLinearRegression_f32:
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        method: typing.SupportsInt | typing.SupportsIndex,
-        steps: typing.SupportsInt | typing.SupportsIndex,
-        record_every: typing.SupportsInt | typing.SupportsIndex,
-        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
-        theta_every: typing.SupportsInt | typing.SupportsIndex,
-        jitter: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
-        offset: typing.SupportsInt | typing.SupportsIndex,
-        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
-        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
-        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
-        reduced: bool = False,
-    ) -> dict: ...
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
     def third(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
@@ -485,13 +436,8 @@ class BNMatrixCompletion_f32:
     def lanczos(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        k: typing.SupportsInt | typing.SupportsIndex,
-        max_iter: typing.SupportsInt | typing.SupportsIndex,
-        min_iter: typing.SupportsInt | typing.SupportsIndex,
-        tol: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
+        options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
-        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -499,7 +445,11 @@ class BNMatrixCompletion_f32:
         numpy.typing.NDArray[numpy.int32],
         numpy.typing.NDArray[numpy.uint8],
         numpy.typing.NDArray[numpy.uint8],
-    ]: ...
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
     ) -> tuple[
@@ -515,21 +465,12 @@ class BNMatrixCompletion_f32:
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        method: typing.SupportsInt | typing.SupportsIndex,
-        steps: typing.SupportsInt | typing.SupportsIndex,
-        record_every: typing.SupportsInt | typing.SupportsIndex,
-        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
-        theta_every: typing.SupportsInt | typing.SupportsIndex,
-        jitter: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
-        offset: typing.SupportsInt | typing.SupportsIndex,
-        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
-        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
-        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
-        reduced: bool = False,
-    ) -> dict: ...
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
     def test_loss(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
@@ -575,13 +516,8 @@ class BNTwoLayerNet_f32:
     def lanczos(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        k: typing.SupportsInt | typing.SupportsIndex,
-        max_iter: typing.SupportsInt | typing.SupportsIndex,
-        min_iter: typing.SupportsInt | typing.SupportsIndex,
-        tol: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
+        options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
-        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -589,7 +525,11 @@ class BNTwoLayerNet_f32:
         numpy.typing.NDArray[numpy.int32],
         numpy.typing.NDArray[numpy.uint8],
         numpy.typing.NDArray[numpy.uint8],
-    ]: ...
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
     ) -> tuple[
@@ -605,21 +545,12 @@ class BNTwoLayerNet_f32:
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        method: typing.SupportsInt | typing.SupportsIndex,
-        steps: typing.SupportsInt | typing.SupportsIndex,
-        record_every: typing.SupportsInt | typing.SupportsIndex,
-        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
-        theta_every: typing.SupportsInt | typing.SupportsIndex,
-        jitter: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
-        offset: typing.SupportsInt | typing.SupportsIndex,
-        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
-        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
-        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
-        reduced: bool = False,
-    ) -> dict: ...
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
     def third(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
@@ -650,13 +581,8 @@ class Toy3D_f32:
     def lanczos(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        k: typing.SupportsInt | typing.SupportsIndex,
-        max_iter: typing.SupportsInt | typing.SupportsIndex,
-        min_iter: typing.SupportsInt | typing.SupportsIndex,
-        tol: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
+        options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
-        smallest: bool = False,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -664,7 +590,11 @@ class Toy3D_f32:
         numpy.typing.NDArray[numpy.int32],
         numpy.typing.NDArray[numpy.uint8],
         numpy.typing.NDArray[numpy.uint8],
-    ]: ...
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
     ) -> tuple[
@@ -680,21 +610,12 @@ class Toy3D_f32:
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        method: typing.SupportsInt | typing.SupportsIndex,
-        steps: typing.SupportsInt | typing.SupportsIndex,
-        record_every: typing.SupportsInt | typing.SupportsIndex,
-        sharpness_every: typing.SupportsInt | typing.SupportsIndex,
-        theta_every: typing.SupportsInt | typing.SupportsIndex,
-        jitter: typing.SupportsFloat | typing.SupportsIndex,
-        seed: typing.SupportsInt | typing.SupportsIndex,
-        offset: typing.SupportsInt | typing.SupportsIndex,
-        rms_beta: typing.SupportsFloat | typing.SupportsIndex,
-        rms_eps: typing.SupportsFloat | typing.SupportsIndex,
-        lanczos_max_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_min_iter: typing.SupportsInt | typing.SupportsIndex,
-        lanczos_tol: typing.SupportsFloat | typing.SupportsIndex,
-        reduced: bool = False,
-    ) -> dict: ...
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
     def third(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
@@ -1060,13 +981,8 @@ def build_info() -> dict: ...
 def lanczos_callable(
     matvec: collections.abc.Callable,
     dim: typing.SupportsInt | typing.SupportsIndex,
-    k: typing.SupportsInt | typing.SupportsIndex,
-    max_iter: typing.SupportsInt | typing.SupportsIndex,
-    min_iter: typing.SupportsInt | typing.SupportsIndex,
-    tol: typing.SupportsFloat | typing.SupportsIndex,
-    seed: typing.SupportsInt | typing.SupportsIndex,
+    options: dict,
     start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
-    smallest: bool = False,
 ) -> tuple: ...
 def linear_sgd(
     A: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -1162,3 +1078,11 @@ def slq(
     Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta,
     nodes, weights (B, P, steps), count (B, P), ok (B,)
     """
+
+METHODS: dict = {
+    "gd_wd": 0,
+    "pgd": 1,
+    "pgd_adaptive": 2,
+    "scalar_rmsprop": 3,
+    "pgd_quasi_rmsprop": 4,
+}

@@ -1,0 +1,605 @@
+"""
+pysharp CUDA kernels, with the interface of pysharp._core (see pysharp.backends).
+"""
+
+# Generated from the built module (PYSHARP_CUDA=ON) by pybind11-stubgen, then `ruff format`;
+# regenerate after changing csrc/cuda/module.cu or csrc/bind_model.hpp (docs/architecture.rst,
+# "Type stubs").
+
+from __future__ import annotations
+
+import typing
+
+import numpy
+import numpy.typing
+
+__all__: list[str] = [
+    "BNLinearRegression_f32",
+    "BNLinearRegression_f64",
+    "BNMatrixCompletion_f32",
+    "BNMatrixCompletion_f64",
+    "BNTwoLayerNet_f32",
+    "BNTwoLayerNet_f64",
+    "METHODS",
+    "Toy3D_f32",
+    "Toy3D_f64",
+    "device_error",
+    "device_info",
+]
+
+class BNLinearRegression_f64:
+    def __init__(
+        self,
+        Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        scale: typing.SupportsFloat | typing.SupportsIndex,
+        sigma: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        ut: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        uperp2: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class BNMatrixCompletion_f64:
+    def __init__(
+        self,
+        rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        scale: typing.SupportsFloat | typing.SupportsIndex,
+        m1: typing.SupportsInt | typing.SupportsIndex,
+        m2: typing.SupportsInt | typing.SupportsIndex,
+        rank: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class BNTwoLayerNet_f64:
+    def __init__(
+        self,
+        Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        y: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        width: typing.SupportsInt | typing.SupportsIndex,
+        activation: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class Toy3D_f64:
+    def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class BNLinearRegression_f32:
+    def __init__(
+        self,
+        Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        u: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        scale: typing.SupportsFloat | typing.SupportsIndex,
+        sigma: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        ut: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        uperp2: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class BNMatrixCompletion_f32:
+    def __init__(
+        self,
+        rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        u: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        scale: typing.SupportsFloat | typing.SupportsIndex,
+        m1: typing.SupportsInt | typing.SupportsIndex,
+        m2: typing.SupportsInt | typing.SupportsIndex,
+        rank: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class BNTwoLayerNet_f32:
+    def __init__(
+        self,
+        Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        y: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        width: typing.SupportsInt | typing.SupportsIndex,
+        activation: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+class Toy3D_f32:
+    def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
+        iterations (B,), converged (B,), ok (B,))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        """
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+
+def device_error() -> str:
+    """
+    Empty when a CUDA device can run the kernels, else the reason.
+    """
+
+def device_info() -> dict: ...
+
+METHODS: dict = {"gd_wd": 0, "pgd": 1, "pgd_adaptive": 2, "scalar_rmsprop": 3}
