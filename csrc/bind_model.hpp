@@ -51,31 +51,35 @@ std::int64_t checked_batch(const Core& core, const py::array& W, const char* nam
 // The host arrays a `run` returns, and the BatchRecords that write them.
 template <class Real>
 struct RunOutputs {
-  static constexpr int kArrays = 13;
+  static constexpr int kArrays = 14;
   carray<Real> loss, norm2, eff_lr, grad_norm, top_grad, sharpness, eos_ratio;
   flags sharpness_converged;
   carray<Real> theta, w;
   flags diverged;
   py::array_t<long long> diverged_step;
   carray<Real> group_norm2;
-  int groups;
+  carray<Real> top_eigenvalues;
+  int groups, top_k;
 
   RunOutputs(py::ssize_t B, py::ssize_t D, int G, const EngineConfig& c)
       : RunOutputs(B, D, G, n_records(c.steps, c.record_every),
                    n_records(c.steps, c.sharpness_every), n_records(c.steps, c.theta_every),
-                   c.sharpness_every > 0) {}
+                   c.sharpness_every > 0, c.top_k) {}
 
   RunOutputs(py::ssize_t B, py::ssize_t D, int G, py::ssize_t nrec, py::ssize_t nsh,
-             py::ssize_t nth, bool sharp)
+             py::ssize_t nth, bool sharp, int k)
       : loss({nrec, B}), norm2({nrec, B}), eff_lr({nrec, B}), grad_norm({nrec, B}),
         top_grad({sharp ? nrec : 0, B}), sharpness({nsh, B}), eos_ratio({nsh, B}),
         sharpness_converged({nsh, B}), theta({nth, B, D}), w({B, D}), diverged(B),
-        diverged_step(B), group_norm2({G > 1 ? nrec : 0, B, py::ssize_t(G)}), groups(G) {}
+        diverged_step(B), group_norm2({G > 1 ? nrec : 0, B, py::ssize_t(G)}),
+        top_eigenvalues({k >= 2 ? nsh : 0, B, py::ssize_t(k >= 2 ? k : 1)}), groups(G),
+        top_k(k >= 2 ? k : 0) {}
 
   // Every array, in the order of BatchRecords' fields.
   std::array<py::array*, kArrays> arrays() {
     return {&loss, &norm2, &eff_lr, &grad_norm, &top_grad, &sharpness, &eos_ratio,
-            &sharpness_converged, &theta, &w, &diverged, &diverged_step, &group_norm2};
+            &sharpness_converged, &theta, &w, &diverged, &diverged_step, &group_norm2,
+            &top_eigenvalues};
   }
 
   // Records writing to p[i] for arrays()[i]: the host data, or a device mirror.
@@ -84,7 +88,7 @@ struct RunOutputs {
     auto r = [&](int i) { return static_cast<Real*>(p[i]); };
     return {r(0), r(1), r(2), r(3), r(4), r(5), r(6),
             static_cast<std::uint8_t*>(p[7]), r(8), r(9), static_cast<std::uint8_t*>(p[10]),
-            static_cast<long long*>(p[11]), r(12), groups};
+            static_cast<long long*>(p[11]), r(12), groups, r(13), top_k};
   }
 
   BatchRecords<Real> host_records() {
@@ -109,6 +113,7 @@ struct RunOutputs {
     r["diverged"] = diverged;
     r["diverged_step"] = diverged_step;
     if (groups > 1) r["group_norm2"] = group_norm2;
+    if (top_k >= 2) r["top_eigenvalues"] = top_eigenvalues;
     return r;
   }
 };

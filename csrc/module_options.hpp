@@ -103,11 +103,14 @@ inline EngineConfig engine_config_from(const pybind11::dict& d, int D, bool can_
   cfg.rms_beta = f.get<double>("rms_beta");
   cfg.rms_eps = f.get<double>("rms_eps");
   cfg.qr_kappa = f.get<double>("qr_kappa");
+  cfg.top_k = f.get<int>("top_k");
   *reduced = f.get<bool>("reduced");
   cfg.lanczos = lanczos_options_from(f.get<pybind11::dict>("lanczos"), D);
   f.done();
   require(cfg.lanczos.k == 1 && !cfg.lanczos.smallest,
           "the engine's in-run sharpness is the top eigenvalue: LanczosOptions k = 1, LA");
+  require(cfg.top_k == 0 || (cfg.top_k >= 2 && cfg.top_k <= cfg.lanczos.max_iter),
+          "top_k must be 0 (off) or in [2, lanczos max_iter]");
   require(!*reduced || (can_reduce && cfg.jitter == 0 &&
                         (cfg.method == Method::gd_wd || cfg.method == Method::scalar_rmsprop)),
           "the reduced update exists for BN linear regression, GD+WD or scalar RMSprop, "

@@ -110,6 +110,7 @@ class EngineConfig:
     rms_beta: float = 0.99
     rms_eps: float = 1e-12
     qr_kappa: float = 0.0
+    top_k: int = 0
     reduced: bool = False
     lanczos: LanczosOptions = field(default_factory=LanczosOptions)
 

@@ -44,6 +44,9 @@ class Trajectory:
     invariant to the scale of each of G parameter groups separately (the rows
     of ``BNTwoLayerNet``), each group's squared norm ||w_g||^2 (so its own
     effective LR, lr / ((1 - lr wd) ||w_g||^2)); None for single-group models.
+    ``top_eigenvalues`` (sharpness records, B, k) at ``sharpness_steps`` with
+    ``top_k = k >= 2``: the k largest eigenvalues of H(theta_t), descending
+    (column 0 is the sharpness, from a separate solve); else None.
     """
 
     w: np.ndarray
@@ -68,6 +71,7 @@ class Trajectory:
     method: str
     eos_tol: float
     group_norm2: np.ndarray | None = None
+    top_eigenvalues: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
 
     @property
@@ -96,7 +100,7 @@ def first_eos_step(regime: np.ndarray, sharpness_steps: np.ndarray) -> np.ndarra
 def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
          sharpness_every, theta_every, jitter, seed, dtype, backend, eos_tol, lanczos_tol,
          lanczos_max_iter, first_trajectory=0, reduced=None, rms_beta=0.99,
-         rms_eps=1e-12, qr_kappa=0.0) -> Trajectory:
+         rms_eps=1e-12, qr_kappa=0.0, top_k=1) -> Trajectory:
     if not isinstance(model, ScaleInvariantModel):
         raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
     backend = resolve(backend, w0, trajectories=True)
@@ -109,6 +113,10 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     jitter = as_real(jitter, "jitter", minimum=0.0)
     seed = as_positive_int(seed, "seed", minimum=0)
     first_trajectory = as_positive_int(first_trajectory, "first_trajectory", minimum=0)
+    top_k = as_positive_int(top_k, "top_k")
+    if top_k > 1 and not sharpness_every:
+        raise ValueError("top_k > 1 records eigenvalues at sharpness steps: "
+                         "give sharpness_every > 0")
     eos_tol = as_real(eos_tol, "eos_tol", minimum=0.0)
     lanczos_tol = as_real(lanczos_tol, "lanczos_tol", minimum=0.0, strict=True)
     if dtype is not None and np.dtype(dtype) not in (np.float32, np.float64):
@@ -132,6 +140,7 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
         method=Method.named(method), steps=steps, record_every=record_every,
         sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter, seed=seed,
         rms_beta=rms_beta, rms_eps=rms_eps, qr_kappa=qr_kappa, reduced=reduced,
+        top_k=top_k if top_k > 1 else 0,
         lanczos=LanczosOptions.for_dim(model.dim, 1, lanczos_max_iter, tol=lanczos_tol,
                                        seed=seed, name="lanczos_max_iter"))
     raw = model._core(W0.dtype, backend).run(W0, hyper["lr"], hyper["wd"], config.to_core(),
@@ -152,7 +161,7 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
         np.zeros(0, dtype=np.int64),
         theta=raw["theta"] if theta_every else None,
         lr=hyper["lr"], wd=hyper["wd"], method=method, eos_tol=eos_tol,
-        group_norm2=raw.get("group_norm2"),
+        group_norm2=raw.get("group_norm2"), top_eigenvalues=raw.get("top_eigenvalues"),
         meta={"model": type(model).__name__, "jitter": jitter, "seed": seed, "dtype": str(W0.dtype),
               "reduced": reduced, "backend": backend},
     )
@@ -162,7 +171,7 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
             if a is not None:
                 setattr(traj, name, a[:, 0])
         traj.w = traj.w[0]
-        for name in ("theta", "group_norm2"):
+        for name in ("theta", "group_norm2", "top_eigenvalues"):
             if getattr(traj, name) is not None:
                 setattr(traj, name, getattr(traj, name)[:, 0])
         for name in ("eos_entry_step", "diverged", "diverged_step", "lr", "wd"):
@@ -199,6 +208,11 @@ _COMMON_DOC = """
         Global index of the first trajectory: it keys the random streams, so
         chunks of a large batch, each given its offset, reproduce the whole
         batch bit for bit.
+    top_k : int
+        With k >= 2, also record the k largest eigenvalues of H(theta) at each
+        sharpness step (``Trajectory.top_eigenvalues``; Lanczos with locking, so
+        repeated eigenvalues appear with their multiplicity). Costs about k times
+        the sharpness solve; the other records do not change.
 
     Returns
     -------
@@ -273,7 +287,7 @@ def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
               theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
               backend: str = "auto", eos_tol: float = 0.05, lanczos_tol: float = 1e-10,
               lanczos_max_iter: int | None = None, first_trajectory: int = 0,
-              reduced: bool | None = None) -> Trajectory:
+              top_k: int = 1, reduced: bool | None = None) -> Trajectory:
     """Gradient descent with weight decay, w+ = (1 - lr wd) w - lr grad L(w).
 
     Parameters
@@ -293,7 +307,7 @@ def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
                 sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
                 seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
                 lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                first_trajectory=first_trajectory, reduced=reduced)
+                first_trajectory=first_trajectory, top_k=top_k, reduced=reduced)
 
 
 def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, wd=None,
@@ -301,7 +315,7 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
             theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
             backend: str = "auto", eos_tol: float = 0.05, lanczos_tol: float = 1e-10,
             lanczos_max_iter: int | None = None, first_trajectory: int = 0,
-            scheduler: QuasiRMSprop | None = None) -> Trajectory:
+            top_k: int = 1, scheduler: QuasiRMSprop | None = None) -> Trajectory:
     """Projected GD on the unit sphere, theta+ = Pi(theta - eta_t grad L(theta)).
 
     With only ``eff_lr`` the effective LR eta_t is constant. With ``lr`` and
@@ -334,7 +348,7 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
                   record_every=record_every, sharpness_every=sharpness_every,
                   theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
                   backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
-                  lanczos_max_iter=lanczos_max_iter, first_trajectory=first_trajectory,
+                  lanczos_max_iter=lanczos_max_iter, first_trajectory=first_trajectory, top_k=top_k,
                   rms_beta=beta, qr_kappa=kappa)
         # the sharpness-reduction flow's time per step (pysharp.flow.compare_to_flow)
         tr.meta["flow_time_per_step"] = scheduler.flow_time_per_step
@@ -344,7 +358,7 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
                     sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
                     seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
                     lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                first_trajectory=first_trajectory)
+                first_trajectory=first_trajectory, top_k=top_k)
     # The engine's pgd_adaptive takes eta_0 through its lr slot and lr * wd
     # through the decay factor: pass lr' = eta_0 and wd' = lr wd / eta_0.
     eta0 = per_trajectory(eff_lr, "eff_lr", positive=True)
@@ -360,7 +374,7 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
                 record_every=record_every, sharpness_every=sharpness_every,
                 theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype, backend=backend,
                 eos_tol=eos_tol, lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                first_trajectory=first_trajectory)
+                first_trajectory=first_trajectory, top_k=top_k)
 
 
 def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
@@ -370,7 +384,7 @@ def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
                        backend: str = "auto", eos_tol: float = 0.05,
                        lanczos_tol: float = 1e-10,
                        lanczos_max_iter: int | None = None,
-                       first_trajectory: int = 0) -> Trajectory:
+                       first_trajectory: int = 0, top_k: int = 1) -> Trajectory:
     """RMSprop with one scalar second moment (the paper's Appendix B variant).
 
     v_t = beta v_{t-1} + (1 - beta) ||grad L(w_t)||^2 (v_{-1} = 0),
@@ -394,7 +408,7 @@ def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
                 sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
                 seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
                 lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                first_trajectory=first_trajectory, rms_beta=beta, rms_eps=eps)
+                first_trajectory=first_trajectory, top_k=top_k, rms_beta=beta, rms_eps=eps)
 
 
 for _f in (run_gd_wd, run_pgd, run_scalar_rmsprop):

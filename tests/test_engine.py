@@ -279,3 +279,27 @@ def test_reduced_lockstep_is_independent_of_grouping():
     np.testing.assert_array_equal(part.sharpness, full.sharpness[:, 3:])
     np.testing.assert_array_equal(one.w, full.w[9])
     np.testing.assert_array_equal(one.theta, full.theta[:, 9])
+
+
+@pytest.mark.parametrize("model,ref", MODELS, ids=IDS)
+def test_in_run_top_k_eigenvalues(model, ref):
+    """top_k records the k largest eigenvalues at every sharpness step: equal to dense
+    eigvalsh of the Hessian at the recorded directions, placement-independent, and
+    leaving every other record untouched."""
+    k = min(3, model.dim - 1)
+    W0 = model.random_point(6, seed=2, norm=2.0)
+    lr = np.linspace(0.05, 0.3, 6)
+    kw = dict(record_every=10, sharpness_every=50, theta_every=50)
+    full = ps.run_gd_wd(model, W0, lr, 1e-3, 200, top_k=k, **kw)
+    plain = ps.run_gd_wd(model, W0, lr, 1e-3, 200, **kw)
+    for name in ("w", "loss", "sharpness", "eos_ratio", "theta"):
+        np.testing.assert_array_equal(getattr(full, name), getattr(plain, name), err_msg=name)
+    assert plain.top_eigenvalues is None and full.top_eigenvalues.shape == (5, 6, k)
+    H = model.hessian(full.theta.reshape(-1, model.dim))
+    dense = np.linalg.eigvalsh(H)[:, ::-1][:, :k].reshape(5, 6, k)
+    scale = np.abs(dense[..., :1])
+    assert np.all(np.abs(full.top_eigenvalues - dense) <= 1e-8 * scale)
+    one = ps.run_gd_wd(model, W0[4], lr[4], 1e-3, 200, top_k=k, first_trajectory=4, **kw)
+    np.testing.assert_array_equal(one.top_eigenvalues, full.top_eigenvalues[:, 4])
+    with pytest.raises(ValueError, match="sharpness_every"):
+        ps.run_gd_wd(model, W0, lr, 1e-3, 10, top_k=k, sharpness_every=0)

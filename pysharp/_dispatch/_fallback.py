@@ -76,10 +76,11 @@ class NumbaCore(_Cast):
         """As the compiled core's: ``config`` is ``EngineConfig.to_core()``."""
         W0, lr, wd = self._f64(W0, lr, wd)
         c, lz = config, config["lanczos"]
-        if c["method"] > 3:
+        missing = ("the Quasi-RMSprop scheduler" if c["method"] > 3 else
+                   "in-run top-k eigenvalues (top_k)" if c["top_k"] else None)
+        if missing:
             from . import BackendUnavailable
-            raise BackendUnavailable("the numba backend has no Quasi-RMSprop scheduler; use "
-                                     "backend='cpp'")
+            raise BackendUnavailable(f"the numba backend has no {missing}; use backend='cpp'")
         out = self._nk.run(self._p, W0, lr, wd, c["method"], c["steps"], c["record_every"],
                            c["sharpness_every"], c["theta_every"], c["jitter"], c["seed"],
                            offset, c["rms_beta"], c["rms_eps"], lz["max_iter"],

@@ -39,6 +39,7 @@ struct EngineConfig {
   std::uint64_t seed = 0;
   double rms_beta = 0.99, rms_eps = 1e-12;
   double qr_kappa = 0.0;          // Quasi-RMSprop's fourth-order coefficient
+  int top_k = 0;                  // >= 2: also record the top_k eigenvalues at sharpness steps
   LanczosOptions lanczos;         // k = 1; stream/counter set per call
 };
 
@@ -56,6 +57,8 @@ struct TrajectoryRecords {
   long long* diverged_step;
   Real* group_norm2;    // (n_records, B, G): element r at group_norm2[(r * stride) * G]; or null
   int groups;           // G = n_groups(model)
+  Real* top_eigs;       // (n_sharpness, B, k): element r at top_eigs[(r * stride) * k]; or null
+  int top_k;
 };
 
 // Record arrays of a whole batch; each trajectory gets a strided view.
@@ -70,6 +73,8 @@ struct BatchRecords {
   long long* diverged_step;
   Real* group_norm2 = nullptr;  // (n_records, B, G) squared norms of the parameter groups
   int groups = 1;               // recorded only when G > 1
+  Real* top_eigs = nullptr;     // (n_sharpness, B, k) top-k spherical eigenvalues
+  int top_k = 0;                // recorded only when k >= 2
 
   PYSHARP_HD TrajectoryRecords<Real> row(long long b, long long B, int D) const {
     auto at = [b](auto* p) { return p ? p + b : p; };
@@ -77,7 +82,8 @@ struct BatchRecords {
             at(grad_norm), at(top_grad), at(sharpness), at(eos_ratio),
             at(sharpness_converged), theta ? theta + b * D : nullptr,
             w_final + b * D, diverged + b, diverged_step + b,
-            group_norm2 ? group_norm2 + b * groups : nullptr, groups};
+            group_norm2 ? group_norm2 + b * groups : nullptr, groups,
+            top_eigs ? top_eigs + b * top_k : nullptr, top_k};
   }
 };
 
@@ -167,13 +173,23 @@ struct FullSpaceState {
   }
 };
 
+// The options of the in-run top-k solve (top_k >= 2): the sharpness options with k.
+PYSHARP_HD inline LanczosOptions top_k_options(const EngineConfig& c) {
+  LanczosOptions o = c.lanczos;
+  o.k = c.top_k;
+  return o;
+}
+
 // Scratch (Reals) of a runner of W lanes besides the state's own: each lane's
 // v1, the new eigenvector, a lane's point, Lanczos scratch and its two scalar
-// outputs; for W > 1 also the lockstep Lanczos' Reals and its W eigenvectors.
+// outputs; for top_k >= 2 the top-k solve's scratch, eigenvalues, eigenvectors and
+// residuals; for W > 1 also the lockstep Lanczos' Reals and its W eigenvectors.
 PYSHARP_HD inline long long trajectory_scratch_reals(int D, const EngineConfig& c, int W = 1) {
   const long long lanes =
       W > 1 ? lanczos_lanes_scratch_reals(D, c.lanczos.max_iter, W) + W * (D + 2LL) : 0;
-  return (W + 2LL) * D + lanczos_scratch_size(D, c.lanczos) + 2 + lanes;
+  const long long top =
+      c.top_k >= 2 ? lanczos_scratch_size(D, top_k_options(c)) + c.top_k * (D + 2LL) : 0;
+  return (W + 2LL) * D + lanczos_scratch_size(D, c.lanczos) + 2 + lanes + top;
 }
 // Lane values (V) a runner of W > 1 lanes needs for lockstep Lanczos: the
 // recurrence's own and the block of warm starts.
@@ -207,7 +223,10 @@ class TrajectoryRunner {
         lane_scratch_(lane_scratch), lane_jets_(lane_jets) {
     lz_eval_ = lz_ + lanczos_scratch_size(m.dim(), c.lanczos);
     lz_resid_ = lz_eval_ + 1;
-    lz_lanes_ = lz_resid_ + 1;
+    lz_top_ = lz_resid_ + 1;
+    lz_lanes_ = lz_top_ + (c.top_k >= 2 ? lanczos_scratch_size(m.dim(), top_k_options(c)) +
+                                              c.top_k * (m.dim() + 2LL)
+                                        : 0);
     const bool quasi = c.method == Method::pgd_quasi_rmsprop;
     on_sphere_ = c.method == Method::pgd || c.method == Method::pgd_adaptive || quasi;
     for (int l = 0; l < W; ++l) {
@@ -348,6 +367,7 @@ class TrajectoryRunner {
         out_[l].sharpness[sh_[l] * S] = sharpness;
         out_[l].eos_ratio[sh_[l] * S] = eff * sharpness;
         out_[l].sharpness_converged[sh_[l] * S] = rep.converged;
+        if (out_[l].top_eigs) record_top_k(l, t, w, norm2, out_[l].top_eigs + sh_[l] * S * c_.top_k);
         ++sh_[l];
       }
       if (record) {
@@ -372,6 +392,26 @@ class TrajectoryRunner {
       }
     }
     return any(live_);
+  }
+
+  // The top_k eigenvalues of H at lane l's point w, spherical (times ||w||^2), into dst:
+  // a separate locking solve (lanczos.hpp) from a random start keyed by (trajectory,
+  // step), so the k = 1 sharpness and every other record are those of a run without it.
+  // NaN where the solve fails.
+  PYSHARP_HD void record_top_k(int l, long long t, const Real* w, Real norm2, Real* dst) {
+    const int D = m_.dim(), k = c_.top_k;
+    LanczosOptions lo = top_k_options(c_);
+    lo.stream = static_cast<std::uint64_t>(traj_[l]);
+    lo.counter = static_cast<std::uint64_t>(t);
+    Real* evals = lz_top_ + lanczos_scratch_size(D, lo);
+    Real* resid = evals + k;
+    Real* evecs = resid + k;
+    Jet<Real, 1>* jets = jets_;
+    const Model& m = m_;
+    auto apply = [&](const Real* x, Real* y) { return hvp(m, w, x, y, jets); };
+    const LanczosReport rep =
+        lanczos(apply, D, lo, static_cast<const Real*>(nullptr), evals, evecs, resid, lz_top_);
+    for (int j = 0; j < k; ++j) dst[j] = rep.ok ? evals[j] * norm2 : Real(0) / Real(0);
   }
 
   // The update of step t, after observe(t).
@@ -421,6 +461,8 @@ class TrajectoryRunner {
       for (long long r = sh_[l]; r < nsh; ++r) {
         o.sharpness[r * S] = o.eos_ratio[r * S] = nan;
         o.sharpness_converged[r * S] = 0;
+        if (o.top_eigs)
+          for (int j = 0; j < o.top_k; ++j) o.top_eigs[r * S * o.top_k + j] = nan;
       }
       for (long long r = th_[l]; r < nth; ++r)
         for (int i = 0; i < D; ++i) o.theta[r * S * D + i] = nan;
@@ -455,6 +497,7 @@ class TrajectoryRunner {
   V rms_v_ = V(Real(0));  // scalar RMSprop: running mean of ||grad L(w)||^2
   Real* v1_[W];
   Real *v_new_, *w_lane_, *lz_, *lz_eval_ = nullptr, *lz_resid_ = nullptr;
+  Real* lz_top_ = nullptr;    // top_k >= 2: the top-k solve's scratch and outputs
   Real* lz_lanes_ = nullptr;  // W > 1: lockstep Lanczos Reals, then W eigenvectors
   Jet<Real, 1>* jets_;
   V* lane_scratch_;
