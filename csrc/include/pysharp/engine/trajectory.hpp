@@ -180,16 +180,22 @@ PYSHARP_HD inline LanczosOptions top_k_options(const EngineConfig& c) {
   return o;
 }
 
+// Reals of the scalar k = 1 Lanczos and its two outputs: a W = 1 runner's sharpness
+// solve. A lane runner (W > 1) runs the lockstep solve instead and needs none.
+PYSHARP_HD inline long long scalar_sharpness_reals(int D, const EngineConfig& c, int W) {
+  return W == 1 ? lanczos_scratch_size(D, c.lanczos) + 2 : 0;
+}
+
 // Scratch (Reals) of a runner of W lanes besides the state's own: each lane's
-// v1, the new eigenvector, a lane's point, Lanczos scratch and its two scalar
-// outputs; for top_k >= 2 the top-k solve's scratch, eigenvalues, eigenvectors and
+// v1, the new eigenvector, a lane's point, the scalar sharpness solve (W = 1);
+// for top_k >= 2 the top-k solve's scratch, eigenvalues, eigenvectors and
 // residuals; for W > 1 also the lockstep Lanczos' Reals and its W eigenvectors.
 PYSHARP_HD inline long long trajectory_scratch_reals(int D, const EngineConfig& c, int W = 1) {
   const long long lanes =
       W > 1 ? lanczos_lanes_scratch_reals(D, c.lanczos.max_iter, W) + W * (D + 2LL) : 0;
   const long long top =
       c.top_k >= 2 ? lanczos_scratch_size(D, top_k_options(c)) + c.top_k * (D + 2LL) : 0;
-  return (W + 2LL) * D + lanczos_scratch_size(D, c.lanczos) + 2 + lanes + top;
+  return (W + 2LL) * D + scalar_sharpness_reals(D, c, W) + lanes + top;
 }
 // Lane values (V) a runner of W > 1 lanes needs for lockstep Lanczos: the
 // recurrence's own and the block of warm starts.
@@ -221,9 +227,11 @@ class TrajectoryRunner {
       : m_(m), c_(c), lanes_(lanes), state_(state), v_new_(scratch + W * m.dim()),
         w_lane_(v_new_ + m.dim()), lz_(w_lane_ + m.dim()), jets_(jets),
         lane_scratch_(lane_scratch), lane_jets_(lane_jets) {
-    lz_eval_ = lz_ + lanczos_scratch_size(m.dim(), c.lanczos);
-    lz_resid_ = lz_eval_ + 1;
-    lz_top_ = lz_resid_ + 1;
+    if (W == 1) {
+      lz_eval_ = lz_ + lanczos_scratch_size(m.dim(), c.lanczos);
+      lz_resid_ = lz_eval_ + 1;
+    }
+    lz_top_ = lz_ + scalar_sharpness_reals(m.dim(), c, W);
     lz_lanes_ = lz_top_ + (c.top_k >= 2 ? lanczos_scratch_size(m.dim(), top_k_options(c)) +
                                               c.top_k * (m.dim() + 2LL)
                                         : 0);
