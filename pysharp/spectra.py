@@ -2,7 +2,7 @@
 
 Every function takes one point (D,) or a batch (B, D) and computes in float64.
 By default the Hessian of a scale-invariant model is the spherical one,
-H(w / ||w||) = ||w||^2 H(w) (DESIGN.md section 1), so results depend on the
+H(w / ||w||) = ||w||^2 H(w) (docs/theory.rst, "Scale invariance"), so results depend on the
 direction of w only; ``spherical=False`` gives H(w) itself. Square-loss models
 (:class:`pysharp.LinearRegression`, :class:`pysharp.TwoLayerNet`) have no sphere:
 their Hessian is H(w). ``weight_decay=lam`` adds lam I, the Hessian of the
