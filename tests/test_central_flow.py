@@ -240,10 +240,10 @@ def _rmsprop_run(bn, t0, steps):
 
 def test_scalar_rmsprop_at_the_edge_keeps_it_and_tracks_the_averages(bn):
     """Scalar RMSprop (lr 0.01, wd 0.01, beta 0.99: EoS from step 1100, nu still growing by
-    ~1e-4 a step): started at step 2000 from the mean point, the flow keeps
-    eta' lambda_1 / (sqrt(nu) + eps) = 2 and its predicted loss, ||w||^2 and nu follow the
-    run's 200-step averages. Measured after step 2750: loss 1.8e-4, ||w||^2 5.7e-5, nu 1.1e-4
-    (relative); the edge to 1.2e-9."""
+    3e-4 a step): started at step 2000 from the mean point, the flow keeps
+    eta' lambda_1 / (sqrt(nu) + eps) = 2 and its predicted loss (1/2 lambda_1 X: L(w) is
+    1e-9 of it), ||w||^2 and nu follow the run's 200-step averages. Measured after step
+    2750: loss 2.3e-4, ||w||^2 5.6e-5, nu 1.2e-4 (relative); the edge to 1.6e-9."""
     t0, steps = 2000, 1500
     tr, nu, cf = _rmsprop_run(bn, t0, steps)
     assert 0 < tr.eos_entry_step < t0 - 500
@@ -259,7 +259,7 @@ def test_scalar_rmsprop_at_the_edge_keeps_it_and_tracks_the_averages(bn):
     cmp = compare_to_central(tr, sol, t0=t0, window=200)
     late = cmp.steps >= t0 + 750
     assert late.sum() >= 10
-    assert np.max(cmp.loss_rel_error[late]) < 3e-4
+    assert np.max(cmp.loss_rel_error[late]) < 3.5e-4
     assert np.max(cmp.norm2_rel_error[late]) < 1e-4
     c = np.concatenate([[0.0], np.cumsum(nu)])
     s = cmp.steps[late]
