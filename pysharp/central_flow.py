@@ -12,8 +12,16 @@ eigenvectors and X (k, k) >= 0 the covariance of the oscillation in that basis
 t in steps. Plain GD: eta' = lr, rho = 0. GD+WD on a scale-invariant loss
 (w+ = (1 - a) w - lr grad L(w), a = lr wd) is exactly plain GD with the growing
 LR lr / (1 - a)^(2t+1) on u_t = w_t / (1 - a)^t; undoing the rescaling gives
-(1) with eta' = lr / (1 - a) and rho = log(1 - a), an autonomous flow whose
-edge is the paper's eff_lr * S = eta' lambda_1(H(w)) = 2 (eff_lr = lr / ((1 - a)
+(1) with rho = log(1 - a), an autonomous flow. Its time-1 map must be GD+WD's
+step: with the averaged gradient frozen over the step, (1) gives
+w+ = (1 - a) w - eta' (a / -rho) grad, so eta' = lr (-rho) / a
+= lr (1 + a/2 + O(a^2)) (exponential-integrator matching of the decay; the
+rescaling alone gives lr / (1 - a), which differs at O(a) and shifts the
+steady state of the flow by a/2 relative: 2.5e-4 in ||w||^2 on BN linear
+regression at lr wd = 5e-4). The edge eta' lambda_1 = 2 is then GD+WD's
+linear stability edge lr lambda_1 = 2 - a up to O(a^2) (eta' lambda_1 =
+(2 - a)(-rho)/a = 2 + a^2/6 + O(a^3) there); in the paper's units it is
+eff_lr * S = 2 a / ((1 - a)(-rho)) = 2 + a + O(a^2) (eff_lr = lr / ((1 - a)
 ||w||^2), S = ||w||^2 lambda_1). Scalar RMSprop divides eta' by sqrt(nu) + eps
 and carries nu, whose central flow is d nu/dt = -log(beta) (<||g||^2> - nu)
 with <||g||^2> the predicted time average of ||grad L||^2 (below).
@@ -46,6 +54,28 @@ a full PSD block, solved by accelerated projected gradient on the cone.
 f(w) + 1/2 <U^T (Hess f) U, X>: the loss L + 1/2 <M, X>, ||w||^2 + tr X, and
 ||grad L||^2 + <U^T H^2 U, X> + sum_ij X_ij <T_ij, grad L>.
 
+**Order 2 (the period-two correction).** The flow above is the leading
+order in the oscillation's amplitude; X itself is O(lr wd) for GD+WD. At EoS
+GD oscillates as w_bar +- h (period two, X = h h^T rank one), and the exact
+averages over the two steps carry the even Taylor terms of every order. With
+k = 1, h = sqrt(X) u, P = D^4L[u, u, u, u] and R = D^5L[u, u, u, u, .] (finite
+differences of the exact third-order kernel along u, step 1e-3 at the unit
+point), ``order=2`` keeps the next terms, all O(X) relative to the first:
+
+- the averaged gradient gains X^2 R / 24 (the drift of (1) is the gradient of
+  the average 1/2 (L(w + h) + L(w - h)) at fixed h);
+- the edge is the curvature of the period-two orbit, eta' (lambda_1 + P X / 6)
+  = 2 (GD+WD's orbit obeys lr (H h + D^4L[h, h, h] / 6) = (2 - a) h exactly up
+  to fifth order): lambda_1 at the central point sits at (2 - eta' P X / 6) / eta';
+- the predicted loss gains P X^2 / 24 (||w||^2 has no fourth derivative).
+
+On BN linear regression (d 20, n 12, lr 0.5, wd 1e-3), GD+WD's steady state
+is an exact period-two orbit. Against it order 1 errs by 6.1e-4 in the
+averaged loss (the P X^2 / 24 term) and 1.2e-3 in ||w||^2 (the edge's P X / 6
+shift: GD's mean point sits at eff_lr * S = 2.003); order 2 by 4e-7 and 1.2e-6,
+the O(X^2) left. Order 2 needs k_max = 1 (the fourth moment of an oscillation
+along several directions is not fixed by X) and method "gd" or "gd_wd".
+
 The integrator is a Python loop over adaptive Dormand-Prince steps (the
 tableau of ``pysharp.flow``); every evaluation is one dense Hessian, one
 eigendecomposition and one batched third-order call, so it suits D up to a few
@@ -76,7 +106,9 @@ class CentralState:
     ``U`` the top eigenvectors (D, k), ``eigenvalues`` lambda_i(H(w)) (k,),
     ``sharpness`` eta' lambda_i (k,), ``X`` (k, k) the oscillation covariance
     in the basis U, ``loss`` L(w), ``grad`` grad L(w) (D,), ``grad2_pred`` the
-    predicted time average of ||grad L||^2, ``eta`` the preconditioned LR eta'.
+    predicted time average of ||grad L||^2, ``eta`` the preconditioned LR eta',
+    ``loss4`` the fourth-order term D^4L[u, u, u, u] X^2 / 24 of the predicted
+    loss (``order=2``; 0 at order 1).
     """
 
     velocity: np.ndarray
@@ -88,11 +120,12 @@ class CentralState:
     grad: np.ndarray
     grad2_pred: float
     eta: float
+    loss4: float = 0.0
 
     @property
     def loss_pred(self) -> float:
-        """Predicted time-averaged loss L(w) + 1/2 <U^T H U, X>."""
-        return float(self.loss + 0.5 * np.sum(self.eigenvalues * np.diag(self.X)))
+        """Predicted time-averaged loss L(w) + 1/2 <U^T H U, X> (+ ``loss4`` at order 2)."""
+        return float(self.loss + 0.5 * np.sum(self.eigenvalues * np.diag(self.X)) + self.loss4)
 
 
 @dataclass
@@ -170,11 +203,15 @@ class CentralFlow:
     cluster_tol : float
         Eigenvalues within this (in eta' lambda) of the largest and of the edge
         share a full PSD block of X; the others get diagonal entries.
+    order : {1, 2}
+        1: the central flow (leading order in the oscillation). 2: with the
+        period-two fourth-order terms (see the module notes); needs k_max = 1
+        and method "gd" or "gd_wd".
     """
 
     def __init__(self, model, method: str = "gd_wd", *, lr: float, wd: float = 0.0,
                  k_max: int = 4, beta: float = 0.99, eps: float = 1e-12, relax: float = 1.0,
-                 cluster_tol: float = 1e-2) -> None:
+                 cluster_tol: float = 1e-2, order: int = 1) -> None:
         if not isinstance(model, (ScaleInvariantModel, SquareLossModel)):
             raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
         if method not in _METHODS:
@@ -202,9 +239,16 @@ class CentralFlow:
         self.eps = as_real(eps, "eps", minimum=0.0)
         self.relax = as_real(relax, "relax", minimum=0.0, strict=True)
         self.cluster_tol = as_real(cluster_tol, "cluster_tol", minimum=0.0)
+        if isinstance(order, bool) or order not in (1, 2):
+            raise ValueError(f"order must be 1 or 2, got {order!r}")
+        if order == 2 and (self.k_max != 1 or method == "scalar_rmsprop"):
+            raise ValueError("order 2 needs k_max = 1 and method 'gd' or 'gd_wd'")
+        self.order = int(order)
         a = self.lr * self.wd
-        self._eta = self.lr / (1.0 - a)      # eta' before RMSprop's preconditioner
         self._rho = np.log1p(-a)             # the decay rate log(1 - a) per step
+        # eta' before RMSprop's preconditioner: the time-1 map of (1) with the gradient
+        # frozen is GD+WD's step (module notes).
+        self._eta = self.lr * (-self._rho / a if a > 0 else 1.0)
         self._scale_invariant = isinstance(model, ScaleInvariantModel)
         if self._scale_invariant:
             self._core = model._core(np.float64, resolve("auto", np.zeros(1)))
@@ -279,16 +323,43 @@ class CentralFlow:
         Q = 0.5 * eta ** 2 * (G @ G.T)
         if self.method == "scalar_rmsprop":
             c, Q = self._rmsprop_terms(c, Q, G, g, lam, U, H, eta, nu, pairs)
-        x = self._solve(c, Q, pairs, cluster)
+        drift4, loss4 = 0.0, 0.0
+        if self.order == 2:
+            P, R = self._fourth(w, U[:, 0])
+            # The edge eta (lambda + P X / 6) = 2 adds -relax eta P / 6 to the slack's slope,
+            # the drift's X^2 R / 24 adds eta^2 <T, R> / 24 X^2.
+            x = np.array([_quadratic_root(c[0], Q[0, 0] - self.relax * eta * P / 6.0,
+                                          eta ** 2 * (G[0] @ R) / 24.0)])
+            drift4, loss4 = x[0] ** 2 * R / 24.0, float(P * x[0] ** 2 / 24.0)
+        else:
+            x = self._solve(c, Q, pairs, cluster)
         X = np.zeros((k, k))
         for (i, j), v in zip(pairs, x):
             X[i, j] = X[j, i] = v if i == j else v / np.sqrt(2.0)
-        v = self._rho * w - eta * (g + 0.5 * (G.T @ x))
+        v = self._rho * w - eta * (g + 0.5 * (G.T @ x) + drift4)
         HU = H @ U
         grad2 = float(g @ g + np.sum((HU.T @ HU) * X) + (G @ g) @ x)
         if self.method == "scalar_rmsprop":
             v = np.append(v, -np.log(self.beta) * (grad2 - nu))
-        return CentralState(v, U, lam, sharp, X, float(loss), g, grad2, eta)
+        return CentralState(v, U, lam, sharp, X, float(loss), g, grad2, eta, loss4)
+
+    def _fourth(self, w: np.ndarray, u: np.ndarray) -> tuple[float, np.ndarray]:
+        """P = D^4L(w)[u, u, u, u] and R = D^5L(w)[u, u, u, u, .] (D,).
+
+        Central differences (step 1e-3 at the unit point for scale-invariant
+        models, where every derivative is O(1)) of the exact D^3L[u, u] at
+        w and w +- 1e-3 u: truncation O(1e-6) relative, rounding O(1e-10).
+        """
+        r = float(np.sqrt(w @ w)) if self._scale_invariant else 1.0
+        th = w / r
+        e = 1e-3
+        T3, ok = self._core.third(np.ascontiguousarray([th + e * u, th, th - e * u]),
+                                  np.ascontiguousarray(np.repeat(u[None], 3, axis=0)))
+        if not np.all(ok):
+            raise ValueError("the third-order contraction is undefined near w")
+        P = float(u @ (T3[0] - T3[2])) / (2 * e)
+        R = (T3[0] - 2 * T3[1] + T3[2]) / e ** 2
+        return P / r ** 4, R / r ** 5
 
     def _rmsprop_terms(self, c, Q, G, g, lam, U, H, eta, nu, pairs):
         """Add the effect of d nu/dt on the preconditioned eigenvalues to (c, Q).
@@ -400,7 +471,8 @@ class CentralFlow:
         g = self.model.grad(w)
         return np.append(w, (1.0 - self.beta) * float(g @ g))
 
-    def integrate(self, w0, steps: float, *, max_step: float = 2.0, record_every: float = 1.0,
+    def integrate(self, w0, steps: float, *, substeps: int | None = None,
+                  max_step: float | None = None, record_every: float = 1.0,
                   rtol: float = 1e-9, atol: float = 1e-12, max_steps: int = 1_000_000,
                   nu0: float | None = None) -> CentralFlowSolution:
         """Integrate the central flow from w0 over ``steps`` GD steps.
@@ -414,11 +486,14 @@ class CentralFlow:
             when starting at the edge, see ``compare_to_central``).
         steps : float
             Final time in GD steps, > 0.
-        max_step : float
-            Largest step, in GD steps. Gradient flow has rates up to 2 per
-            step at the edge, so explicit stability keeps the adaptive step
-            near 1.6 at most anyway: the cap only stops a step-size
-            controller from overshooting into instability.
+        substeps : int, optional
+            At least this many integrator steps per GD step: max_step =
+            1 / substeps. Give ``substeps`` or ``max_step``, not both.
+        max_step : float, optional
+            Largest step, in GD steps (default 2). Gradient flow has rates up
+            to 2 per step at the edge, so explicit stability keeps the
+            adaptive step near 1.6 at most anyway: the cap only stops a
+            step-size controller from overshooting into instability.
         record_every : float
             Record interval in steps; the integrator lands on every record time.
         rtol, atol : float
@@ -438,7 +513,12 @@ class CentralFlow:
         from .flow import _A, _B4, _B5  # Dormand-Prince 5(4); flow.py re-exports this module
 
         steps = as_real(steps, "steps", minimum=0.0, strict=True)
-        max_step = as_real(max_step, "max_step", minimum=0.0, strict=True)
+        if substeps is not None and max_step is not None:
+            raise ValueError("give substeps or max_step, not both (max_step = 1 / substeps)")
+        if substeps is not None:
+            max_step = 1.0 / as_positive_int(substeps, "substeps")
+        max_step = as_real(2.0 if max_step is None else max_step, "max_step", minimum=0.0,
+                           strict=True)
         record_every = as_real(record_every, "record_every", minimum=0.0, strict=True)
         rtol = as_real(rtol, "rtol", minimum=0.0, strict=True)
         atol = as_real(atol, "atol", minimum=0.0, strict=True)
@@ -523,13 +603,30 @@ class CentralFlowError(RuntimeError):
     """The central flow's complementarity problem failed."""
 
 
+def _quadratic_root(c: float, q1: float, q2: float) -> float:
+    """Order 2's one-direction complementarity problem: X >= 0, s = c + q1 X + q2 X^2 >= 0, X s = 0.
+
+    X = 0 when c >= 0, else the smallest positive root (q2 X^2 is a small
+    correction to q1 X > 0, so the root continues order 1's -c / q1).
+    """
+    if c >= 0:
+        return 0.0
+    disc = q1 * q1 - 4.0 * q2 * c
+    den = q1 + np.sqrt(disc) if disc >= 0 else -1.0
+    if den <= 0:
+        raise CentralFlowError("the complementarity problem has no solution "
+                               "(the constraint cannot be kept)")
+    return float(-2.0 * c / den)
+
+
 @dataclass
 class CentralComparison:
     """Time averages of a run against the central flow's predictions.
 
     At the flow's records ``steps`` (K,) (trajectory steps, t0 + t): ``loss_avg``
     and ``norm2_avg`` the run's averages over the ``window`` steps centred
-    there, ``loss_pred`` and ``norm2_pred`` the flow's predictions,
+    there (steps s - window/2 .. s + window/2, the two ends at half weight),
+    ``loss_pred`` and ``norm2_pred`` the flow's predictions,
     ``loss_rel_error`` and ``norm2_rel_error`` |avg - pred| / |avg| (all (K,)).
     """
 
@@ -572,6 +669,9 @@ def compare_to_central(trajectory, sol: CentralFlowSolution, *, t0: int = 0, win
         Trajectory step of the flow's start.
     window : int
         Averaging window in steps, even (a whole number of period-two cycles).
+        The average at step s weighs steps s - window/2 + 1 .. s + window/2 - 1
+        by 1 and the two ends by 1/2: centred on s exactly, with window/2
+        steps of each parity.
     index : int
         Which trajectory of a batched run.
 
@@ -594,12 +694,51 @@ def compare_to_central(trajectory, sol: CentralFlowSolution, *, t0: int = 0, win
         raise ValueError("the flow's record times must be whole steps")
     at = np.round(at).astype(np.int64)
     lo, hi = at - window // 2, at + window // 2
-    keep = (lo >= steps[0]) & (hi <= steps[-1] + 1)
-    c_loss = np.concatenate([[0.0], np.cumsum(loss)])
-    c_norm = np.concatenate([[0.0], np.cumsum(norm2)])
+    keep = (lo >= steps[0]) & (hi <= steps[-1])
     i0, i1 = lo[keep] - steps[0], hi[keep] - steps[0]
+
+    def average(x):
+        c = np.concatenate([[0.0], np.cumsum(x)])
+        return (c[i1 + 1] - c[i0] - 0.5 * (x[i0] + x[i1])) / window
+
     return CentralComparison(
-        steps=at[keep], loss_avg=(c_loss[i1] - c_loss[i0]) / window,
-        loss_pred=np.asarray(sol.loss_pred)[keep],
-        norm2_avg=(c_norm[i1] - c_norm[i0]) / window,
-        norm2_pred=np.asarray(sol.norm2_pred)[keep], window=window)
+        steps=at[keep], loss_avg=average(loss), loss_pred=np.asarray(sol.loss_pred)[keep],
+        norm2_avg=average(norm2), norm2_pred=np.asarray(sol.norm2_pred)[keep], window=window)
+
+
+def central_start(trajectory, step: int, *, index: int = 0) -> np.ndarray:
+    """The mean point of a period-two run at ``step``, to start the central flow there.
+
+    (w_{s-1} + 2 w_s + w_{s+1}) / 4: removes the alternating part
+    (-1)^t h_t up to its second difference (the two-step average
+    (w_s + w_{s+1}) / 2 is centred at s + 1/2 and keeps h_s - h_{s+1}).
+
+    Parameters
+    ----------
+    trajectory : Trajectory
+        A run recorded every step with directions (``record_every=1``,
+        ``theta_every=1``), covering steps s - 1 .. s + 1.
+    step : int
+        The step s.
+    index : int
+        Which trajectory of a batched run.
+
+    Returns
+    -------
+    ndarray, shape (D,)
+    """
+    step = as_positive_int(step, "step")
+    if trajectory.theta is None:
+        raise ValueError("the trajectory has no directions: run it with theta_every=1")
+    ts, rs = list(np.asarray(trajectory.theta_steps)), list(np.asarray(trajectory.steps))
+    need = (step - 1, step, step + 1)
+    if not all(s in ts and s in rs for s in need):
+        raise ValueError(f"the trajectory must record steps {need[0]}..{need[2]} (with "
+                         "record_every=1 and theta_every=1)")
+    w = []
+    for s in need:
+        th, n2 = trajectory.theta[ts.index(s)], trajectory.norm2[rs.index(s)]
+        if th.ndim == 2:
+            th, n2 = th[index], n2[index]
+        w.append(th * np.sqrt(n2))
+    return 0.25 * (w[0] + 2 * w[1] + w[2])

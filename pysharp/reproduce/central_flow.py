@@ -5,14 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from .. import BNLinearRegression, run_gd_wd
-from ..central_flow import CentralFlow, compare_to_central
+from ..central_flow import CentralFlow, central_start, compare_to_central
 from ..flow import SharpnessReductionFlow
 from . import plt
 
 DESCRIPTION = ("BN linear regression (d 20, n 12, lr 0.5, wd 1e-3): GD+WD from a random start; "
-               "400 steps after its EoS entry the central flow starts from the two-step average "
-               "of the iterates. Its predicted loss and ||w||^2 against GD+WD's 200-step "
-               "averages, the edge eff_lr x S = 2 it keeps, and its direction against the "
+               "400 steps after its EoS entry the central flow starts from the mean point "
+               "(w_{t-1} + 2 w_t + w_{t+1}) / 4 of the iterates. Its predicted loss and ||w||^2 "
+               "(order 1, and order 2 with the period-two fourth-order terms) against GD+WD's "
+               "200-step averages, the edge it keeps, and its direction against the "
                "sharpness-reduction flow (the slow limit).")
 
 
@@ -27,10 +28,13 @@ def run(out, quick: bool) -> dict:
                    theta_every=10)
     start = run_gd_wd(model, w0, lr, wd, t0 + 1, record_every=1, sharpness_every=0,
                       theta_every=1)
-    w_start = 0.5 * np.sum(start.theta[t0:] * np.sqrt(start.norm2[t0:])[:, None], axis=0)
+    w_start = central_start(start, t0)
     cf = CentralFlow(model, "gd_wd", lr=lr, wd=wd, k_max=2)
     sol = cf.integrate(w_start, steps, record_every=10)
     cmp = compare_to_central(tr, sol, t0=t0, window=200)
+    sol2 = CentralFlow(model, "gd_wd", lr=lr, wd=wd, k_max=1, order=2).integrate(
+        w_start, steps, record_every=10)
+    cmp2 = compare_to_central(tr, sol2, t0=t0, window=200)
     late = cmp.steps >= t0 + 500
     on_edge = sol.t >= 50
     flow = SharpnessReductionFlow(model)
@@ -49,13 +53,15 @@ def run(out, quick: bool) -> dict:
     ax.semilogy(tr.steps, tr.loss, color="0.8", lw=0.5, label="GD+WD loss")
     ax.semilogy(cmp.steps, cmp.loss_avg, "k-", label="GD+WD, 200-step average")
     ax.semilogy(steps_axis, sol.loss_pred, "r--", label="central flow: predicted average")
+    ax.semilogy(steps_axis, sol2.loss_pred, "g:", label="order 2: predicted average")
     ax.semilogy(steps_axis, sol.loss, "b:", label="central flow: L(w(t))")
     ax.set(xlabel="step", ylabel="loss", xlim=(t0 - 200, t0 + steps),
-           title=f"loss: max rel. error {np.max(cmp.loss_rel_error[late]):.1e}")
+           title=f"loss: max rel. error {np.max(cmp.loss_rel_error[late]):.1e} "
+                 f"(order 2: {np.max(cmp2.loss_rel_error[late]):.1e})")
     ax.legend(fontsize=7)
     ax = axes[1]
     ax.plot(tr.sharpness_steps, tr.eos_ratio, ".", ms=2, color="0.6", label="GD+WD")
-    ax.plot(steps_axis, sol.sharpness[:, 0], "r-", label="central flow")
+    ax.plot(steps_axis, sol.sharpness[:, 0], "r-", label="central flow (eta' lambda_1)")
     ax.axhline(2, color="k", lw=0.5)
     ax.set(xlabel="step", ylabel="eff_lr x sharpness", xlim=(0, t0 + steps),
            title=f"the edge: |flow - 2| <= {np.max(np.abs(sol.sharpness[on_edge, 0] - 2)):.0e}")
@@ -74,6 +80,10 @@ def run(out, quick: bool) -> dict:
             "flow_success": sol.success, "flow_integrator_steps": sol.n_steps,
             "max_loss_rel_error": float(np.max(cmp.loss_rel_error[late])),
             "max_norm2_rel_error": float(np.max(cmp.norm2_rel_error[late])),
+            "max_loss_rel_error_order2": float(np.max(cmp2.loss_rel_error[late])),
+            "max_norm2_rel_error_order2": float(np.max(cmp2.norm2_rel_error[late])),
+            "final_order2_central_sharpness": float(sol2.sharpness[-1, 0]),
+            "order2_flow_success": sol2.success,
             "max_edge_error": float(np.max(np.abs(sol.sharpness[on_edge, 0] - 2))),
             "max_loss_rel_error_first_500": float(np.max(cmp.loss_rel_error[~late])),
             "final_oscillation_variance": float(np.trace(sol.X[-1])),
