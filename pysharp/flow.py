@@ -392,7 +392,7 @@ def compare_to_flow(trajectory, flow: FlowSolution, *, t_eos: int | None = None,
             trajectory.eos_entry_step) > 1 else 0])
         t_eos = max(entry, 0)
     steps = np.asarray(trajectory.theta_steps)
-    per_step = trajectory.meta.get("flow_time_per_step")
+    per_step = getattr(trajectory, "meta", {}).get("flow_time_per_step")
     if per_step is None:
         per_step = lr * wd
     else:
