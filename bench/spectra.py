@@ -1,6 +1,7 @@
 """Hessian spectra benchmark: pysharp against PyHessian-style JAX (and PyTorch) peers.
 
-BN linear regression (docs/theory.rst, "BN linear regression"), B points, spherical Hessian, float64.
+BN linear regression (docs/theory.rst, "BN linear regression"), B points, spherical Hessian,
+float64.
 Every peer works on the very same points and Rademacher probes
 (``pysharp.spectra.rademacher``) and its HVP is autodiff's forward-over-reverse
 product, as in PyHessian and hessian-eigenthings. Accuracy is checked first
