@@ -212,3 +212,22 @@ def test_batched_sharpness_lanes_do_not_see_each_other(name, which):
     err = np.abs(full.eigenvalues - dense.eigenvalues)[:, 0]
     assert full.converged.any()
     assert err[full.converged].max() <= 1e-8 * np.abs(dense.eigenvalues).max()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_kernels_skip_rescaling_only_where_it_changes_no_bit(name, dtype):
+    """Rows of moderate norm run as they are; far from 1 they are rescaled by powers of
+    two first. Every kernel is homogeneous in w, so both routes give the same bits."""
+    model = MODELS[name]
+    W = model.random_point(9, seed=3, norm=1.3).astype(dtype)
+    V = model.random_point(9, seed=4, norm=0.7).astype(dtype)
+    k = 200 if dtype == np.float64 else 20  # ||2^-k w||^2 is outside the no-rescale window
+    Ws = (W * dtype(2.0 ** -k)).astype(dtype)
+    loss, grad = model.loss_and_grad(W)
+    loss_s, grad_s = model.loss_and_grad(Ws)
+    np.testing.assert_array_equal(loss_s, loss)
+    np.testing.assert_array_equal(grad_s, grad * dtype(2.0 ** k))
+    np.testing.assert_array_equal(model.hvp(Ws, V), model.hvp(W, V) * dtype(2.0 ** (2 * k)))
+    np.testing.assert_array_equal(model.hessian(Ws[:2]),
+                                  model.hessian(W[:2]) * dtype(2.0 ** (2 * k)))

@@ -12,6 +12,12 @@ from .. import _backend
 from .._dispatch import resolve
 from .._validation import as_batch, as_positive_int, check_nonzero_rows
 
+# Squared row norms for which kernels run on the rows as they are: every
+# intermediate (up to fourth powers of ||w|| and of 1/||w||) stays a normal float,
+# so rescaling by a power of two would change no bit of the results.
+_SAFE_NORM2 = {np.dtype(np.float64): (2.0 ** -300, 2.0 ** 300),
+               np.dtype(np.float32): (2.0 ** -24, 2.0 ** 24)}
+
 
 def _scale_rows(x: np.ndarray, k: np.ndarray) -> np.ndarray:
     """x[b] *= 2^k[b] for each row b, in place (x must be an array we own); returns x.
@@ -93,13 +99,17 @@ class ScaleInvariantModel(abc.ABC):
             self._cores[key] = core
         return self._cores[key]
 
-    def _batch(self, w, name: str = "w") -> tuple[np.ndarray, bool]:
+    def _batch(self, w, name: str = "w", checked: bool = True) -> tuple[np.ndarray, bool]:
+        """(B, D) finite array and whether ``w`` was one point. ``checked=False``
+        leaves the nonzero-row check to ``_unit_scale(W, name)``, which needs a pass
+        over the rows anyway."""
         W, single = as_batch(w, self.dim, name)
-        check_nonzero_rows(W, name)
+        if checked:
+            check_nonzero_rows(W, name)
         return W, single
 
     def _pair(self, w, v) -> tuple[np.ndarray, np.ndarray, bool]:
-        W, single_w = self._batch(w)
+        W, single_w = self._batch(w, checked=False)
         V, single_v = as_batch(v, self.dim, "v", dtype=W.dtype)
         if W.shape[0] != V.shape[0]:
             if W.shape[0] == 1:
@@ -112,7 +122,8 @@ class ScaleInvariantModel(abc.ABC):
         return W, V, single_w and single_v
 
     @staticmethod
-    def _unit_scale(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _unit_scale(W: np.ndarray, name: str | None = None,
+                    nonzero: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Rows rescaled by 2^-e to max |entry| in [0.5, 1), and the exponents e (B,).
 
         Scale invariance makes the loss of the rescaled rows exact, and
@@ -120,7 +131,20 @@ class ScaleInvariantModel(abc.ABC):
         squared norm that overflows or underflows although the result is an
         ordinary float. Power-of-two factors (applied with ldexp, never as a
         float that could itself overflow) make the round trip exact.
+
+        Rows whose squared norms all lie well inside the dtype's range are
+        returned as they are (e = 0): scaling them would change no bit of any
+        kernel's result (every operation is homogeneous in w and stays normal),
+        and one pass over W replaces the copies. With ``name``, that pass also
+        stands for the nonzero-row check (unless ``nonzero`` is False) that a
+        caller skipped (``_batch(..., checked=False)``).
         """
+        n2 = np.einsum("ij,ij->i", W, W, dtype=np.float64)
+        lo, hi = _SAFE_NORM2[W.dtype]
+        if n2.size and n2.min() > lo and n2.max() < hi:  # NaN and inf fail too
+            return W, np.zeros(W.shape[0], dtype=np.int64)
+        if name is not None and nonzero:
+            check_nonzero_rows(W, name)
         peak = np.max(np.abs(W), axis=1).astype(np.float64)
         e = np.where(peak > 0, np.frexp(peak)[1], 0)
         scaled = _scale_rows(W.astype(np.float64), -e)
@@ -130,6 +154,8 @@ class ScaleInvariantModel(abc.ABC):
     def _scaled_back(x: np.ndarray, e: np.ndarray, power: int) -> np.ndarray:
         """x * 2^(-e power) per row, in place (x is a fresh kernel output), exactly unless
         the result leaves the dtype's range."""
+        if not e.any():
+            return x
         with np.errstate(over="ignore", under="ignore"):
             return _scale_rows(x, -e * power)
 
@@ -151,8 +177,8 @@ class ScaleInvariantModel(abc.ABC):
         grad : ndarray, shape (D,) or (B, D)
         """
         backend = resolve(backend, w)
-        W, single = self._batch(w)
-        Ws, f = self._unit_scale(W)
+        W, single = self._batch(w, checked=False)
+        Ws, f = self._unit_scale(W, "w")
         loss, G, ok = self._core(W.dtype, backend).loss_grad(Ws)
         self._checked(ok)
         return self._shape(loss, single), self._shape(self._scaled_back(G, f, 1), single)
@@ -168,8 +194,8 @@ class ScaleInvariantModel(abc.ABC):
     def _directional(self, w, v, kernel: str, power: int, backend: str) -> np.ndarray:
         backend = resolve(backend, w, v)
         W, V, single = self._pair(w, v)
-        Ws, ew = self._unit_scale(W)
-        Vs, ev = self._unit_scale(V)
+        Ws, ew = self._unit_scale(W, "w")
+        Vs, ev = self._unit_scale(V, "v", nonzero=False)
         out, ok = getattr(self._core(W.dtype, backend), kernel)(Ws, Vs)
         self._checked(ok)
         # w = Ws 2^ew, v = Vs 2^ev: order power+1 in 1/w and power in v, one combined exponent.
@@ -198,8 +224,8 @@ class ScaleInvariantModel(abc.ABC):
         ``hvp`` with an iterative eigensolver instead.
         """
         backend = resolve(backend, w)
-        W, single = self._batch(w)
-        Ws, f = self._unit_scale(W)
+        W, single = self._batch(w, checked=False)
+        Ws, f = self._unit_scale(W, "w")
         H, ok = self._core(W.dtype, backend).hessian(Ws)
         self._checked(ok)
         return self._shape(self._scaled_back(H, f, 2), single)
