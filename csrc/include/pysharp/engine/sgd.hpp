@@ -11,6 +11,7 @@
 #include "pysharp/engine/rng.hpp"
 #include "pysharp/engine/trajectory.hpp"
 #include "pysharp/models/bn_linear_regression.hpp"
+#include "pysharp/models/square_loss.hpp"
 
 namespace pysharp {
 
@@ -174,7 +175,7 @@ inline constexpr bool kSgdOnLanes<BNLinearRegression<Real>> = false;
 template <class Model>
 long long sgd_lanes_scratch(const Model& m, int max_batch) {
   return 2 * static_cast<long long>(m.dim()) + m.work_size() +
-         static_cast<long long>(max_batch) * (m.input_dim() + 2);
+         static_cast<long long>(max_batch + 1) * (m.input_dim() + 3);
 }
 template <class Model>
 long long sgd_lanes_iscratch(const Model& m, int W, int max_batch) {
@@ -187,6 +188,69 @@ template <class V>
 void gather_samples(const lane_real_t<V>* const* row, int d, V* x) {
   for (int k = 0; k < d; ++k)
     for (int l = 0; l < lane_width<V>; ++l) set_lane(x[k], l, row[l][k]);
+}
+
+// g = sum_{j < B} coeff[j] r_j grad_w f(x_j), slots j of lane-form samples x
+// (B, d), y, coeff: the model's sample() slot by slot.
+template <class Model, class V>
+void sgd_lanes_grad(const Model& m, const V* w, const V* x, const V* y, const V* coeff, int B,
+                    V* g, V* work) {
+  for (int k = 0; k < m.dim(); ++k) g[k] = V(lane_real_t<V>(0));
+  for (int j = 0; j < B; ++j)
+    m.sample(w, x + static_cast<long long>(j) * m.input_dim(), y[j], coeff[j], g, work);
+}
+// Linear regression: the same sums in the same order (the bits of sample()),
+// but every residual first, two slots at a time (an odd B also computes slot
+// B, which x, y, coeff hold and nothing reads), then each g[k] summed over
+// the slots in a register: the dot products of different slots overlap, w[k]
+// is loaded once per pair, g stored once instead of once per slot. Every slot
+// takes the same instructions whatever B, so a lane's bits do not depend on
+// its neighbours' batch sizes. work: B + 1 lane values (the c_j).
+template <class Real, class V>
+void sgd_lanes_grad(const LinearRegression<Real>& m, const V* w, const V* x, const V* y,
+                    const V* coeff, int B, V* g, V* work) {
+  const int d = m.d;
+  V* c = work;
+  const V b = m.bias ? w[d] : V(Real(0));
+  for (int j = 0; j < B; j += 2) {  // dot_split of two slots at once: w[k] loaded once
+    const V* x0 = x + static_cast<long long>(j) * d;
+    const V* x1 = x0 + d;
+    V p[4], q[4];
+    for (int i = 0; i < 4; ++i) p[i] = q[i] = V(Real(0));
+    int k = 0;
+    for (; k + 4 <= d; k += 4)
+      for (int i = 0; i < 4; ++i) {
+        p[i] += w[k + i] * x0[k + i];
+        q[i] += w[k + i] * x1[k + i];
+      }
+    for (; k < d; ++k) {
+      p[0] += w[k] * x0[k];
+      q[0] += w[k] * x1[k];
+    }
+    c[j] = (((p[0] + p[1]) + (p[2] + p[3])) + b - y[j]) * coeff[j];
+    c[j + 1] = (((q[0] + q[1]) + (q[2] + q[3])) + b - y[j + 1]) * coeff[j + 1];
+  }
+  constexpr int kB = 4;  // independent sums per pass (register blocking)
+  int k = 0;
+  for (; k + kB <= d; k += kB) {
+    V acc[kB];
+    for (int b = 0; b < kB; ++b) acc[b] = V(Real(0));
+    for (int j = 0; j < B; ++j) {
+      const V* xj = x + static_cast<long long>(j) * d + k;
+      for (int b = 0; b < kB; ++b) acc[b] += c[j] * xj[b];
+    }
+    for (int b = 0; b < kB; ++b) g[k + b] = acc[b];
+  }
+  for (; k < d; ++k) {
+    V acc = V(Real(0));
+    for (int j = 0; j < B; ++j) acc += c[j] * x[static_cast<long long>(j) * d + k];
+    g[k] = acc;
+  }
+  if (m.bias) {
+    V acc = V(Real(0));
+    for (int j = 0; j < B; ++j) acc += c[j];
+    g[d] = acc;
+  }
 }
 
 // W = lane_width<V> trajectories of run_sgd in lockstep; lanes >= `lanes` are
@@ -207,9 +271,9 @@ void run_sgd_lanes(const Model& m, const SGDConfig& c, int lanes, const std::uin
   V* g = scratch;
   V* w_new = g + D;
   V* work = w_new + D;
-  V* y = work + m.work_size();
-  V* coeff = y + max_batch;
-  V* x = coeff + max_batch;
+  V* y = work + m.work_size() + max_batch + 1;
+  V* coeff = y + max_batch + 1;
+  V* x = coeff + max_batch + 1;
   int* perm[W];
   int* idx[W];
   V rate, decay;
@@ -266,9 +330,7 @@ void run_sgd_lanes(const Model& m, const SGDConfig& c, int lanes, const std::uin
       }
       gather_samples(row, d, x + static_cast<long long>(j) * d);
     }
-    for (int k = 0; k < D; ++k) g[k] = V(Real(0));
-    for (int j = 0; j < bmax; ++j)
-      m.sample(w, x + static_cast<long long>(j) * d, y[j], coeff[j], g, work);
+    sgd_lanes_grad(m, w, x, y, coeff, bmax, g, work);
     mask_t<V> finite(true);
     for (int k = 0; k < D; ++k) {
       w_new[k] = decay * w[k] - rate * g[k];
