@@ -110,6 +110,16 @@ def test_a_diverging_lane_leaves_its_neighbours_bit_identical(kind):
     assert np.isnan(wild.loss[first_nan:, 5]).all() and np.isfinite(wild.loss[:first_nan, 5]).all()
     rest = np.arange(T) != 5
     _same(calm, wild, rest, rest)
+    # frozen at the divergence: the iterate of a run that stops there, never flagged
+    s = int(wild.diverged_step[5])
+    stop = run_sgd(m, W0[5], hot[5], BATCH[5], s, wd=WD[5], record_every=7, seed=5,
+                   first_trajectory=5, max_loss=1e308)
+    if np.isfinite(stop.w).all():  # flagged by the loss at a record: the iterate of step s
+        np.testing.assert_array_equal(wild.w[5], stop.w)
+    else:  # flagged by a non-finite step s: the iterate of step s - 1
+        before = run_sgd(m, W0[5], hot[5], BATCH[5], s - 1, wd=WD[5], record_every=7, seed=5,
+                         first_trajectory=5, max_loss=1e308)
+        np.testing.assert_array_equal(wild.w[5], before.w)
 
 
 def test_float32_lanes_are_placement_invariant():
