@@ -3,12 +3,46 @@
 // not depend on the thread count: every row owns its RNG key and scratch).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "cpu/batched.hpp"
+#include "pysharp/core/lanes.hpp"
 #include "pysharp/engine/sgd.hpp"
 #include "pysharp/models/square_loss.hpp"
+
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+namespace pysharp {
+
+#if defined(__AVX__)
+// Four rows of doubles into lane form, 4 x 4 at a time: two 128-bit loads per
+// register and one in-lane unpack per output instead of a gather per element.
+template <>
+inline void gather_samples<Lanes<double, 4>>(const double* const* row, int d,
+                                              Lanes<double, 4>* x) {
+  auto pair = [](const double* lo, const double* hi) {
+    return _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(lo)), _mm_loadu_pd(hi), 1);
+  };
+  int k = 0;
+  for (; k + 4 <= d; k += 4) {
+    const __m256d a = pair(row[0] + k, row[2] + k), b = pair(row[1] + k, row[3] + k);
+    const __m256d c = pair(row[0] + k + 2, row[2] + k + 2);
+    const __m256d e = pair(row[1] + k + 2, row[3] + k + 2);
+    x[k].v = _mm256_unpacklo_pd(a, b);  // row0[k] row1[k] | row2[k] row3[k]
+    x[k + 1].v = _mm256_unpackhi_pd(a, b);
+    x[k + 2].v = _mm256_unpacklo_pd(c, e);
+    x[k + 3].v = _mm256_unpackhi_pd(c, e);
+  }
+  for (; k < d; ++k)
+    for (int l = 0; l < 4; ++l) x[k].v[l] = row[l][k];
+}
+#endif
+
+}  // namespace pysharp
 
 namespace pysharp::cpu {
 
@@ -43,8 +77,13 @@ void bn_jacobians(const Model& m, const Real* W, std::int64_t P, Real* A, Real* 
 }
 
 // T SGD trajectories (square-loss models, or BN linear regression with ghost
-// BN); trajectory t has global index offset + t (its RNG key), lr[t], batch[t], wd[t]. W (T, D) holds the starts and receives the finals.
-// loss (records, T).
+// BN); trajectory t has global index offset + t (its RNG key), lr[t],
+// batch[t], wd[t]. W (T, D) holds the starts and receives the finals; loss
+// (records, T). Square-loss models run in lane blocks of kNativeLanes
+// trajectories (run_sgd_lanes), the last one padded; blocks take the
+// trajectories in order of batch size, so that lanes padded to a neighbour's
+// longer batch are rare. A trajectory's bits depend on neither its block nor
+// its lane: not on T, its position, the chunking or the thread count.
 template <class Model, class Real>
 void sgd_batch(const Model& m, const SGDConfig& c, Real* W, const Real* lr, const int* batch,
                const Real* wd, std::int64_t T, std::int64_t offset, Real* loss,
@@ -52,16 +91,59 @@ void sgd_batch(const Model& m, const SGDConfig& c, Real* W, const Real* lr, cons
   const std::int64_t D = m.dim();
   int max_batch = 1;
   for (std::int64_t t = 0; t < T; ++t) max_batch = batch[t] > max_batch ? batch[t] : max_batch;
+  if constexpr (!kSgdOnLanes<Model>) {
 #pragma omp parallel if (T > 1)
-  {
-    std::vector<Real> scratch(sgd_scratch_reals(m, max_batch));
-    std::vector<int> iscratch(sgd_scratch_ints(m, max_batch));
+    {
+      std::vector<Real> scratch(sgd_scratch_reals(m, max_batch));
+      std::vector<int> iscratch(sgd_scratch_ints(m, max_batch));
 #pragma omp for schedule(dynamic, 1)
-    for (std::int64_t t = 0; t < T; ++t) {
-      const long long s = run_sgd(m, c, static_cast<std::uint64_t>(offset + t), W + t * D, lr[t],
-                                  batch[t], wd[t], loss + t, T, scratch.data(), iscratch.data());
-      diverged[t] = s >= 0;
-      diverged_step[t] = s;
+      for (std::int64_t t = 0; t < T; ++t) {
+        const long long s = run_sgd(m, c, static_cast<std::uint64_t>(offset + t), W + t * D,
+                                    lr[t], batch[t], wd[t], loss + t, T, scratch.data(),
+                                    iscratch.data());
+        diverged[t] = s >= 0;
+        diverged_step[t] = s;
+      }
+    }
+  } else {
+    constexpr int L = kNativeLanes<Real>;
+    using V = Lanes<Real, L>;
+    std::vector<std::int64_t> order(T);
+    for (std::int64_t t = 0; t < T; ++t) order[t] = t;
+    std::stable_sort(order.begin(), order.end(),
+                     [batch](std::int64_t a, std::int64_t b) { return batch[a] < batch[b]; });
+    const std::int64_t blocks = (T + L - 1) / L;
+#pragma omp parallel if (blocks > 1)
+    {
+      std::vector<V> w(D), scratch(sgd_lanes_scratch(m, max_batch));
+      std::vector<int> iscratch(sgd_lanes_iscratch(m, L, max_batch));
+      // Dynamic: diverging blocks finish early; the schedule never changes bits.
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t blk = 0; blk < blocks; ++blk) {
+        const int lanes = static_cast<int>(std::min<std::int64_t>(L, T - blk * L));
+        std::int64_t rows[L];
+        std::uint64_t traj[L];
+        Real lr_l[L], wd_l[L];
+        int batch_l[L];
+        Real* loss_l[L];
+        long long step[L];
+        for (int l = 0; l < L; ++l) {
+          rows[l] = order[blk * L + (l < lanes ? l : 0)];  // padding repeats lane 0
+          traj[l] = static_cast<std::uint64_t>(offset + rows[l]);
+          lr_l[l] = lr[rows[l]];
+          wd_l[l] = wd[rows[l]];
+          batch_l[l] = batch[rows[l]];
+          loss_l[l] = loss + rows[l];
+        }
+        gather_rows(W, D, rows, lanes, w.data());
+        run_sgd_lanes(m, c, lanes, traj, w.data(), lr_l, batch_l, wd_l, loss_l, T, step,
+                      scratch.data(), iscratch.data(), max_batch);
+        scatter_rows(w.data(), D, rows, lanes, W);
+        for (int l = 0; l < lanes; ++l) {
+          diverged[rows[l]] = step[l] >= 0;
+          diverged_step[rows[l]] = step[l];
+        }
+      }
     }
   }
 }

@@ -11,6 +11,7 @@
 #include "pysharp/engine/rng.hpp"
 #include "pysharp/engine/trajectory.hpp"
 #include "pysharp/models/bn_linear_regression.hpp"
+#include "pysharp/models/square_loss.hpp"
 
 namespace pysharp {
 
@@ -150,6 +151,205 @@ PYSHARP_HD long long run_sgd(const Model& m, const SGDConfig& c, std::uint64_t t
     for (long long r = first; r < nrec; ++r) loss[r * stride] = Real(0) / Real(0);
   }
   return diverged;
+}
+
+// Lane blocks (host; V = Lanes<Real, W>, core/lanes.hpp, or Real for W = 1).
+// Square-loss models advance W trajectories in lockstep, lane-interleaved
+// (w[k] holds coordinate k of every lane), each lane with its own batches
+// (keyed by its own trajectory index, so the same whatever the block), lr, B,
+// wd, divergence flag and records. Slot j of a step gathers sample idx_l[j] of
+// every lane l into lane form (x, y, coefficient 1/B_l) and calls the model's
+// sample() once for the block. A lane whose batch is shorter than the block's
+// longest repeats its first sample with coefficient 0 in the extra slots: an
+// exact no-op (its contribution is +-0, and g is never -0), or, where that
+// sample overflows, a non-finite g the real slot already produced. So a lane's
+// bits are those of run_sgd's arithmetic on its own, whatever its neighbours.
+
+// Ghost BN (BNLinearRegression) runs trajectory by trajectory (run_sgd).
+template <class Model>
+inline constexpr bool kSgdOnLanes = true;
+template <class Real>
+inline constexpr bool kSgdOnLanes<BNLinearRegression<Real>> = false;
+
+// Lane values and ints of one block's scratch (W lanes, batches of at most max_batch).
+template <class Model>
+long long sgd_lanes_scratch(const Model& m, int max_batch) {
+  return 2 * static_cast<long long>(m.dim()) + m.work_size() +
+         static_cast<long long>(max_batch + 1) * (m.input_dim() + 3);
+}
+template <class Model>
+long long sgd_lanes_iscratch(const Model& m, int W, int max_batch) {
+  return static_cast<long long>(W) * (m.n_samples() + max_batch);
+}
+
+// Lane form of W samples: lane l of x[k] = row[l][k], k < d (a transposition;
+// cpu/sgd.hpp specialises it for AVX doubles).
+template <class V>
+void gather_samples(const lane_real_t<V>* const* row, int d, V* x) {
+  for (int k = 0; k < d; ++k)
+    for (int l = 0; l < lane_width<V>; ++l) set_lane(x[k], l, row[l][k]);
+}
+
+// g = sum_{j < B} coeff[j] r_j grad_w f(x_j), slots j of lane-form samples x
+// (B, d), y, coeff: the model's sample() slot by slot.
+template <class Model, class V>
+void sgd_lanes_grad(const Model& m, const V* w, const V* x, const V* y, const V* coeff, int B,
+                    V* g, V* work) {
+  for (int k = 0; k < m.dim(); ++k) g[k] = V(lane_real_t<V>(0));
+  for (int j = 0; j < B; ++j)
+    m.sample(w, x + static_cast<long long>(j) * m.input_dim(), y[j], coeff[j], g, work);
+}
+// Linear regression: the same sums in the same order (the bits of sample()),
+// but every residual first, two slots at a time (an odd B also computes slot
+// B, which x, y, coeff hold and nothing reads), then each g[k] summed over
+// the slots in a register: the dot products of different slots overlap, w[k]
+// is loaded once per pair, g stored once instead of once per slot. Every slot
+// takes the same instructions whatever B, so a lane's bits do not depend on
+// its neighbours' batch sizes. work: B + 1 lane values (the c_j).
+template <class Real, class V>
+void sgd_lanes_grad(const LinearRegression<Real>& m, const V* w, const V* x, const V* y,
+                    const V* coeff, int B, V* g, V* work) {
+  const int d = m.d;
+  V* c = work;
+  const V b = m.bias ? w[d] : V(Real(0));
+  for (int j = 0; j < B; j += 2) {  // dot_split of two slots at once: w[k] loaded once
+    const V* x0 = x + static_cast<long long>(j) * d;
+    const V* x1 = x0 + d;
+    V p[4], q[4];
+    for (int i = 0; i < 4; ++i) p[i] = q[i] = V(Real(0));
+    int k = 0;
+    for (; k + 4 <= d; k += 4)
+      for (int i = 0; i < 4; ++i) {
+        p[i] += w[k + i] * x0[k + i];
+        q[i] += w[k + i] * x1[k + i];
+      }
+    for (; k < d; ++k) {
+      p[0] += w[k] * x0[k];
+      q[0] += w[k] * x1[k];
+    }
+    c[j] = (((p[0] + p[1]) + (p[2] + p[3])) + b - y[j]) * coeff[j];
+    c[j + 1] = (((q[0] + q[1]) + (q[2] + q[3])) + b - y[j + 1]) * coeff[j + 1];
+  }
+  constexpr int kB = 4;  // independent sums per pass (register blocking)
+  int k = 0;
+  for (; k + kB <= d; k += kB) {
+    V acc[kB];
+    for (int b = 0; b < kB; ++b) acc[b] = V(Real(0));
+    for (int j = 0; j < B; ++j) {
+      const V* xj = x + static_cast<long long>(j) * d + k;
+      for (int b = 0; b < kB; ++b) acc[b] += c[j] * xj[b];
+    }
+    for (int b = 0; b < kB; ++b) g[k + b] = acc[b];
+  }
+  for (; k < d; ++k) {
+    V acc = V(Real(0));
+    for (int j = 0; j < B; ++j) acc += c[j] * x[static_cast<long long>(j) * d + k];
+    g[k] = acc;
+  }
+  if (m.bias) {
+    V acc = V(Real(0));
+    for (int j = 0; j < B; ++j) acc += c[j];
+    g[d] = acc;
+  }
+}
+
+// W = lane_width<V> trajectories of run_sgd in lockstep; lanes >= `lanes` are
+// padding (never advanced in effect, never written back). traj, lr, batch, wd:
+// W entries each (padding lanes may repeat lane 0). w (m.dim()) holds the
+// starts and receives the finals (each lane's last finite iterate). loss[l]:
+// lane l's records at loss[l][r * stride]; diverged[l]: run_sgd's return value.
+// scratch: sgd_lanes_scratch(m, max_batch) lane values; iscratch:
+// sgd_lanes_iscratch(m, W, max_batch) ints; max_batch >= every batch[l].
+template <class Model, class V>
+void run_sgd_lanes(const Model& m, const SGDConfig& c, int lanes, const std::uint64_t* traj,
+                   V* w, const lane_real_t<V>* lr, const int* batch, const lane_real_t<V>* wd,
+                   lane_real_t<V>* const* loss, long long stride, long long* diverged,
+                   V* scratch, int* iscratch, int max_batch) {
+  using Real = lane_real_t<V>;
+  constexpr int W = lane_width<V>;
+  const int D = m.dim(), n = m.n_samples(), d = m.input_dim();
+  V* g = scratch;
+  V* w_new = g + D;
+  V* work = w_new + D;
+  V* y = work + m.work_size() + max_batch + 1;
+  V* coeff = y + max_batch + 1;
+  V* x = coeff + max_batch + 1;
+  int* perm[W];
+  int* idx[W];
+  V rate, decay;
+  Real inv_batch[W];
+  bool alive[W];
+  for (int l = 0; l < W; ++l) {
+    inv_batch[l] = Real(1) / Real(batch[l]);
+    perm[l] = iscratch + static_cast<long long>(l) * (n + max_batch);
+    idx[l] = perm[l] + n;
+    for (int i = 0; i < n; ++i) perm[l][i] = i;
+    for (int j = 0; j < max_batch; ++j) idx[l][j] = 0;
+    set_lane(rate, l, lr[l]);
+    set_lane(decay, l, Real(1) - lr[l] * wd[l]);
+    alive[l] = l < lanes;
+    if (l < lanes) diverged[l] = -1;
+  }
+  const long long nrec = n_records(c.steps, c.record_every);
+  auto kill = [&](int l, long long t) {
+    alive[l] = false;
+    diverged[l] = t;
+  };
+  auto record = [&](long long t) {
+    V L;
+    const mask_t<V> defined = m.loss_grad(w, &L, g, work);
+    const mask_t<V> ok = defined & is_finite(L) & (L <= V(Real(c.max_loss)));
+    for (int l = 0; l < lanes; ++l) {
+      if (!alive[l]) continue;
+      loss[l][(t / c.record_every) * stride] = lane(defined, l) ? lane(L, l) : Real(0) / Real(0);
+      if (!lane(ok, l)) kill(l, t);
+    }
+  };
+  auto any_alive = [&] {
+    for (int l = 0; l < lanes; ++l)
+      if (alive[l]) return true;
+    return false;
+  };
+  record(0);
+  for (long long t = 0; t < c.steps && any_alive(); ++t) {
+    int bmax = 0;
+    for (int l = 0; l < lanes; ++l) {
+      if (!alive[l]) continue;
+      draw_batch(c.seed, traj[l], static_cast<std::uint64_t>(t), n, batch[l], c.replacement,
+                 perm[l], idx[l]);
+      bmax = batch[l] > bmax ? batch[l] : bmax;
+    }
+    for (int j = 0; j < bmax; ++j) {
+      const Real* row[W];
+      for (int l = 0; l < W; ++l) {
+        const bool real = j < batch[l];
+        const int i = idx[l][real ? j : 0];
+        row[l] = m.X + static_cast<long long>(i) * d;
+        set_lane(y[j], l, m.y[i]);
+        set_lane(coeff[j], l, real ? inv_batch[l] : Real(0));
+      }
+      gather_samples(row, d, x + static_cast<long long>(j) * d);
+    }
+    sgd_lanes_grad(m, w, x, y, coeff, bmax, g, work);
+    mask_t<V> finite(true);
+    for (int k = 0; k < D; ++k) {
+      w_new[k] = decay * w[k] - rate * g[k];
+      finite = finite & is_finite(w_new[k]);
+    }
+    mask_t<V> keep(false);
+    for (int l = 0; l < lanes; ++l) {
+      if (alive[l] && !lane(finite, l)) kill(l, t + 1);
+      set_lane(keep, l, alive[l]);
+    }
+    for (int k = 0; k < D; ++k) w[k] = select(keep, w_new[k], w[k]);
+    if ((t + 1) % c.record_every == 0) record(t + 1);
+  }
+  for (int l = 0; l < lanes; ++l) {
+    const long long s = diverged[l];
+    if (s < 0) continue;
+    const long long first = s == 0 ? 1 : (s + c.record_every - 1) / c.record_every;
+    for (long long r = first; r < nrec; ++r) loss[l][r * stride] = Real(0) / Real(0);
+  }
 }
 
 // Linearised SGD at a minimum, x <- x - (lr/B) sum_{i in I_t} a_i (a_i . x),

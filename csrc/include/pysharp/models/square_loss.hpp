@@ -4,7 +4,9 @@
 // Every model here provides, besides the templated loss_grad that
 // derivatives.hpp turns into exact HVPs (and D^3L), the per-sample pieces the
 // SGD engine and the stability analysis need:
-//   sample(w, x, y, coeff, g, work): residual r = f(x; w) - y, adds coeff r grad_w f into g;
+//   sample(w, x, y, coeff, g, work): residual r = f(x; w) - y, adds coeff r grad_w f into g
+//     (x, y, coeff: one sample shared by every lane of w, Real, or one per lane,
+//     lane-form like w, as the SGD engine gathers each lane's own batch);
 //   jacobian(w, x, f, a, gx, work):  f(x; w), a = grad_w f (dim()), gx = grad_x f (input_dim()).
 // The data (n, d) are a row-major view owned by the caller.
 #pragma once
@@ -29,8 +31,8 @@ struct LinearRegression {
   PYSHARP_HD int n_samples() const { return n; }
   PYSHARP_HD int work_size() const { return 0; }
 
-  template <class S>
-  PYSHARP_HD S sample(const S* w, const Real* x, Real yi, Real coeff, S* g, S* /*work*/) const {
+  template <class S, class X>
+  PYSHARP_HD S sample(const S* w, const X* x, X yi, X coeff, S* g, S* /*work*/) const {
     const S f = dot_split(w, x, d) + (bias ? w[d] : S(0));
     const S r = f - yi;
     const S c = r * coeff;
@@ -88,8 +90,8 @@ struct TwoLayerNet {
   PYSHARP_HD int work_size() const { return 2 * m; }
 
   // Fills work[0..m) with act(h), work[m..2m) with act'(h); returns f(x).
-  template <class S>
-  PYSHARP_HD S forward(const S* w, const Real* x, S* work) const {
+  template <class S, class X>
+  PYSHARP_HD S forward(const S* w, const X* x, S* work) const {
     const S* b1 = w + m * d;
     const S* a = b1 + m;
     S f = S(0);
@@ -102,8 +104,8 @@ struct TwoLayerNet {
     return f * inv_sqrt_m;
   }
 
-  template <class S>
-  PYSHARP_HD S sample(const S* w, const Real* x, Real yi, Real coeff, S* g, S* work) const {
+  template <class S, class X>
+  PYSHARP_HD S sample(const S* w, const X* x, X yi, X coeff, S* g, S* work) const {
     const S r = forward(w, x, work) - yi;
     const S c = r * (coeff * inv_sqrt_m);
     const S* a = w + m * d + m;
