@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._engine import Method
+
 
 def _u8(ok) -> np.ndarray:
     return np.asarray(ok, dtype=np.uint8)
@@ -76,7 +78,7 @@ class NumbaCore(_Cast):
         """As the compiled core's: ``config`` is ``EngineConfig.to_core()``."""
         W0, lr, wd = self._f64(W0, lr, wd)
         c, lz = config, config["lanczos"]
-        missing = ("the Quasi-RMSprop scheduler" if c["method"] > 3 else
+        missing = ("the Quasi-RMSprop scheduler" if c["method"] == Method.PGD_QUASI_RMSPROP else
                    "in-run top-k eigenvalues (top_k)" if c["top_k"] else None)
         if missing:
             from . import BackendUnavailable

@@ -10,13 +10,33 @@ import numpy as np
 
 from .. import _backend
 from .._dispatch import resolve
-from .._validation import as_batch, as_positive_int, check_nonzero_rows
+from .._validation import as_batch, as_float_array, as_positive_int, check_nonzero_rows
 
 # Squared row norms for which kernels run on the rows as they are: every
 # intermediate (up to fourth powers of ||w|| and of 1/||w||) stays a normal float,
 # so rescaling by a power of two would change no bit of the results.
 _SAFE_NORM2 = {np.dtype(np.float64): (2.0 ** -300, 2.0 ** 300),
                np.dtype(np.float32): (2.0 ** -24, 2.0 ** 24)}
+
+
+def bn_training_data(X, y) -> tuple[np.ndarray, np.ndarray]:
+    """Own float64 copies of the (X (n, d), y (n,)) of a model with batch statistics.
+
+    Copies, so the model can freeze them without aliasing the caller's arrays.
+    Raises ValueError naming the argument unless X is 2-D with n >= 2 samples and
+    d >= 1 columns and y has one target per sample.
+    """
+    X = as_float_array(X, "X", np.float64).copy()
+    y = as_float_array(y, "y", np.float64).copy()
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n, d), got shape {X.shape}")
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y must have shape ({X.shape[0]},) to match X, got {y.shape}")
+    if X.shape[0] < 2:
+        raise ValueError(f"need n >= 2 samples for batch statistics, got n = {X.shape[0]}")
+    if X.shape[1] < 1:
+        raise ValueError("X must have at least one column")
+    return X, y
 
 
 def _scale_rows(x: np.ndarray, k: np.ndarray) -> np.ndarray:

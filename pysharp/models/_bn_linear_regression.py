@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import core
-from .._validation import as_float_array, as_positive_int
-from ._base import ScaleInvariantModel
+from .._validation import as_positive_int
+from ._base import ScaleInvariantModel, bn_training_data
 from ._registry import ModelEntry, Summary, register
 
 
@@ -34,17 +34,7 @@ class BNLinearRegression(ScaleInvariantModel):
 
     def __init__(self, X, y) -> None:
         super().__init__()
-        # Own copies: the model freezes them, and must not alias the caller's arrays.
-        X = as_float_array(X, "X", np.float64).copy()
-        y = as_float_array(y, "y", np.float64).copy()
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D (n, d), got shape {X.shape}")
-        if y.shape != (X.shape[0],):
-            raise ValueError(f"y must have shape ({X.shape[0]},) to match X, got {y.shape}")
-        if X.shape[0] < 2:
-            raise ValueError(f"need n >= 2 samples for batch statistics, got n = {X.shape[0]}")
-        if X.shape[1] < 1:
-            raise ValueError("X must have at least one column")
+        X, y = bn_training_data(X, y)
         if np.ptp(y) == 0:
             raise ValueError("y is constant: std(y) = 0, so the BN prediction is undefined")
         Xc = X - X.mean(axis=0)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_float_array, as_positive_int, as_real
-from ._base import ScaleInvariantModel
+from .._validation import as_positive_int, as_real
+from ._base import ScaleInvariantModel, bn_training_data
 from ._registry import ModelEntry, Summary, register
 
 _ACTIVATIONS = {"tanh": 0, "relu": 1}
@@ -46,16 +46,7 @@ class BNTwoLayerNet(ScaleInvariantModel):
 
     def __init__(self, X, y, width: int, activation: str = "tanh") -> None:
         super().__init__()
-        X = as_float_array(X, "X", np.float64).copy()
-        y = as_float_array(y, "y", np.float64).copy()
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D (n, d), got shape {X.shape}")
-        if y.shape != (X.shape[0],):
-            raise ValueError(f"y must have shape ({X.shape[0]},) to match X, got {y.shape}")
-        if X.shape[0] < 2:
-            raise ValueError(f"need n >= 2 samples for batch statistics, got n = {X.shape[0]}")
-        if X.shape[1] < 1:
-            raise ValueError("X must have at least one column")
+        X, y = bn_training_data(X, y)
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, "
                              f"got {activation!r}")
