@@ -75,7 +75,11 @@ struct RunOutputs {
         top_eigenvalues({k >= 2 ? nsh : 0, B, py::ssize_t(k >= 2 ? k : 1)}), groups(G),
         top_k(k >= 2 ? k : 0) {}
 
-  // Every array, in the order of BatchRecords' fields.
+  // Every array, in the order of BatchRecords' fields, and its name in the result dict.
+  static constexpr const char* kNames[kArrays] = {
+      "loss",      "norm2", "eff_lr",   "grad_norm",     "top_grad",    "sharpness",
+      "eos_ratio", "sharpness_converged", "theta", "w", "diverged", "diverged_step",
+      "group_norm2", "top_eigenvalues"};
   std::array<py::array*, kArrays> arrays() {
     return {&loss, &norm2, &eff_lr, &grad_norm, &top_grad, &sharpness, &eos_ratio,
             &sharpness_converged, &theta, &w, &diverged, &diverged_step, &group_norm2,
@@ -98,22 +102,13 @@ struct RunOutputs {
     return records(p);
   }
 
-  py::dict to_dict() const {
+  // The result dict; the two optional records only where they were asked for.
+  py::dict to_dict() {
     py::dict r;
-    r["loss"] = loss;
-    r["norm2"] = norm2;
-    r["eff_lr"] = eff_lr;
-    r["grad_norm"] = grad_norm;
-    r["top_grad"] = top_grad;
-    r["sharpness"] = sharpness;
-    r["eos_ratio"] = eos_ratio;
-    r["sharpness_converged"] = sharpness_converged;
-    r["theta"] = theta;
-    r["w"] = w;
-    r["diverged"] = diverged;
-    r["diverged_step"] = diverged_step;
-    if (groups > 1) r["group_norm2"] = group_norm2;
-    if (top_k >= 2) r["top_eigenvalues"] = top_eigenvalues;
+    const auto a = arrays();
+    for (int i = 0; i < kArrays - 2; ++i) r[kNames[i]] = *a[i];
+    if (groups > 1) r[kNames[12]] = group_norm2;
+    if (top_k >= 2) r[kNames[13]] = top_eigenvalues;
     return r;
   }
 };
