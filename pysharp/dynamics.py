@@ -124,8 +124,12 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     lr_a = per_trajectory(lr, "lr", positive=True)
     wd_a = per_trajectory(wd, "wd")
     W0, hyper, single = broadcast_batch(w0, model.dim, dtype, lr=lr_a, wd=wd_a)
+    check_nonzero_rows(W0, "w0")
     if method in ("pgd", "pgd_adaptive", "pgd_quasi_rmsprop"):
-        W0 = W0 / np.linalg.norm(W0, axis=1, keepdims=True)
+        # Rows first scaled by powers of two: a norm that over- or underflows
+        # would otherwise turn a valid start into a zero or NaN row.
+        scaled, _ = model._unit_scale(W0)
+        W0 = scaled / np.linalg.norm(scaled, axis=1, keepdims=True)
     can_reduce = (model._has_reduced_engine and jitter == 0
                   and method in ("gd_wd", "scalar_rmsprop") and backend in ("cpp", "cuda"))
     if reduced and not can_reduce:
@@ -134,7 +138,6 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     reduced = can_reduce if reduced is None else bool(reduced)
     if method != "pgd_quasi_rmsprop" and np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
-    check_nonzero_rows(W0, "w0")
     model.loss(W0, backend=backend)  # a start where the loss is undefined is refused, not run
     config = EngineConfig(
         method=Method.named(method), steps=steps, record_every=record_every,

@@ -46,17 +46,17 @@ METHODS = {
 }
 
 
-def _run(name, method, W0, lr, dtype=np.float64, **kw):
+def _run(name, method, W0, lr, dtype=np.float64, steps=600, **kw):
     model = MODELS[name]
     runner, extra = METHODS[method]
     opts = dict(record_every=7, sharpness_every=50, theta_every=100, reduced=False, **extra)
     opts.update(kw)
     if runner is ps.run_gd_wd:
-        return runner(model, W0.astype(dtype), lr, 5e-3, 600, **opts)
+        return runner(model, W0.astype(dtype), lr, 5e-3, steps, **opts)
     opts.pop("reduced")
     if runner is ps.run_pgd:  # lr is eta_0; adaptive when extra holds lr and wd
-        return runner(model, W0.astype(dtype), lr, 600, **opts)
-    return runner(model, W0.astype(dtype), lr, 5e-3, 600, **opts)
+        return runner(model, W0.astype(dtype), lr, steps, **opts)
+    return runner(model, W0.astype(dtype), lr, 5e-3, steps, **opts)
 
 
 def _row(tr, b):
@@ -128,6 +128,23 @@ def test_trajectory_bits_do_not_depend_on_threads(name):
         core.set_num_threads(max(core.max_threads(), 2))
     for b in range(37):
         _assert_same(_row(serial, b), _row(full, b))
+
+
+@pytest.mark.parametrize("method", ["gd_wd_jitter", "scalar_rmsprop"])
+def test_interleaved_blocks_do_not_see_each_other(method):
+    # Toy3D's engine advances three lane blocks in alternation once a batch has
+    # 64 blocks or more; B = 1100 makes full groups, a short last group and a
+    # padded last block (for 2, 4, 8 or 16 lanes). One trajectory diverges.
+    W0, lr = _batch("toy3d", B=1100, seed=4)
+    W0[517] *= 1e160  # ||w||^2 overflows: flagged at its first observation
+    full = _run("toy3d", method, W0, lr, steps=200)
+    assert full.diverged.tolist() == [b == 517 for b in range(1100)]
+    for b in (0, 1, 5, 516, 517, 518, 1099):
+        alone = _run("toy3d", method, W0[b], lr[b], first_trajectory=b, steps=200)
+        _assert_same(_row(alone, None), _row(full, b))
+    tail = _run("toy3d", method, W0[300:], lr[300:], first_trajectory=300, steps=200)
+    for b in range(300, 1100):
+        _assert_same(_row(tail, b - 300), _row(full, b))
 
 
 def test_a_diverging_lane_leaves_its_block_untouched():

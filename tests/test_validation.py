@@ -746,3 +746,17 @@ def test_engine_interface_is_typed_and_read_by_field_name():
         Method.named("sgd_wd")
     with pytest.raises(ValueError, match="lanczos_max_iter must be in"):
         ps.run_gd_wd(model, W[0], 0.1, 1e-3, 5, lanczos_max_iter=4)
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e200])
+def test_pgd_start_of_any_norm_is_normalised_exactly(scale):
+    # A squared norm that under- or overflows must not turn a valid start into a
+    # zero or NaN row: the start is scaled by a power of two before normalising.
+    model = ps.Toy3D(c=10.0)
+    w0 = np.array([[0.6, -0.3, 0.2], [1.0, 2.0, -0.5]])
+    plain = ps.run_pgd(model, w0, 0.05, 20, record_every=5, sharpness_every=0)
+    far = ps.run_pgd(model, w0 * scale, 0.05, 20, record_every=5, sharpness_every=0)
+    assert not far.diverged.any()
+    np.testing.assert_allclose(far.w, plain.w, rtol=0, atol=1e-14)  # unit vectors
+    with pytest.raises(ValueError, match=r"w0\[1\] is the zero vector"):
+        ps.run_pgd(model, np.vstack([w0[:1], np.zeros((1, 3))]), 0.05, 20)

@@ -115,7 +115,7 @@ struct LaneMask {
 };
 
 template <class Real, int W>
-Lanes<Real, W> sqrt_(const Lanes<Real, W>& a) {
+[[gnu::always_inline]] inline Lanes<Real, W> sqrt_(const Lanes<Real, W>& a) {
   Lanes<Real, W> r;
   for (int l = 0; l < W; ++l) r.v[l] = std::sqrt(a.v[l]);  // vectorised: -fno-math-errno
   return r;
