@@ -263,6 +263,11 @@ PYBIND11_MODULE(_core, m) {
   m.def("lanczos_callable", &lanczos_callable, py::arg("matvec"), py::arg("dim"),
         py::arg("options"), py::arg("start") = py::none());
   m.attr("METHODS") = module::method_names();
+  py::dict safe;  // kernels mark rows outside these squared norms ok = 2 (cpu/batched.hpp)
+  safe["float64"] = py::make_tuple(cpu::SafeNorm2<double>::lo, cpu::SafeNorm2<double>::hi);
+  safe["float32"] = py::make_tuple(double(cpu::SafeNorm2<float>::lo),
+                                   double(cpu::SafeNorm2<float>::hi));
+  m.attr("SAFE_NORM2") = safe;
 
   m.def("build_info", []() {
     py::dict info;

@@ -25,6 +25,7 @@ __all__: list[str] = [
     "LinearRegression_f32",
     "LinearRegression_f64",
     "METHODS",
+    "SAFE_NORM2",
     "Toy3D_f32",
     "Toy3D_f64",
     "TwoLayerNet_f32",
@@ -1085,4 +1086,8 @@ METHODS: dict = {
     "pgd_adaptive": 2,
     "scalar_rmsprop": 3,
     "pgd_quasi_rmsprop": 4,
+}
+SAFE_NORM2: dict = {
+    "float64": (4.909093465297727e-91, 2.037035976334486e90),
+    "float32": (5.960464477539063e-08, 16777216.0),
 }

@@ -248,3 +248,37 @@ def test_kernels_skip_rescaling_only_where_it_changes_no_bit(name, dtype):
     np.testing.assert_array_equal(model.hvp(Ws, V), model.hvp(W, V) * dtype(2.0 ** (2 * k)))
     np.testing.assert_array_equal(model.hessian(Ws[:2]),
                                   model.hessian(W[:2]) * dtype(2.0 ** (2 * k)))
+    # Mixed batches: rows far out (either way) beside ordinary ones, and a far v.
+    mixed = W.copy()
+    mixed[2] *= dtype(2.0 ** -k)
+    mixed[5] *= dtype(2.0 ** k)
+    scale = np.ones(9, dtype)
+    scale[2], scale[5] = 2.0 ** k, 2.0 ** -k
+    loss_m, grad_m = model.loss_and_grad(mixed)
+    np.testing.assert_array_equal(loss_m, loss)
+    np.testing.assert_array_equal(grad_m, grad * scale[:, None])
+    Vm = V.copy()
+    Vm[4] *= dtype(2.0 ** k)
+    expected = model.third(W, V) * (scale ** 3)[:, None]
+    expected[4] *= dtype(2.0 ** (2 * k))
+    np.testing.assert_array_equal(model.third(mixed, Vm), expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_core_flags_the_rows_it_cannot_take_as_they_are(dtype):
+    """The compiled kernels mark rows outside the no-rescale window with ok = 2
+    (the Python layer then rescales them); their window is the Python one."""
+    from pysharp.models._base import _SAFE_NORM2
+    core_bounds = _backend.core().SAFE_NORM2[np.dtype(dtype).name]
+    assert core_bounds == _SAFE_NORM2[np.dtype(dtype)]
+    model = MODELS["toy3d"]
+    core = model._core(np.dtype(dtype), "cpp")
+    lo, hi = core_bounds
+    W = np.array([[1.0, 0.5, 0.25], [0, 0, 0], [3, 0, 0], [3, 0, 0], [3, 0, 0], [3, 0, 0]],
+                 dtype)
+    W[2:, 0] = [np.sqrt(lo) * 0.99, np.sqrt(lo) * 1.01, np.sqrt(hi) * 0.99, np.sqrt(hi) * 1.01]
+    assert core.loss_grad(W)[2].tolist() == [1, 2, 2, 1, 1, 2]
+    V = np.zeros_like(W)
+    assert core.hvp(W[[0, 3]], V[:2])[1].tolist() == [1, 1]  # a zero v is exact
+    V[0, 0] = np.sqrt(lo) * 0.5  # ||v||^2 below lo
+    assert core.hvp(W[[0, 3]], V[:2])[1].tolist() == [2, 1]

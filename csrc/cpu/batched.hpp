@@ -3,7 +3,7 @@
 // model runs once per block in SIMD across rows; OpenMP splits the blocks.
 // A row's arithmetic never involves another lane, so its result does not
 // depend on B, its position or the thread count. ok[b] = 0 marks a row where
-// the model is undefined.
+// the model is undefined, ok[b] = 2 a row outside the safe range (below).
 #pragma once
 
 #include <algorithm>
@@ -20,6 +20,46 @@ namespace pysharp::cpu {
 template <class Model>
 bool worth_threads(const Model& m, std::int64_t rows) {
   return rows > 1 && rows * static_cast<std::int64_t>(m.dim()) * (m.work_size() + 1) >= 20000;
+}
+
+// Squared norms between lo and hi keep every kernel's intermediate values
+// normal, so its unscaled result is exact to rounding. A row outside (a norm
+// that over- or underflows, a zero w) is still computed but marked ok = 2:
+// the Python layer (models/_base.py) rescales such rows by powers of two, which
+// scale invariance makes exact, and calls again. Checking here, where the rows
+// are in registers anyway, spares the common case a pass over W in NumPy that
+// cost as much as a small model's kernel. Exported as _core.SAFE_NORM2.
+template <class Real>
+struct SafeNorm2;
+template <>
+struct SafeNorm2<double> {
+  static constexpr double lo = 0x1p-300, hi = 0x1p300;
+};
+template <>
+struct SafeNorm2<float> {
+  static constexpr float lo = 0x1p-24f, hi = 0x1p24f;
+};
+
+// Per lane: lo < ||x||^2 < hi (false for NaN and inf).
+template <class V>
+mask_t<V> in_safe_range(const V* x, int D) {
+  using Real = lane_real_t<V>;
+  const V n2 = lane_dot(x, x, D);
+  return (n2 > V(SafeNorm2<Real>::lo)) & (n2 < V(SafeNorm2<Real>::hi));
+}
+
+// Per lane: x = 0 exactly (a zero direction v is exact at any scale).
+template <class V>
+mask_t<V> is_zero(const V* x, int D) {
+  mask_t<V> zero = true;
+  for (int i = 0; i < D; ++i) zero = zero & (x[i] == V(0));
+  return zero;
+}
+
+// The ok code of lane l: 2 outside the safe range, else whether it is defined.
+template <class M>
+std::uint8_t ok_code(const M& safe, const M& defined, int l) {
+  return !lane(safe, l) ? 2 : lane(defined, l) ? 1 : 0;
 }
 
 // Lane l of dst[0..D) takes row rows[l] of src (B, D); padding lanes
@@ -70,12 +110,13 @@ void loss_grad(const Model& m, const Real* W, std::int64_t B, Real* loss, Real* 
     V* g = w + D;
     V* work = g + D;
     gather_rows(W, D, rows, lanes, w);
+    const mask_t<V> safe = in_safe_range(w, D);
     V value;
     const mask_t<V> defined = m.loss_grad(w, &value, g, work);
     scatter_rows(g, D, rows, lanes, G);
     for (int l = 0; l < lanes; ++l) {
       loss[rows[l]] = lane(value, l);
-      ok[rows[l]] = lane(defined, l);
+      ok[rows[l]] = ok_code(safe, defined, l);
     }
   });
 }
@@ -101,13 +142,14 @@ void directional(const Model& m, const Real* W, const Real* Vs, std::int64_t B, 
     V* o = v + D;
     gather_rows(W, D, rows, lanes, w);
     gather_rows(Vs, D, rows, lanes, v);
+    const mask_t<V> safe = in_safe_range(w, D) & (in_safe_range(v, D) | is_zero(v, D));
     mask_t<V> defined;
     if constexpr (Order == 1)
       defined = hvp(m, w, v, o, buf.jets.data());
     else
       defined = third_contraction(m, w, v, o, buf.jets.data());
     scatter_rows(o, D, rows, lanes, out);
-    for (int l = 0; l < lanes; ++l) ok[rows[l]] = lane(defined, l);
+    for (int l = 0; l < lanes; ++l) ok[rows[l]] = ok_code(safe, defined, l);
   });
 }
 
@@ -139,12 +181,15 @@ void hessian(const Model& m, const Real* W, std::int64_t B, Real* H, std::uint8_
       set_lane(e[pairs[l] % D], l, Real(1));
     }
     gather_rows(W, D, rows, lanes, w);
+    const mask_t<V> safe = in_safe_range(w, D);
     const mask_t<V> defined = hvp(m, w, e, col, buf.jets.data());
     for (int l = 0; l < lanes; ++l) {
       const std::int64_t b = rows[l], j = pairs[l] % D;
       Real* Hb = H + b * D * D;
       for (std::int64_t i = 0; i < D; ++i) Hb[i * D + j] = lane(col[i], l);
-      if (!lane(defined, l)) ok[b] = 0;  // every writer of row b stores 0: benign
+      // Every writer of row b sees the same w, hence stores the same code: benign.
+      const std::uint8_t code = ok_code(safe, defined, l);
+      if (code != 1) ok[b] = code;
     }
   });
 }

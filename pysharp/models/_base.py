@@ -14,7 +14,8 @@ from .._validation import as_batch, as_float_array, as_positive_int, check_nonze
 
 # Squared row norms for which kernels run on the rows as they are: every
 # intermediate (up to fourth powers of ||w|| and of 1/||w||) stays a normal float,
-# so rescaling by a power of two would change no bit of the results.
+# so rescaling by a power of two would change no bit of the results. The compiled
+# core checks the same bounds itself (_core.SAFE_NORM2; a test keeps them equal).
 _SAFE_NORM2 = {np.dtype(np.float64): (2.0 ** -300, 2.0 ** 300),
                np.dtype(np.float32): (2.0 ** -24, 2.0 ** 24)}
 
@@ -188,6 +189,35 @@ class ScaleInvariantModel(abc.ABC):
         return x[0] if single else x
 
     # -- the kernels ------------------------------------------------------------
+    def _evaluate(self, backend: str, kernel: str, powers: tuple, W: np.ndarray,
+                  V: np.ndarray | None = None) -> list[np.ndarray]:
+        """Outputs of ``kernel`` on the rows of W (and V), checked and exact at any norm.
+
+        ``powers`` holds, per output, (p, q) such that the output scales as
+        ||w||^-p ||v||^q. Rows are handed to the kernel as they are; rows whose
+        norms could over- or underflow are rescaled by powers of two (exact) and
+        the outputs scaled back. The compiled core finds such rows itself (ok
+        code 2, cpu/batched.hpp), so the common case costs no pass over W here;
+        the other backends are given rescaled rows up front.
+        """
+        core = self._core(W.dtype, backend)
+        args = (W,) if V is None else (W, V)
+        if backend == "cpp":
+            *outs, ok = getattr(core, kernel)(*args)
+            if ok.max(initial=0) < 2:
+                self._checked(ok)
+                return outs
+        Ws, ew = self._unit_scale(W, "w")
+        if V is None:
+            *outs, ok = getattr(core, kernel)(Ws)
+            ev = 0
+        else:
+            Vs, ev = self._unit_scale(V, "v", nonzero=False)
+            *outs, ok = getattr(core, kernel)(Ws, Vs)
+        self._checked(ok)
+        # w = Ws 2^ew, v = Vs 2^ev: the output carries 2^-(p ew - q ev).
+        return [self._scaled_back(out, p * ew - q * ev, 1) for out, (p, q) in zip(outs, powers)]
+
     def loss_and_grad(self, w, *, backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
         """Loss L(w) and gradient grad L(w).
 
@@ -198,10 +228,8 @@ class ScaleInvariantModel(abc.ABC):
         """
         backend = resolve(backend, w)
         W, single = self._batch(w, checked=False)
-        Ws, f = self._unit_scale(W, "w")
-        loss, G, ok = self._core(W.dtype, backend).loss_grad(Ws)
-        self._checked(ok)
-        return self._shape(loss, single), self._shape(self._scaled_back(G, f, 1), single)
+        loss, G = self._evaluate(backend, "loss_grad", ((0, 0), (1, 0)), W)
+        return self._shape(loss, single), self._shape(G, single)
 
     def loss(self, w, *, backend: str = "auto") -> np.ndarray:
         """Loss L(w), shape () or (B,)."""
@@ -212,14 +240,10 @@ class ScaleInvariantModel(abc.ABC):
         return self.loss_and_grad(w, backend=backend)[1]
 
     def _directional(self, w, v, kernel: str, power: int, backend: str) -> np.ndarray:
+        """A derivative of order power + 1 contracted with v ``power`` times."""
         backend = resolve(backend, w, v)
         W, V, single = self._pair(w, v)
-        Ws, ew = self._unit_scale(W, "w")
-        Vs, ev = self._unit_scale(V, "v", nonzero=False)
-        out, ok = getattr(self._core(W.dtype, backend), kernel)(Ws, Vs)
-        self._checked(ok)
-        # w = Ws 2^ew, v = Vs 2^ev: order power+1 in 1/w and power in v, one combined exponent.
-        out = self._scaled_back(out, (power + 1) * ew - power * ev, 1)
+        (out,) = self._evaluate(backend, kernel, ((power + 1, power),), W, V)
         return self._shape(out, single)
 
     def hvp(self, w, v, *, backend: str = "auto") -> np.ndarray:
@@ -245,10 +269,8 @@ class ScaleInvariantModel(abc.ABC):
         """
         backend = resolve(backend, w)
         W, single = self._batch(w, checked=False)
-        Ws, f = self._unit_scale(W, "w")
-        H, ok = self._core(W.dtype, backend).hessian(Ws)
-        self._checked(ok)
-        return self._shape(self._scaled_back(H, f, 2), single)
+        (H,) = self._evaluate(backend, "hessian", ((2, 0),), W)
+        return self._shape(H, single)
 
     def random_point(self, batch: int | None = None, *, seed: int = 0, norm: float = 1.0,
                      dtype=np.float64) -> np.ndarray:
