@@ -182,7 +182,7 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
         dwork[i] = alpha[i];
         ework[i] = i + 1 < m ? beta[i] : Real(0);
       }
-      if (!tridiagonal_eigh(m, dwork, ework, Z)) {
+      if (!tridiagonal_eigh(m, dwork, ework, Z, m - 1, 1)) {  // the last row suffices
         rep.ok = false;
         return rep;
       }
@@ -193,7 +193,7 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
       bool all = true;
       for (int t = 0, best = -1; t < k && t < m; ++t) {
         best = next_largest(dwork, m, best);
-        if (beta[j] * fabs(Z[(m - 1) * m + best]) > Real(o.tol) * floor) all = false;
+        if (beta[j] * fabs(Z[best]) > Real(o.tol) * floor) all = false;
       }
       rep.converged = all;
       done = done || all;
@@ -208,12 +208,6 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
       beta[j] = Real(0);
       if (m + nL >= D || !random_orthonormal(z, Q, m, D, o, salt + m, L, nL)) {
         rep.converged = true;  // the whole space is spanned: T is exact
-        // Recompute the decomposition with beta[j] = 0 on the next pass.
-        for (int i = 0; i < m; ++i) {
-          dwork[i] = alpha[i];
-          ework[i] = i + 1 < m ? beta[i] : Real(0);
-        }
-        tridiagonal_eigh(m, dwork, ework, Z);
         break;
       }
     } else {
@@ -221,6 +215,13 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
     }
   }
   rep.iterations = m;
+  // The Ritz vectors need every row of T's eigenvectors: one full decomposition,
+  // whose eigenvalues are those the last test saw, bit for bit.
+  for (int i = 0; i < m; ++i) {
+    dwork[i] = alpha[i];
+    ework[i] = i + 1 < m ? beta[i] : Real(0);
+  }
+  tridiagonal_eigh(m, dwork, ework, Z);
   Real top = Real(0);
   for (int i = 0; i < m; ++i) top = fabs(dwork[i]) > top ? fabs(dwork[i]) : top;
   *spread = top;

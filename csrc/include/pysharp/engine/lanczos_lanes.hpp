@@ -52,16 +52,18 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
   int m_of[W];
   bool active[W];
 
-  // Lane l's tridiagonal matrix of order m into d, e; its eigen-decomposition.
-  auto decompose = [&](int l, int m) {
+  // Lane l's tridiagonal matrix of order m into d, e; its eigenvalues and the
+  // last row of its eigenvectors (all a convergence test needs), or all rows.
+  auto decompose = [&](int l, int m, bool all_rows) {
     for (int i = 0; i < m; ++i) {
       d[i] = lane(alpha[i], l);
       e[i] = i + 1 < m ? lane(beta[i], l) : Real(0);
     }
-    return tridiagonal_eigh(m, d, e, Z);
+    return all_rows ? tridiagonal_eigh(m, d, e, Z) : tridiagonal_eigh(m, d, e, Z, m - 1, 1);
   };
   // Lane l stops at order m: its top Ritz value and the coefficients of its vector.
   auto finish = [&](int l, int m) {
+    decompose(l, m, true);
     const int best = detail::next_largest(d, m, -1);
     evals[l] = d[best];
     for (int i = 0; i < m; ++i) coef[l * (m_max + 1LL) + i] = Z[i * m + best];
@@ -152,7 +154,7 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
       if (!active[l]) continue;
       const bool last = m == m_max;
       if (m >= o.min_iter || last) {
-        if (!decompose(l, m)) {
+        if (!decompose(l, m, false)) {
           reports[l].ok = false;
           active[l] = false;
           continue;
@@ -161,7 +163,7 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
         for (int i = 0; i < m; ++i) top = fabs(d[i]) > top ? fabs(d[i]) : top;
         const Real floor = top > Real(0) ? top : Real(1);
         const int best = detail::next_largest(d, m, -1);
-        reports[l].converged = lane(beta[j], l) * fabs(Z[(m - 1) * m + best]) <= Real(o.tol) * floor;
+        reports[l].converged = lane(beta[j], l) * fabs(Z[best]) <= Real(o.tol) * floor;
         if (reports[l].converged || last) {
           finish(l, m);
           continue;
@@ -178,7 +180,6 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
         set_lane(restarted, l, true);
         if (m == D || !random_start(l, m, m, z)) {
           reports[l].converged = true;  // the whole space is spanned: T is exact
-          decompose(l, m);
           finish(l, m);
         }
       }
@@ -187,11 +188,7 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
     for (int i = 0; i < D; ++i) z[i] = z[i] / safe;
   }
   for (int l = 0; l < W; ++l)  // the cap was reached by a lane not yet stopped
-    if (active[l]) {
-      const int m = m_max;
-      decompose(l, m);
-      finish(l, m);
-    }
+    if (active[l]) finish(l, m_max);
 
   // Ritz vectors in SIMD: v = sum_r coef_r Q_r, then one operator application
   // gives every lane's true residual.

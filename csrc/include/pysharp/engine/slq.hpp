@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "pysharp/engine/rng.hpp"
+#include "pysharp/engine/tridiagonal.hpp"
 #include "pysharp/models/derivatives.hpp"
 
 namespace pysharp {
@@ -103,58 +104,12 @@ PYSHARP_HD mask_t<S> slq_lanczos(const Model& m, const S* w, int steps, S* Q, Je
 // Gauss quadrature from the m x m tridiagonal T: d (m) the diagonal,
 // overwritten with the nodes in ascending order; e (m) with e[i] coupling i and
 // i+1 (destroyed); weights (m) the squared first components of T's unit
-// eigenvectors (summing to 1). Implicit QL with Wilkinson shifts, as
-// tridiagonal_eigh, tracking only the first row of the eigenvector matrix
-// (Golub-Welsch): O(m^2). Returns false if an eigenvalue fails to converge.
+// eigenvectors (summing to 1), from tridiagonal_eigh tracking only the first
+// row (Golub-Welsch): O(m^2). Returns false if an eigenvalue fails to converge.
 template <class Real>
 PYSHARP_HD bool gauss_quadrature(int m, Real* d, Real* e, Real* weights) {
   if (m <= 0) return true;
-  for (int c = 0; c < m; ++c) weights[c] = c == 0 ? Real(1) : Real(0);
-  e[m - 1] = Real(0);
-  const Real eps = machine_eps<Real>();
-  for (int l = 0; l < m; ++l) {
-    int iter = 0;
-    while (true) {
-      int s = l;
-      for (; s < m - 1; ++s) {
-        const Real dd = fabs(d[s]) + fabs(d[s + 1]);
-        if (fabs(e[s]) <= eps * dd) break;
-      }
-      if (s == l) break;
-      if (++iter > 60) return false;
-      Real g = (d[l + 1] - d[l]) / (Real(2) * e[l]);
-      Real r = sqrt_(g * g + Real(1));
-      g = d[s] - d[l] + e[l] / (g + (g >= Real(0) ? r : -r));
-      Real sn = Real(1), cs = Real(1), p = Real(0);
-      bool underflow = false;
-      for (int i = s - 1; i >= l; --i) {
-        const Real f = sn * e[i];
-        const Real b = cs * e[i];
-        r = sqrt_(f * f + g * g);
-        e[i + 1] = r;
-        if (r == Real(0)) {
-          d[i + 1] -= p;
-          e[s] = Real(0);
-          underflow = true;
-          break;
-        }
-        sn = f / r;
-        cs = g / r;
-        g = d[i + 1] - p;
-        r = (d[i] - g) * sn + Real(2) * cs * b;
-        p = sn * r;
-        d[i + 1] = g + p;
-        g = cs * r - b;
-        const Real t = weights[i + 1];  // first row only
-        weights[i + 1] = sn * weights[i] + cs * t;
-        weights[i] = cs * weights[i] - sn * t;
-      }
-      if (underflow) continue;
-      d[l] -= p;
-      e[l] = g;
-      e[s] = Real(0);
-    }
-  }
+  if (!tridiagonal_eigh(m, d, e, weights, 0, 1)) return false;
   for (int c = 0; c < m; ++c) weights[c] *= weights[c];
   for (int c = 1; c < m; ++c) {  // insertion sort by node (m is small)
     const Real x = d[c], y = weights[c];

@@ -8,13 +8,20 @@ namespace pysharp {
 
 // d (m): diagonal, overwritten with the eigenvalues (unsorted).
 // e (m): e[i] couples i and i+1 for i < m-1; destroyed.
-// Z (m x m, row-major): overwritten with the eigenvectors, Z[r*m + c] is
-// component r of eigenvector c. Returns false if an eigenvalue fails to
-// converge in 60 iterations (does not happen for finite input in practice).
+// Z (rows x m, row-major): overwritten with rows first_row .. first_row +
+// rows - 1 of the eigenvector matrix, Z[r*m + c] is component first_row + r of
+// eigenvector c (rows = -1: all m rows). Each row of that matrix evolves by
+// the same rotations independently of the others, so a partial run gives the
+// eigenvalues and those rows with exactly the bits of a full run, in O(m^2)
+// instead of O(m^3): the last row is all a Lanczos convergence test needs, the
+// first row all Gauss quadrature needs. Returns false if an eigenvalue fails
+// to converge in 60 iterations (does not happen for finite input in practice).
 template <class Real>
-PYSHARP_HD bool tridiagonal_eigh(int m, Real* d, Real* e, Real* Z) {
-  for (int r = 0; r < m; ++r)
-    for (int c = 0; c < m; ++c) Z[r * m + c] = (r == c) ? Real(1) : Real(0);
+PYSHARP_HD bool tridiagonal_eigh(int m, Real* d, Real* e, Real* Z, int first_row = 0,
+                                 int rows = -1) {
+  if (rows < 0) rows = m;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < m; ++c) Z[r * m + c] = (first_row + r == c) ? Real(1) : Real(0);
   if (m == 0) return true;
   e[m - 1] = Real(0);
   const Real eps = sizeof(Real) == 8 ? Real(2.220446049250313e-16) : Real(1.1920929e-7);
@@ -51,7 +58,7 @@ PYSHARP_HD bool tridiagonal_eigh(int m, Real* d, Real* e, Real* Z) {
         p = sn * r;
         d[i + 1] = g + p;
         g = cs * r - b;
-        for (int k = 0; k < m; ++k) {
+        for (int k = 0; k < rows; ++k) {
           const Real t = Z[k * m + i + 1];
           Z[k * m + i + 1] = sn * Z[k * m + i] + cs * t;
           Z[k * m + i] = cs * Z[k * m + i] - sn * t;
