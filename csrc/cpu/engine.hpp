@@ -38,14 +38,16 @@ void run_batch_with(const Model& m, const EngineConfig& c, const Real* W0, const
   }
 }
 
-// Lane blocks one thread advances in alternation (run_to_end over runners).
-// A tiny model's step is one dependency chain through sqrt and division, so a
-// lone block leaves the SIMD units idle; three chains in flight gave Toy3D
-// 1.5x (1.7e8 -> 2.5e8 trajectory-steps/s, 2-core AVX2). Larger models keep
-// the units busy on their own and gain nothing measurable.
+// Lane blocks one thread advances in alternation (run_to_end over runners),
+// for a batch of `blocks` blocks. A tiny model's step is one dependency chain
+// through sqrt and division, so a lone block leaves the SIMD units idle; three
+// chains in flight gave Toy3D 1.5x (1.7e8 -> 2.5e8 trajectory-steps/s, 2-core
+// AVX2). Larger models keep the units busy on their own and gain nothing
+// measurable; a batch of few blocks is better spread over the threads. The
+// choice never changes bits.
 template <class Model>
-int interleaved_blocks(const Model& m) {
-  return m.dim() <= 16 ? 3 : 1;
+int interleaved_blocks(const Model& m, long long blocks) {
+  return m.dim() <= 16 && blocks >= 64 ? 3 : 1;
 }
 
 // Any model, any method: the iterate is stored in full, W = kNativeLanes
@@ -63,8 +65,7 @@ void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real
   using Runner = TrajectoryRunner<Model, State, V>;
   const int D = m.dim();
   const long long blocks = (B + W - 1) / W;
-  // Few blocks: spread them over the threads instead (G never changes bits).
-  const int G = blocks >= 64 ? interleaved_blocks(m) : 1;
+  const int G = interleaved_blocks(m, blocks);
   const long long groups = (blocks + G - 1) / G;
 #pragma omp parallel if (groups > 1)
   {

@@ -208,12 +208,8 @@ class ScaleInvariantModel(abc.ABC):
                 self._checked(ok)
                 return outs
         Ws, ew = self._unit_scale(W, "w")
-        if V is None:
-            *outs, ok = getattr(core, kernel)(Ws)
-            ev = 0
-        else:
-            Vs, ev = self._unit_scale(V, "v", nonzero=False)
-            *outs, ok = getattr(core, kernel)(Ws, Vs)
+        Vs, ev = (None, 0) if V is None else self._unit_scale(V, "v", nonzero=False)
+        *outs, ok = getattr(core, kernel)(*((Ws,) if V is None else (Ws, Vs)))
         self._checked(ok)
         # w = Ws 2^ew, v = Vs 2^ev: the output carries 2^-(p ew - q ev).
         return [self._scaled_back(out, p * ew - q * ev, 1) for out, (p, q) in zip(outs, powers)]

@@ -157,6 +157,15 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
   }
 
   int m = 0;
+  // T of order m into dwork, ework; its eigenvalues and `rows` rows of its
+  // eigenvectors from first_row on (tridiagonal_eigh).
+  auto decompose = [&](int first_row, int rows) {
+    for (int i = 0; i < m; ++i) {
+      dwork[i] = alpha[i];
+      ework[i] = i + 1 < m ? beta[i] : Real(0);
+    }
+    return tridiagonal_eigh(m, dwork, ework, Z, first_row, rows);
+  };
   for (int j = 0; j < m_max; ++j) {
     Real* qj = Q + static_cast<long long>(j) * D;
     Real* z = qj + D;
@@ -178,11 +187,7 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
 
     bool done = (m == m_max);
     if (m >= k && (m >= o.min_iter || done)) {
-      for (int i = 0; i < m; ++i) {
-        dwork[i] = alpha[i];
-        ework[i] = i + 1 < m ? beta[i] : Real(0);
-      }
-      if (!tridiagonal_eigh(m, dwork, ework, Z, m - 1, 1)) {  // the last row suffices
+      if (!decompose(m - 1, 1)) {  // the last row suffices
         rep.ok = false;
         return rep;
       }
@@ -217,11 +222,7 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
   rep.iterations = m;
   // The Ritz vectors need every row of T's eigenvectors: one full decomposition,
   // whose eigenvalues are those the last test saw, bit for bit.
-  for (int i = 0; i < m; ++i) {
-    dwork[i] = alpha[i];
-    ework[i] = i + 1 < m ? beta[i] : Real(0);
-  }
-  tridiagonal_eigh(m, dwork, ework, Z);
+  decompose(0, m);
   Real top = Real(0);
   for (int i = 0; i < m; ++i) top = fabs(dwork[i]) > top ? fabs(dwork[i]) : top;
   *spread = top;

@@ -534,36 +534,38 @@ PYSHARP_HD void run_trajectory(const Model& m, const EngineConfig& c, long long 
   run_to_end(runner, c);
 }
 
-// Runs a runner (one trajectory or a lane block) from its current state.
-template <class Runner>
-PYSHARP_HD void run_to_end(Runner& runner, const EngineConfig& c) {
-  for (long long t = 0; t <= c.steps; ++t) {
-    if (!runner.observe(t) || t == c.steps || !runner.step(t)) break;
-  }
-  runner.finish();
-}
-
-// Runs n independent runners step by step in alternation. Each runner's
-// arithmetic is exactly that of run_to_end; alternating only gives the
-// processor n independent dependency chains to overlap, which is what a small
-// model's step (one long latency chain through sqrt and division) needs.
+// Runs n independent runners (one trajectory or a lane block each) from their
+// current states, step by step in alternation. A runner's arithmetic does not
+// depend on n; alternating only gives the processor independent dependency
+// chains to overlap, which is what a small model's step (one long latency
+// chain through sqrt and division) needs.
 template <class Runner>
 PYSHARP_HD void run_to_end(Runner* runners, int n, const EngineConfig& c) {
-  constexpr int kMax = 8;
-  bool going[kMax];
-  for (int j = 0; j < n; ++j) going[j] = true;
-  for (long long t = 0; t <= c.steps; ++t) {
-    bool any_going = false;
-    for (int j = 0; j < n; ++j)
-      if (going[j]) going[j] = runners[j].observe(t) && t != c.steps;
-    for (int j = 0; j < n; ++j)
-      if (going[j]) {
-        going[j] = runners[j].step(t);
-        any_going = any_going || going[j];
-      }
-    if (!any_going) break;
+  constexpr int kMax = 8;  // in flight at once; more run kMax at a time
+  for (int first = 0; first < n; first += kMax) {
+    Runner* r = runners + first;
+    const int k = n - first < kMax ? n - first : kMax;
+    bool going[kMax];
+    for (int j = 0; j < k; ++j) going[j] = true;
+    for (long long t = 0; t <= c.steps; ++t) {
+      bool any_going = false;
+      for (int j = 0; j < k; ++j)
+        if (going[j]) going[j] = r[j].observe(t) && t != c.steps;
+      for (int j = 0; j < k; ++j)
+        if (going[j]) {
+          going[j] = r[j].step(t);
+          any_going = any_going || going[j];
+        }
+      if (!any_going) break;
+    }
+    for (int j = 0; j < k; ++j) r[j].finish();
   }
-  for (int j = 0; j < n; ++j) runners[j].finish();
+}
+
+// Runs one runner from its current state.
+template <class Runner>
+PYSHARP_HD void run_to_end(Runner& runner, const EngineConfig& c) {
+  run_to_end(&runner, 1, c);
 }
 
 }  // namespace pysharp
