@@ -190,6 +190,56 @@ py::tuple lanczos_callable(const py::function& matvec, int D, const py::dict& op
   return py::make_tuple(evals, evecs, resid, rep.iterations, rep.converged);
 }
 
+// tridiagonal_eigh (engine/tridiagonal.hpp) on B matrices of order m, one
+// per row of d and e: eigenvalues (B, m), eigenvector rows first_row ..
+// first_row + rows - 1 (B, rows, m) and ok (B,). lanes = true runs the rows in
+// lane blocks (the last block padded with zero matrices), as the lockstep
+// Lanczos convergence tests do; false, one matrix at a time. For tests.
+py::tuple tridiagonal_eigh_rows(const carray<double>& d, const carray<double>& e,
+                                int first_row, int rows, bool lanes) {
+  require(d.ndim() == 2 && e.ndim() == 2 && d.shape(0) == e.shape(0) &&
+              d.shape(1) == e.shape(1),
+          "d and e must both have shape (B, m)");
+  const py::ssize_t B = d.shape(0);
+  const int m = static_cast<int>(d.shape(1));
+  require(first_row >= 0 && rows >= 0 && first_row + rows <= m,
+          "rows first_row .. first_row + rows - 1 must lie in [0, m)");
+  carray<double> evals({B, static_cast<py::ssize_t>(m)});
+  carray<double> Z({B, static_cast<py::ssize_t>(rows), static_cast<py::ssize_t>(m)});
+  flags ok(B);
+  const double *dp = d.data(), *ep = e.data();
+  double *vp = evals.mutable_data(), *zp = Z.mutable_data();
+  std::uint8_t* okp = ok.mutable_data();
+  if (!lanes) {
+    std::vector<double> ework(m);
+    for (py::ssize_t b = 0; b < B; ++b) {
+      std::copy(dp + b * m, dp + (b + 1) * m, vp + b * m);
+      std::copy(ep + b * m, ep + (b + 1) * m, ework.begin());
+      okp[b] = tridiagonal_eigh(m, vp + b * m, ework.data(), zp + b * rows * m, first_row, rows);
+    }
+    return py::make_tuple(evals, Z, ok);
+  }
+  constexpr int L = kNativeLanes<double>;
+  using V = Lanes<double, L>;
+  std::vector<V> dv(m), ev(m), zv(static_cast<std::size_t>(rows) * m);
+  for (py::ssize_t b0 = 0; b0 < B; b0 += L) {
+    for (int i = 0; i < m; ++i)
+      for (int l = 0; l < L; ++l) {
+        const bool in = b0 + l < B;
+        set_lane(dv[i], l, in ? dp[(b0 + l) * m + i] : 0.0);
+        set_lane(ev[i], l, in ? ep[(b0 + l) * m + i] : 0.0);
+      }
+    const mask_t<V> good = tridiagonal_eigh(m, dv.data(), ev.data(), zv.data(), first_row, rows);
+    for (int l = 0; l < L && b0 + l < B; ++l) {
+      const py::ssize_t b = b0 + l;
+      okp[b] = lane(good, l);
+      for (int i = 0; i < m; ++i) vp[b * m + i] = lane(dv[i], l);
+      for (int r = 0; r < rows * m; ++r) zp[b * rows * m + r] = lane(zv[r], l);
+    }
+  }
+  return py::make_tuple(evals, Z, ok);
+}
+
 template <class Real>
 void bind_dtype(py::module_& m, const std::string& suffix) {
   py::class_<BNLinRegCore<Real>> linreg(m, ("BNLinearRegression" + suffix).c_str());
@@ -262,6 +312,8 @@ PYBIND11_MODULE(_core, m) {
   bind_dtype<float>(m, "_f32");
   m.def("lanczos_callable", &lanczos_callable, py::arg("matvec"), py::arg("dim"),
         py::arg("options"), py::arg("start") = py::none());
+  m.def("_tridiagonal_eigh", &tridiagonal_eigh_rows, py::arg("d"), py::arg("e"),
+        py::arg("first_row"), py::arg("rows"), py::arg("lanes"));
   m.attr("METHODS") = module::method_names();
   py::dict safe;  // kernels mark rows outside these squared norms ok = 2 (cpu/batched.hpp)
   safe["float64"] = py::make_tuple(cpu::SafeNorm2<double>::lo, cpu::SafeNorm2<double>::hi);

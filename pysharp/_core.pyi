@@ -978,6 +978,13 @@ def bn_linreg_sgd(
     Mini-batch SGD+WD with ghost BN (each batch's own statistics) on BN linear regression
     """
 
+def _tridiagonal_eigh(
+    d: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    e: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    first_row: typing.SupportsInt | typing.SupportsIndex,
+    rows: typing.SupportsInt | typing.SupportsIndex,
+    lanes: bool,
+) -> tuple: ...
 def build_info() -> dict: ...
 def lanczos_callable(
     matvec: collections.abc.Callable,

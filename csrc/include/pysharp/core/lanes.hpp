@@ -88,6 +88,14 @@ struct Lanes {
   friend Lanes operator*(Real s, const Lanes& a) { return Lanes(s * a.v); }
   friend Lanes operator/(Real s, const Lanes& a) { return Lanes(s / a.v); }
 
+  // A hidden friend (found by argument-dependent lookup only), so that it does
+  // not hide ::fabs for plain scalars inside namespace pysharp.
+  friend Lanes fabs(const Lanes& a) {
+    Lanes r;
+    for (int l = 0; l < W; ++l) r.v[l] = std::fabs(a.v[l]);  // vectorised: a sign-bit mask
+    return r;
+  }
+
   friend LaneMask<Real, W> operator<(const Lanes& a, const Lanes& b) { return {a.v < b.v}; }
   friend LaneMask<Real, W> operator>(const Lanes& a, const Lanes& b) { return {a.v > b.v}; }
   friend LaneMask<Real, W> operator<=(const Lanes& a, const Lanes& b) { return {a.v <= b.v}; }

@@ -1,10 +1,11 @@
 // Lanczos for the largest eigenpair (k = 1) of W symmetric operators at once,
 // one per lane of a lane block (core/lanes.hpp): the operator is applied to a
 // whole block of Krylov vectors (one HVP of jets of lanes serves W points) and
-// the recurrence, the full reorthogonalisation and the Ritz vectors run in
-// SIMD across lanes. Each lane keeps its own tridiagonal matrix, convergence
-// test, restarts and stopping step, so its result never depends on the other
-// lanes: it is the result of lanczos() (lanczos.hpp, k = 1) for that lane's
+// the recurrence, the full reorthogonalisation, the convergence tests (the QL
+// solves of every lane's tridiagonal matrix, tridiagonal.hpp) and the Ritz
+// vectors run in SIMD across lanes. Each lane keeps its own tridiagonal
+// matrix, convergence test, restarts and stopping step, so its result never
+// depends on the other lanes: it is the result of lanczos() (lanczos.hpp, k = 1) for that lane's
 // operator, up to the rounding of the different (lane) arithmetic.
 #pragma once
 
@@ -16,7 +17,7 @@ namespace pysharp {
 
 // Scratch of lanczos_lanes: V values and Reals.
 PYSHARP_HD inline long long lanczos_lanes_scratch_v(int D, int m_max) {
-  return (m_max + 2LL) * D + 2LL * m_max;
+  return (m_max + 2LL) * D + 5LL * m_max;
 }
 PYSHARP_HD inline long long lanczos_lanes_scratch_reals(int D, int m_max, int W) {
   return 3LL * m_max + static_cast<long long>(m_max) * m_max + W * (m_max + 1LL) + 2LL * D;
@@ -43,6 +44,9 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
   V* y = Q + static_cast<long long>(m_max + 1) * D;  // D
   V* alpha = y + D;                                  // m_max
   V* beta = alpha + m_max;                           // m_max
+  V* d_all = beta + m_max;                           // every lane's T: m_max
+  V* e_all = d_all + m_max;                          // m_max
+  V* z_all = e_all + m_max;                          // last eigenvector row: m_max
   Real* d = rscratch;                                // one lane's T: m_max
   Real* e = d + m_max;                               // m_max
   Real* Z = e + m_max;                               // m_max x m_max
@@ -52,18 +56,16 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
   int m_of[W];
   bool active[W];
 
-  // Lane l's tridiagonal matrix of order m into d, e; its eigenvalues and the
-  // last row of its eigenvectors (all a convergence test needs), or all rows.
-  auto decompose = [&](int l, int m, bool all_rows) {
+  // Lane l stops at order m: its top Ritz value and the coefficients of its
+  // vector, from a decomposition of its T alone with every eigenvector row (a
+  // lockstep one per stopping order measured slower: m rows of masked
+  // rotations for lanes that mostly stop at different orders).
+  auto finish = [&](int l, int m) {
     for (int i = 0; i < m; ++i) {
       d[i] = lane(alpha[i], l);
       e[i] = i + 1 < m ? lane(beta[i], l) : Real(0);
     }
-    return all_rows ? tridiagonal_eigh(m, d, e, Z) : tridiagonal_eigh(m, d, e, Z, m - 1, 1);
-  };
-  // Lane l stops at order m: its top Ritz value and the coefficients of its vector.
-  auto finish = [&](int l, int m) {
-    decompose(l, m, true);
+    tridiagonal_eigh(m, d, e, Z);  // converged before, on the same matrix
     const int best = detail::next_largest(d, m, -1);
     evals[l] = d[best];
     for (int i = 0; i < m; ++i) coef[l * (m_max + 1LL) + i] = Z[i * m + best];
@@ -149,21 +151,34 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
       }
     beta[j] = sqrt_(lane_dot(z, z, D));
     const int m = j + 1;
+    const bool last = m == m_max;
+    const bool test = m >= o.min_iter || last;
+    mask_t<V> decomposed = false;
+    if (test) {  // every active lane's T_m at once: eigenvalues, last eigenvector row
+      mask_t<V> live = false;
+      for (int l = 0; l < W; ++l) set_lane(live, l, active[l]);
+      for (int i = 0; i < m; ++i) {  // a stopped lane gets a zero matrix: nothing to rotate
+        d_all[i] = select(live, alpha[i], V(Real(0)));
+        e_all[i] = i + 1 < m ? select(live, beta[i], V(Real(0))) : V(Real(0));
+      }
+      decomposed = tridiagonal_eigh(m, d_all, e_all, z_all, m - 1, 1);
+    }
     mask_t<V> restarted = false;
     for (int l = 0; l < W; ++l) {
       if (!active[l]) continue;
-      const bool last = m == m_max;
-      if (m >= o.min_iter || last) {
-        if (!decompose(l, m, false)) {
+      if (test) {
+        if (!lane(decomposed, l)) {
           reports[l].ok = false;
           active[l] = false;
           continue;
         }
+        for (int i = 0; i < m; ++i) d[i] = lane(d_all[i], l);
+        const int best = detail::next_largest(d, m, -1);
         Real top = Real(0);
         for (int i = 0; i < m; ++i) top = fabs(d[i]) > top ? fabs(d[i]) : top;
         const Real floor = top > Real(0) ? top : Real(1);
-        const int best = detail::next_largest(d, m, -1);
-        reports[l].converged = lane(beta[j], l) * fabs(Z[best]) <= Real(o.tol) * floor;
+        reports[l].converged =
+            lane(beta[j], l) * fabs(lane(z_all[best], l)) <= Real(o.tol) * floor;
         if (reports[l].converged || last) {
           finish(l, m);
           continue;

@@ -1,5 +1,7 @@
 // Eigen-decomposition of a small symmetric tridiagonal matrix by the implicit
-// QL algorithm with Wilkinson-type shifts (the tql2 / tqli scheme).
+// QL algorithm with Wilkinson-type shifts (the tql2 / tqli scheme), for one
+// matrix (V = Real) or for W matrices of the same order at once, one per lane
+// of a lane block (V = Lanes, core/lanes.hpp).
 #pragma once
 
 #include "pysharp/core/config.hpp"
@@ -14,63 +16,102 @@ namespace pysharp {
 // the same rotations independently of the others, so a partial run gives the
 // eigenvalues and those rows with exactly the bits of a full run, in O(m^2)
 // instead of O(m^3): the last row is all a Lanczos convergence test needs, the
-// first row all Gauss quadrature needs. Returns false if an eigenvalue fails
-// to converge in 60 iterations (does not happen for finite input in practice).
-template <class Real>
-PYSHARP_HD bool tridiagonal_eigh(int m, Real* d, Real* e, Real* Z, int first_row = 0,
-                                 int rows = -1) {
+// first row all Gauss quadrature needs. Returns false (per lane) if an
+// eigenvalue fails to converge in 60 iterations (does not happen for finite
+// input in practice).
+//
+// Lanes: each lane runs its own QL iteration (its own split points, shifts,
+// rotations and iteration counts) and waits, masked, while others still
+// rotate, so its result does not depend on the other lanes. The W
+// latency-bound chains of square roots and divisions run as one chain of
+// vector instructions: that is what makes the lockstep Lanczos convergence
+// tests cheap. A lane does the scalar instantiation's operations in the same
+// order; its bits equal the scalar ones where the compiler fuses the same
+// multiply-adds (with -ffp-contract=off; with FMA contraction the scalar and
+// vector code fuse differently and agree to rounding).
+template <class V>
+PYSHARP_HD mask_t<V> tridiagonal_eigh(int m, V* d, V* e, V* Z, int first_row = 0,
+                                      int rows = -1) {
+  using Real = lane_real_t<V>;
+  using M = mask_t<V>;
+  constexpr int W = lane_width<V>;
   if (rows < 0) rows = m;
   for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < m; ++c) Z[r * m + c] = (first_row + r == c) ? Real(1) : Real(0);
-  if (m == 0) return true;
-  e[m - 1] = Real(0);
-  const Real eps = sizeof(Real) == 8 ? Real(2.220446049250313e-16) : Real(1.1920929e-7);
+    for (int c = 0; c < m; ++c) Z[r * m + c] = V((first_row + r == c) ? Real(1) : Real(0));
+  M ok = true;
+  if (m == 0) return ok;
+  e[m - 1] = V(Real(0));
+  const Real eps = machine_eps<Real>();
   for (int l = 0; l < m; ++l) {
     int iter = 0;
     while (true) {
-      int s = l;  // first index >= l where the matrix splits
-      for (; s < m - 1; ++s) {
-        const Real dd = fabs(d[s]) + fabs(d[s + 1]);
-        if (fabs(e[s]) <= eps * dd) break;
+      // Per lane, the first index s >= l where the matrix splits.
+      V split_at = V(Real(m - 1));
+      M found = false;
+      for (int s = l; s < m - 1 && any(!found); ++s) {
+        const V dd = fabs(d[s]) + fabs(d[s + 1]);
+        const M here = (!found) & (fabs(e[s]) <= eps * dd);
+        split_at = select(here, V(Real(s)), split_at);
+        found = found | here;
       }
-      if (s == l) break;
-      if (++iter > 60) return false;
-      Real g = (d[l + 1] - d[l]) / (Real(2) * e[l]);
-      Real r = sqrt_(g * g + Real(1));
-      g = d[s] - d[l] + e[l] / (g + (g >= Real(0) ? r : -r));
-      Real sn = Real(1), cs = Real(1), p = Real(0);
-      bool underflow = false;
-      for (int i = s - 1; i >= l; --i) {
-        const Real f = sn * e[i];
-        const Real b = cs * e[i];
+      M live = ok & !(split_at == V(Real(l)));  // lanes still rotating for eigenvalue l
+      if (!any(live)) break;
+      if (++iter > 60) {
+        ok = ok & !live;
+        if (!any(ok)) return ok;
+        break;
+      }
+      int s_of[W];
+      int s_max = l;
+      for (int w = 0; w < W; ++w) {
+        s_of[w] = static_cast<int>(lane(split_at, w));
+        if (lane(live, w) && s_of[w] > s_max) s_max = s_of[w];
+      }
+      V d_s;
+      for (int w = 0; w < W; ++w) set_lane(d_s, w, lane(d[s_of[w]], w));
+      V g = (d[l + 1] - d[l]) / (Real(2) * e[l]);
+      V r = sqrt_(g * g + Real(1));
+      g = d_s - d[l] + e[l] / (g + select(g >= V(Real(0)), r, -r));
+      V sn = V(Real(1)), cs = V(Real(1)), p = V(Real(0));
+      for (int i = s_max - 1; i >= l; --i) {
+        M act = live & (V(Real(i)) < split_at);
+        const V f = sn * e[i];
+        const V b = cs * e[i];
         r = sqrt_(f * f + g * g);
-        e[i + 1] = r;
-        if (r == Real(0)) {  // deflate and restart this eigenvalue
-          d[i + 1] -= p;
-          e[s] = Real(0);
-          underflow = true;
-          break;
+        e[i + 1] = select(act, r, e[i + 1]);
+        const M underflow = act & (r == V(Real(0)));
+        if (any(underflow)) {  // deflate and restart this eigenvalue in those lanes
+          d[i + 1] = select(underflow, d[i + 1] - p, d[i + 1]);
+          for (int w = 0; w < W; ++w)
+            if (lane(underflow, w)) set_lane(e[s_of[w]], w, Real(0));
+          live = live & !underflow;
+          act = act & !underflow;
+          if (!any(live)) break;
         }
-        sn = f / r;
-        cs = g / r;
-        g = d[i + 1] - p;
-        r = (d[i] - g) * sn + Real(2) * cs * b;
-        p = sn * r;
-        d[i + 1] = g + p;
-        g = cs * r - b;
+        const V sn_i = f / r;
+        const V cs_i = g / r;
+        const V g_i = d[i + 1] - p;
+        const V r_i = (d[i] - g_i) * sn_i + Real(2) * cs_i * b;
+        const V p_i = sn_i * r_i;
+        d[i + 1] = select(act, g_i + p_i, d[i + 1]);
+        g = select(act, cs_i * r_i - b, g);
+        sn = select(act, sn_i, sn);
+        cs = select(act, cs_i, cs);
+        p = select(act, p_i, p);
         for (int k = 0; k < rows; ++k) {
-          const Real t = Z[k * m + i + 1];
-          Z[k * m + i + 1] = sn * Z[k * m + i] + cs * t;
-          Z[k * m + i] = cs * Z[k * m + i] - sn * t;
+          const V t = Z[k * m + i + 1];
+          const V z = Z[k * m + i];
+          Z[k * m + i + 1] = select(act, sn_i * z + cs_i * t, t);
+          Z[k * m + i] = select(act, cs_i * z - sn_i * t, z);
         }
       }
-      if (underflow) continue;
-      d[l] -= p;
-      e[l] = g;
-      e[s] = Real(0);
+      d[l] = select(live, d[l] - p, d[l]);
+      e[l] = select(live, g, e[l]);
+      for (int w = 0; w < W; ++w)
+        if (lane(live, w)) set_lane(e[s_of[w]], w, Real(0));
     }
   }
-  return true;
+  return ok;
 }
 
 }  // namespace pysharp

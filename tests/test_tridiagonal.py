@@ -1,0 +1,107 @@
+"""The implicit-QL tridiagonal eigensolver (engine/tridiagonal.hpp), one matrix at a time
+and in lockstep lane blocks, against SciPy's LAPACK solver.
+
+The lane version serves the batched Lanczos convergence tests: every lane runs its own QL
+iteration, masked while the others rotate, so a matrix's result must not depend on which
+matrices share its block.
+"""
+
+import numpy as np
+import pytest
+from scipy.linalg import eigh_tridiagonal
+
+core = pytest.importorskip("pysharp._core")
+eigh_rows = core._tridiagonal_eigh
+
+
+def _matrices(rng, B, m):
+    """Random symmetric tridiagonals with the hard cases mixed in: a split at a nonzero
+    coupling below the deflation threshold (so that lanes of one block rotate over
+    different ranges), integer diagonals (repeated eigenvalues), a diagonal matrix, wide
+    scales."""
+    d = rng.standard_normal((B, m))
+    e = rng.standard_normal((B, m))
+    e[:, -1] = 0.0
+    if m > 3:
+        k = m // 2                            # below the threshold: T splits into two blocks
+        e[1::5, k] = 0.5 * np.finfo(float).eps * (np.abs(d[1::5, k]) + np.abs(d[1::5, k + 1]))
+        d[2::5] = np.round(d[2::5] * 2)       # clustered / repeated eigenvalues
+        e[3::5] = 0.0                         # already diagonal
+        d[4::5] *= 1e6
+        e[4::5] *= 1e-3                       # strongly graded
+    return d, e
+
+
+def _dense(d, e):
+    return np.diag(d) + np.diag(e[:-1], 1) + np.diag(e[:-1], -1)
+
+
+@pytest.mark.parametrize("lanes", [False, True])
+@pytest.mark.parametrize("m", [1, 2, 7, 16, 33])
+def test_eigenpairs_match_lapack(m, lanes):
+    rng = np.random.default_rng(m)
+    d, e = _matrices(rng, 23, m)
+    vals, Z, ok = eigh_rows(d, e, 0, m, lanes)
+    assert ok.all()
+    for b in range(d.shape[0]):
+        T = _dense(d[b], e[b])
+        ref = eigh_tridiagonal(d[b], e[b, :-1], eigvals_only=True)
+        scale = max(np.abs(ref).max(), 1e-300)
+        np.testing.assert_allclose(np.sort(vals[b]), ref, rtol=0, atol=1e-13 * scale)
+        V = Z[b]                              # V[:, c] is the eigenvector of vals[b, c]
+        np.testing.assert_allclose(V.T @ V, np.eye(m), atol=1e-13)
+        np.testing.assert_allclose(T @ V, V * vals[b], rtol=0, atol=1e-12 * scale)
+
+
+@pytest.mark.parametrize("lanes", [False, True])
+def test_a_band_of_rows_has_the_bits_of_the_full_run(lanes):
+    """The Lanczos test asks for the last row only, Gauss quadrature for the first."""
+    d, e = _matrices(np.random.default_rng(1), 17, 12)
+    full_vals, full_Z, _ = eigh_rows(d, e, 0, 12, lanes)
+    for first, rows in [(11, 1), (0, 1), (4, 3)]:
+        vals, Z, _ = eigh_rows(d, e, first, rows, lanes)
+        assert np.array_equal(vals, full_vals)
+        assert np.array_equal(Z, full_Z[:, first:first + rows])
+
+
+def test_a_matrix_gets_the_same_bits_beside_any_neighbours_in_its_lane_block():
+    rng = np.random.default_rng(2)
+    m = 14
+    d, e = _matrices(rng, 40, m)
+    d[7, 3] = np.nan                          # a failing neighbour
+    alone = [eigh_rows(d[b:b + 1], e[b:b + 1], m - 1, 1, True) for b in range(40)]
+    for trial in range(4):
+        order = rng.permutation(40)[: 9 + 10 * trial]
+        vals, Z, ok = eigh_rows(d[order], e[order], m - 1, 1, True)
+        for i, b in enumerate(order):
+            assert ok[i] == alone[b][2][0] == (b != 7)
+            if b != 7:
+                assert np.array_equal(vals[i], alone[b][0][0])
+                assert np.array_equal(Z[i], alone[b][1][0])
+
+
+def test_lanes_and_one_at_a_time_agree_to_rounding():
+    """Same operations in the same order; FMA contraction may fuse them differently."""
+    d, e = _matrices(np.random.default_rng(3), 31, 20)
+    v1, z1, ok1 = eigh_rows(d, e, 19, 1, False)
+    v2, z2, ok2 = eigh_rows(d, e, 19, 1, True)
+    assert ok1.all() and ok2.all()
+    scale = np.abs(v1).max(axis=1, keepdims=True)
+    np.testing.assert_allclose(np.sort(v2), np.sort(v1), rtol=0, atol=1e-13 * scale.max())
+
+
+def test_non_finite_input_fails_that_matrix_only():
+    d, e = _matrices(np.random.default_rng(4), 9, 10)
+    d[2, 0] = np.nan
+    e[5, 4] = np.nan
+    for lanes in (False, True):
+        vals, _, ok = eigh_rows(d, e, 9, 1, lanes)
+        assert ok.tolist() == [b not in (2, 5) for b in range(9)]
+        assert np.isfinite(vals[ok.astype(bool)]).all()
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(ValueError, match="shape"):
+        eigh_rows(np.zeros((2, 3)), np.zeros((2, 4)), 0, 1, True)
+    with pytest.raises(ValueError, match="rows"):
+        eigh_rows(np.zeros((2, 3)), np.zeros((2, 3)), 2, 2, False)
