@@ -282,3 +282,47 @@ def test_core_flags_the_rows_it_cannot_take_as_they_are(dtype):
     assert core.hvp(W[[0, 3]], V[:2])[1].tolist() == [1, 1]  # a zero v is exact
     V[0, 0] = np.sqrt(lo) * 0.5  # ||v||^2 below lo
     assert core.hvp(W[[0, 3]], V[:2])[1].tolist() == [2, 1]
+
+
+# The Numba engine's lane blocks (_numba_kernels.run): methods 0-3 on the models it ports.
+NUMBA_METHODS = ("gd_wd", "gd_wd_jitter", "pgd", "pgd_adaptive", "scalar_rmsprop")
+
+
+def _numba_batch(name, B=45):
+    """45 trajectories (with 32 lanes: a full block and a padded one of 13) and two that
+    diverge: 6 at its first step (lr 1e308, wd 0) and 20 at its first observation
+    (||w||^2 overflows; not on the sphere, where w0 is projected first)."""
+    W0, lr = _batch(name, B=B, seed=7)
+    wd = np.full(B, 5e-3)
+    lr[6], wd[6] = 1e308, 0.0
+    W0[20] *= 1e160  # ||w||^2 overflows
+    return W0, lr, wd
+
+
+def _numba_run(name, method, W0, lr, wd, first):
+    model = MODELS[name]
+    runner, extra = METHODS[method]
+    kw = dict(record_every=7, sharpness_every=40, theta_every=30, backend="numba",
+              first_trajectory=first, **extra)
+    if runner is ps.run_pgd:  # lr is eta_0
+        return runner(model, W0, lr, 120, **kw)
+    return runner(model, W0, lr, wd, 120, **kw)
+
+
+@pytest.mark.skipif(not ps.backends()["numba"]["available"], reason="numba is not installed")
+@pytest.mark.parametrize("name", ["bn_linreg", "bn_mc", "toy3d"])
+@pytest.mark.parametrize("method", NUMBA_METHODS)
+def test_numba_trajectory_bits_do_not_depend_on_placement(name, method):
+    W0, lr, wd = _numba_batch(name)
+    full = _numba_run(name, method, W0, lr, wd, 0)
+    sphere = METHODS[method][0] is ps.run_pgd
+    assert np.flatnonzero(full.diverged).tolist() == ([6] if sphere else [6, 20])
+    assert full.diverged_step[6] >= 1 and full.diverged_step[20] == (-1 if sphere else 0)
+    # Batches of 5 and 13 (the diverging lanes inside) and of 1: every row as in the full one.
+    for lo, hi in ((4, 9), (0, 13), (13, 25)):
+        part = _numba_run(name, method, W0[lo:hi], lr[lo:hi], wd[lo:hi], lo)
+        for b in range(lo, hi):
+            _assert_same(_row(part, b - lo), _row(full, b))
+    for b in (0, 5, 6, 7, 20, 31, 32, 44):
+        alone = _numba_run(name, method, W0[b], lr[b], wd[b], b)
+        _assert_same(_row(alone, None), _row(full, b))
