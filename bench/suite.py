@@ -35,6 +35,8 @@ except ImportError:  # run as a script
     from bench._common import import_pysharp, timed
 from bench.engine import Problem, machine_info, make_numba, numpy_gd_wd, rel_dev
 from bench.kernels import jax_kernels, jax_loss
+from bench.stability import make_jax as jax_sgd
+from bench.stability import numpy_sgd
 
 LR, WD = 0.5, 2e-4
 
@@ -117,7 +119,22 @@ def pysharp_rows(ps, quick: bool) -> dict:
     Wp = lin.random_point(P, seed=4, norm=2.0)
     out[f"spherical_sharpness d40 B{P}"] = best_rate(
         lambda: ps.spherical_sharpness(lin, Wp, method="lanczos"), P)
+    key, model, W0, lr, B, steps = sgd_workload(ps, quick)
+    out[key] = best_rate(
+        lambda: ps.run_sgd(model, W0, lr, B, steps, seed=1, record_every=steps), len(W0) * steps)
     return out
+
+
+def sgd_workload(ps, quick: bool):
+    """bench.stability's setting: (key, model, W0 (T, d), lr (T,), batch, steps)."""
+    n, d, B = 64, 32, 8
+    T, steps = (64, 500) if quick else (256, 2000)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, d))
+    model = ps.LinearRegression(X, X @ rng.standard_normal(d))
+    W0 = rng.standard_normal((T, d))
+    return (f"run_sgd linreg n{n} d{d} batch {B} T{T}", model, W0, np.linspace(0.05, 0.3, T),
+            B, steps)
 
 
 def peer_rows(ps, quick: bool, checks: list) -> dict:
@@ -214,6 +231,20 @@ def peer_rows(ps, quick: bool, checks: list) -> dict:
         out[f"spherical_sharpness d40 B{P}"] = {
             "jax vmap(hessian)+eigvalsh": best_rate(
                 lambda: top(jax.numpy.asarray(Wp)).block_until_ready(), P)}
+    from pysharp.sgd import sgd_batches
+    key, model, W0, lr, B, steps = sgd_workload(ps, quick)
+    T, X, y = len(W0), model.X, model.y
+    idx = np.stack([sgd_batches(len(X), B, steps, seed=1, trajectory=j) for j in range(T)])
+    ref = ps.run_sgd(model, W0, lr, B, steps, seed=1, record_every=steps).w
+    sgd_peers = {"numpy": lambda: numpy_sgd(X, y, W0, lr, idx)}
+    if jax is not None:
+        jrun = jax_sgd(jax)
+        sgd_peers["jax"] = lambda: jrun(X, y, W0, lr, idx)
+    out[key] = {}
+    for name, fn in sgd_peers.items():  # the same batches: finals agree to rounding
+        dev = rel_dev(fn(), ref)
+        checks.append({"row": key, "peer": name, "rel_dev": dev, "ok": dev <= 1e-8})
+        out[key][name] = best_rate(fn, T * steps)
     return out
 
 
@@ -303,7 +334,9 @@ def main(argv=None) -> int:
         result["flops_per_unit"] = {
             "bn_linreg d40 n20 B4096": lin.flops_per_step,
             "bn_linreg d40 n20 B4096 float32": lin.flops_per_step,
-            "bn_linreg d100 n200 B1024": big.flops_per_step}
+            "bn_linreg d100 n200 B1024": big.flops_per_step,
+            # residuals and the batch gradient, 2 B d each, then the update's 3 d
+            sgd_workload(ps, False)[0]: 4 * 8 * 32 + 3 * 32}
         if args.quick:
             result["flops_per_unit"] = {}
         for c in checks:

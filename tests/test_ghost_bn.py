@@ -126,8 +126,9 @@ def test_undefined_batch_loss_is_refused():
 
 # -- SGD against the oracles --------------------------------------------------------------
 @pytest.mark.parametrize("replacement", [False, True])
-def test_ghost_bn_sgd_matches_numpy_on_the_engine_batches(replacement):
-    m = _model(n=12, d=5, seed=3)
+@pytest.mark.parametrize("d", [5, 11])  # gathered into lane form by columns, blocks of 4 or 8
+def test_ghost_bn_sgd_matches_numpy_on_the_engine_batches(replacement, d):
+    m = _model(n=12, d=d, seed=3)
     T, steps, seed = 6, 60, 7
     W0 = _w0(m.dim, T=T)
     lr = np.array([0.05, 0.2, 0.5, 1.0, 0.3, 2.0])
@@ -209,6 +210,26 @@ def test_a_batch_of_one_repeated_sample_flags_divergence_and_the_rest_completes(
         w, div = np_ghost_sgd(m, W0[t], 0.3, 1e-2, I)
         assert res.diverged_step[t] == div and rel_err(res.w[t], w) < 1e-12
     assert not res.diverged.all()
+
+
+def test_a_batch_whose_spread_is_rounding_noise_flags_divergence():
+    # Rows 0 and 1 differ in the last bits only: on the batch {0, 1}, X_I w - mean_I is
+    # rounding noise, so ghost BN is undefined there although the gradient formula would
+    # return finite (huge) numbers. Every trajectory stops at its first such batch.
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((5, 3))
+    X[1] = X[0] * (1 + 4 * np.finfo(float).eps)
+    m = BNLinearRegression(X, rng.standard_normal(5))
+    T, steps = 6, 40
+    W0 = _w0(m.dim, T=T)
+    res = run_sgd(m, W0, 0.2, 2, steps, wd=1e-2, seed=3, record_every=1)
+    for t in range(T):
+        idx = sgd_batches(m.n, 2, steps, seed=3, trajectory=t)
+        bad = [s for s, I in enumerate(idx) if sorted(I.tolist()) == [0, 1]]
+        assert res.diverged_step[t] == (bad[0] + 1 if bad else -1), t
+        w, _ = np_ghost_sgd(m, W0[t], 0.2, 1e-2, idx[:bad[0]] if bad else idx)
+        assert rel_err(res.w[t], w) < 1e-12, t
+    assert res.diverged.any()
 
 
 def test_huge_learning_rates_grow_the_norm_without_nan():

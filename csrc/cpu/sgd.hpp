@@ -12,7 +12,7 @@
 #include "pysharp/engine/sgd.hpp"
 #include "pysharp/models/square_loss.hpp"
 
-#if defined(__AVX__)
+#if defined(__AVX__)  // implied by __AVX512F__
 #include <immintrin.h>
 #endif
 
@@ -39,6 +39,40 @@ inline void gather_samples<Lanes<double, 4>>(const double* const* row, int d,
   }
   for (; k < d; ++k)
     for (int l = 0; l < 4; ++l) x[k].v[l] = row[l][k];
+}
+#endif
+
+#if defined(__AVX512F__)
+// Eight rows of doubles into lane form, 8 x 8 at a time: eight loads, then
+// pairs interleaved (unpack) and 128-bit quarters regrouped twice (shuffle):
+// 24 shuffles per 64 values instead of 64 single-element inserts.
+template <>
+inline void gather_samples<Lanes<double, 8>>(const double* const* row, int d,
+                                              Lanes<double, 8>* x) {
+  int k = 0;
+  for (; k + 8 <= d; k += 8) {
+    __m512d r[8], t[8], u[8];
+    for (int l = 0; l < 8; ++l) r[l] = _mm512_loadu_pd(row[l] + k);
+    for (int l = 0; l < 8; l += 2) {
+      t[l] = _mm512_unpacklo_pd(r[l], r[l + 1]);      // r_l[0] r_l+1[0] r_l[2] r_l+1[2] ...
+      t[l + 1] = _mm512_unpackhi_pd(r[l], r[l + 1]);  // the odd columns
+    }
+    // u[q]: quarters 0, 2 (0x88) or 1, 3 (0xdd) of two pairs: columns {c, c + 4} of rows
+    // l .. l + 3
+    for (int h = 0; h < 2; ++h) {
+      u[4 * h + 0] = _mm512_shuffle_f64x2(t[4 * h], t[4 * h + 2], 0x88);      // cols 0, 4
+      u[4 * h + 1] = _mm512_shuffle_f64x2(t[4 * h], t[4 * h + 2], 0xdd);      // cols 2, 6
+      u[4 * h + 2] = _mm512_shuffle_f64x2(t[4 * h + 1], t[4 * h + 3], 0x88);  // cols 1, 5
+      u[4 * h + 3] = _mm512_shuffle_f64x2(t[4 * h + 1], t[4 * h + 3], 0xdd);  // cols 3, 7
+    }
+    constexpr int col[4] = {0, 2, 1, 3};
+    for (int q = 0; q < 4; ++q) {
+      x[k + col[q]].v = _mm512_shuffle_f64x2(u[q], u[4 + q], 0x88);
+      x[k + col[q] + 4].v = _mm512_shuffle_f64x2(u[q], u[4 + q], 0xdd);
+    }
+  }
+  for (; k < d; ++k)
+    for (int l = 0; l < 8; ++l) x[k].v[l] = row[l][k];
 }
 #endif
 
@@ -79,70 +113,57 @@ void bn_jacobians(const Model& m, const Real* W, std::int64_t P, Real* A, Real* 
 // T SGD trajectories (square-loss models, or BN linear regression with ghost
 // BN); trajectory t has global index offset + t (its RNG key), lr[t],
 // batch[t], wd[t]. W (T, D) holds the starts and receives the finals; loss
-// (records, T). Square-loss models run in lane blocks of kNativeLanes
-// trajectories (run_sgd_lanes), the last one padded; blocks take the
-// trajectories in order of batch size, so that lanes padded to a neighbour's
-// longer batch are rare. A trajectory's bits depend on neither its block nor
-// its lane: not on T, its position, the chunking or the thread count.
+// (records, T). Lane blocks of kNativeLanes trajectories (run_sgd_lanes) take
+// the trajectories in order of batch size, a new block wherever the size
+// changes (the last block of each size padded). A trajectory's bits depend on
+// neither its block nor its lane: not on T, its position, the chunking or the
+// thread count.
 template <class Model, class Real>
 void sgd_batch(const Model& m, const SGDConfig& c, Real* W, const Real* lr, const int* batch,
                const Real* wd, std::int64_t T, std::int64_t offset, Real* loss,
                std::uint8_t* diverged, long long* diverged_step) {
+  constexpr int L = kNativeLanes<Real>;
+  using V = Lanes<Real, L>;
   const std::int64_t D = m.dim();
+  std::vector<std::int64_t> order(T);
+  for (std::int64_t t = 0; t < T; ++t) order[t] = t;
+  std::stable_sort(order.begin(), order.end(),
+                   [batch](std::int64_t a, std::int64_t b) { return batch[a] < batch[b]; });
+  std::vector<std::int64_t> start;  // first position in `order` of each block
+  for (std::int64_t p = 0; p < T; ++p)
+    if (start.empty() || p - start.back() == L || batch[order[p]] != batch[order[p - 1]])
+      start.push_back(p);
+  const std::int64_t blocks = static_cast<std::int64_t>(start.size());
+  start.push_back(T);
   int max_batch = 1;
-  for (std::int64_t t = 0; t < T; ++t) max_batch = batch[t] > max_batch ? batch[t] : max_batch;
-  if constexpr (!kSgdOnLanes<Model>) {
-#pragma omp parallel if (T > 1)
-    {
-      std::vector<Real> scratch(sgd_scratch_reals(m, max_batch));
-      std::vector<int> iscratch(sgd_scratch_ints(m, max_batch));
-#pragma omp for schedule(dynamic, 1)
-      for (std::int64_t t = 0; t < T; ++t) {
-        const long long s = run_sgd(m, c, static_cast<std::uint64_t>(offset + t), W + t * D,
-                                    lr[t], batch[t], wd[t], loss + t, T, scratch.data(),
-                                    iscratch.data());
-        diverged[t] = s >= 0;
-        diverged_step[t] = s;
-      }
-    }
-  } else {
-    constexpr int L = kNativeLanes<Real>;
-    using V = Lanes<Real, L>;
-    std::vector<std::int64_t> order(T);
-    for (std::int64_t t = 0; t < T; ++t) order[t] = t;
-    std::stable_sort(order.begin(), order.end(),
-                     [batch](std::int64_t a, std::int64_t b) { return batch[a] < batch[b]; });
-    const std::int64_t blocks = (T + L - 1) / L;
+  for (std::int64_t t = 0; t < T; ++t) max_batch = std::max(max_batch, batch[t]);
 #pragma omp parallel if (blocks > 1)
-    {
-      std::vector<V> w(D), scratch(sgd_lanes_scratch(m, max_batch));
-      std::vector<int> iscratch(sgd_lanes_iscratch(m, L, max_batch));
-      // Dynamic: diverging blocks finish early; the schedule never changes bits.
+  {
+    std::vector<V> w(D), scratch(sgd_lanes_scratch(m, max_batch));
+    std::vector<int> iscratch(sgd_lanes_iscratch(m, L, max_batch));
+    // Dynamic: diverging blocks finish early; the schedule never changes bits.
 #pragma omp for schedule(dynamic, 1)
-      for (std::int64_t blk = 0; blk < blocks; ++blk) {
-        const int lanes = static_cast<int>(std::min<std::int64_t>(L, T - blk * L));
-        std::int64_t rows[L];
-        std::uint64_t traj[L];
-        Real lr_l[L], wd_l[L];
-        int batch_l[L];
-        Real* loss_l[L];
-        long long step[L];
-        for (int l = 0; l < L; ++l) {
-          rows[l] = order[blk * L + (l < lanes ? l : 0)];  // padding repeats lane 0
-          traj[l] = static_cast<std::uint64_t>(offset + rows[l]);
-          lr_l[l] = lr[rows[l]];
-          wd_l[l] = wd[rows[l]];
-          batch_l[l] = batch[rows[l]];
-          loss_l[l] = loss + rows[l];
-        }
-        gather_rows(W, D, rows, lanes, w.data());
-        run_sgd_lanes(m, c, lanes, traj, w.data(), lr_l, batch_l, wd_l, loss_l, T, step,
-                      scratch.data(), iscratch.data(), max_batch);
-        scatter_rows(w.data(), D, rows, lanes, W);
-        for (int l = 0; l < lanes; ++l) {
-          diverged[rows[l]] = step[l] >= 0;
-          diverged_step[rows[l]] = step[l];
-        }
+    for (std::int64_t blk = 0; blk < blocks; ++blk) {
+      const int lanes = static_cast<int>(start[blk + 1] - start[blk]);
+      std::int64_t rows[L];
+      std::uint64_t traj[L];
+      Real lr_l[L], wd_l[L];
+      Real* loss_l[L];
+      long long step[L];
+      for (int l = 0; l < L; ++l) {
+        rows[l] = order[start[blk] + (l < lanes ? l : 0)];  // padding repeats lane 0
+        traj[l] = static_cast<std::uint64_t>(offset + rows[l]);
+        lr_l[l] = lr[rows[l]];
+        wd_l[l] = wd[rows[l]];
+        loss_l[l] = loss + rows[l];
+      }
+      gather_rows(W, D, rows, lanes, w.data());
+      run_sgd_lanes(m, c, lanes, traj, w.data(), lr_l, batch[rows[0]], wd_l, loss_l, T, step,
+                    scratch.data(), iscratch.data());
+      scatter_rows(w.data(), D, rows, lanes, W);
+      for (int l = 0; l < lanes; ++l) {
+        diverged[rows[l]] = step[l] >= 0;
+        diverged_step[rows[l]] = step[l];
       }
     }
   }

@@ -17,10 +17,12 @@ namespace pysharp {
 // lane), leaving *loss and g unspecified, when zc is zero to working precision
 // (BatchNorm is undefined there): ||zc||^2 <= floor2, the caller's bound on the
 // rounding error of z itself, or ||zc|| within a few ulps of ||z|| (centring
-// noise). F is Real, or the lane block of a lane computation.
-template <class S, class Real, class F>
-PYSHARP_HD mask_t<S> bn_cosine_loss_grad(const S* z, const Real* u, Real scale, int n,
+// noise). u, scale and F are reals, or lane blocks where every lane has its
+// own (ghost BN of a lane block: each lane its own batch).
+template <class S, class U, class Scale, class F>
+PYSHARP_HD mask_t<S> bn_cosine_loss_grad(const S* z, const U* u, const Scale& scale, int n,
                                          const F& floor2, S* loss, S* g) {
+  using Real = lane_real_t<value_t<S>>;
   S mean = Real(0);
   value_t<S> z2 = Real(0);
   for (int i = 0; i < n; ++i) {

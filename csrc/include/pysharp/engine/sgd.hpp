@@ -53,133 +53,49 @@ struct SGDConfig {
   double max_loss = 1e100;     // a full-batch loss above this at a record flags divergence
 };
 
-// The stochastic gradient of batch idx (B indices), into g (dim()). Square-loss
-// models: g = (1/B) sum_{i in I} grad l_i(w), always defined; work holds
-// work_size() reals.
-template <class Model, class Real>
-PYSHARP_HD bool sgd_batch_grad(const Model& m, const Real* w, const int* idx, int B, Real* g,
-                               Real* work) {
-  const int D = m.dim(), d = m.input_dim();
-  const Real coeff = Real(1) / Real(B);
-  for (int k = 0; k < D; ++k) g[k] = Real(0);
-  for (int j = 0; j < B; ++j)
-    m.sample(w, m.X + static_cast<long long>(idx[j]) * d, m.y[idx[j]], coeff, g, work);
-  return true;
-}
-// BN linear regression: ghost BN, grad L_I(w) with the batch's own statistics
-// (BNLinearRegression::batch_loss_grad); false where they are undefined.
+// Smallest batch the model's stochastic gradient is defined for.
+template <class Model>
+int sgd_min_batch(const Model&) { return 1; }
 template <class Real>
-PYSHARP_HD bool sgd_batch_grad(const BNLinearRegression<Real>& m, const Real* w, const int* idx,
-                               int B, Real* g, Real* work) {
-  Real loss;
-  return m.batch_loss_grad(w, idx, B, &loss, g, work);
-}
+int sgd_min_batch(const BNLinearRegression<Real>&) { return 2; }
 
-// Smallest batch the model's stochastic gradient is defined for, and the
-// extra reals it needs for a batch of B.
+// Sample i's input row and target as the batch gradient reads them: (X, y) of
+// a square-loss model; (Xc, u) of BN linear regression (bn_linear_regression.hpp).
 template <class Model>
-PYSHARP_HD int sgd_min_batch(const Model&) { return 1; }
+const auto* sample_row(const Model& m, int i) {
+  return m.X + static_cast<long long>(i) * m.input_dim();
+}
+template <class Model>
+auto sample_target(const Model& m, int i) { return m.y[i]; }
 template <class Real>
-PYSHARP_HD int sgd_min_batch(const BNLinearRegression<Real>&) { return 2; }
-template <class Model>
-PYSHARP_HD long long sgd_batch_work(const Model&, int) { return 0; }
+const Real* sample_row(const BNLinearRegression<Real>& m, int i) {
+  return m.Xc + static_cast<long long>(i) * m.d;
+}
 template <class Real>
-PYSHARP_HD long long sgd_batch_work(const BNLinearRegression<Real>&, int B) {
-  return 2 * static_cast<long long>(B);
-}
+Real sample_target(const BNLinearRegression<Real>& m, int i) { return m.u[i]; }
 
-// Scratch of one SGD trajectory with batches of at most max_batch: reals and ints.
+// SGD trajectories in lane blocks (host; V = Lanes<Real, W>, core/lanes.hpp,
+// or Real for W = 1), lane-interleaved (w[k] holds coordinate k of every
+// lane). Each lane has its own batches (keyed by its own trajectory index, so
+// the same whatever the block), lr, wd, divergence flag and records; the
+// lanes of a block share the batch size B. Step t: w <- (1 - lr wd) w - lr g_t
+// with g_t the stochastic gradient of the lane's batch I_t:
+//   square-loss models: (1/B) sum_{i in I_t} grad l_i(w),
+//     l_i = (f(x_i; w) - y_i)^2 / 2, unbiased for grad L;
+//   BN linear regression: grad L_{I_t}(w), ghost BN (statistics of the batch).
+// A batch gradient that is undefined (ghost BN of a batch with X_I w
+// constant), an iterate that is not finite, or a full-batch loss that is
+// undefined, not finite or above max_loss at a record flags divergence.
+
+// Lane values and ints of one block's scratch (W lanes, batches of B).
 template <class Model>
-PYSHARP_HD long long sgd_scratch_reals(const Model& m, int max_batch) {
-  return 2 * static_cast<long long>(m.dim()) + m.work_size() + sgd_batch_work(m, max_batch) + 1;
-}
-// perm (n) and the batch (max_batch, which exceeds n with replacement).
-template <class Model>
-PYSHARP_HD long long sgd_scratch_ints(const Model& m, int max_batch) {
-  return static_cast<long long>(m.n_samples()) + max_batch;
-}
-
-// One SGD trajectory: w <- (1 - lr wd) w - lr g_t, g_t = sgd_batch_grad on
-// batch I_t: for square-loss models (1/B) sum_{i in I_t} grad l_i(w),
-// l_i = (f(x_i; w) - y_i)^2 / 2, so that the batch gradient is unbiased for
-// grad L; for BN linear regression grad L_{I_t}(w) (ghost BN). A batch
-// gradient that is undefined (ghost BN of a batch with X_I w constant) or an
-// iterate that is not finite flags divergence, as does a full-batch loss that
-// is undefined, not finite or above max_loss at a record.
-// w holds the start and receives the final iterate (the last finite one if the
-// trajectory diverged). loss: records at loss[r * stride]; later records of a
-// diverged trajectory are NaN. Returns the step at which it diverged, or -1.
-// scratch: sgd_scratch_reals(m, B) reals; iscratch: sgd_scratch_ints(m, B) ints.
-template <class Model, class Real>
-PYSHARP_HD long long run_sgd(const Model& m, const SGDConfig& c, std::uint64_t traj, Real* w,
-                             Real lr, int B, Real wd, Real* loss, long long stride,
-                             Real* scratch, int* iscratch) {
-  const int D = m.dim(), n = m.n_samples();
-  Real* g = scratch;
-  Real* w_new = g + D;
-  Real* work = w_new + D;
-  int* perm = iscratch;
-  int* idx = iscratch + n;
-  for (int i = 0; i < n; ++i) perm[i] = i;
-  const Real decay = Real(1) - lr * wd;
-  const long long nrec = n_records(c.steps, c.record_every);
-  long long diverged = -1;
-  auto record = [&](long long t) {
-    Real L;
-    const bool defined = m.loss_grad(w, &L, g, work);
-    if (!defined) L = Real(0) / Real(0);
-    loss[(t / c.record_every) * stride] = L;
-    return defined && is_finite(L) && L <= Real(c.max_loss);
-  };
-  if (!record(0)) diverged = 0;
-  for (long long t = 0; t < c.steps && diverged < 0; ++t) {
-    draw_batch(c.seed, traj, static_cast<std::uint64_t>(t), n, B, c.replacement, perm, idx);
-    if (!sgd_batch_grad(m, w, idx, B, g, work)) {
-      diverged = t + 1;
-      break;
-    }
-    for (int k = 0; k < D; ++k) w_new[k] = decay * w[k] - lr * g[k];
-    if (!all_finite(w_new, D)) {
-      diverged = t + 1;
-      break;
-    }
-    for (int k = 0; k < D; ++k) w[k] = w_new[k];
-    if ((t + 1) % c.record_every == 0 && !record(t + 1)) diverged = t + 1;
-  }
-  if (diverged >= 0) {
-    const long long first = diverged == 0 ? 1 : (diverged + c.record_every - 1) / c.record_every;
-    for (long long r = first; r < nrec; ++r) loss[r * stride] = Real(0) / Real(0);
-  }
-  return diverged;
-}
-
-// Lane blocks (host; V = Lanes<Real, W>, core/lanes.hpp, or Real for W = 1).
-// Square-loss models advance W trajectories in lockstep, lane-interleaved
-// (w[k] holds coordinate k of every lane), each lane with its own batches
-// (keyed by its own trajectory index, so the same whatever the block), lr, B,
-// wd, divergence flag and records. Slot j of a step gathers sample idx_l[j] of
-// every lane l into lane form (x, y, coefficient 1/B_l) and calls the model's
-// sample() once for the block. A lane whose batch is shorter than the block's
-// longest repeats its first sample with coefficient 0 in the extra slots: an
-// exact no-op (its contribution is +-0, and g is never -0), or, where that
-// sample overflows, a non-finite g the real slot already produced. So a lane's
-// bits are those of run_sgd's arithmetic on its own, whatever its neighbours.
-
-// Ghost BN (BNLinearRegression) runs trajectory by trajectory (run_sgd).
-template <class Model>
-inline constexpr bool kSgdOnLanes = true;
-template <class Real>
-inline constexpr bool kSgdOnLanes<BNLinearRegression<Real>> = false;
-
-// Lane values and ints of one block's scratch (W lanes, batches of at most max_batch).
-template <class Model>
-long long sgd_lanes_scratch(const Model& m, int max_batch) {
-  return 2 * static_cast<long long>(m.dim()) + m.work_size() +
-         static_cast<long long>(max_batch + 1) * (m.input_dim() + 3);
+long long sgd_lanes_scratch(const Model& m, int B) {
+  return 2 * static_cast<long long>(m.dim()) + m.work_size() + 2 * static_cast<long long>(B) +
+         static_cast<long long>(B + 1) * (m.input_dim() + 1);
 }
 template <class Model>
-long long sgd_lanes_iscratch(const Model& m, int W, int max_batch) {
-  return static_cast<long long>(W) * (m.n_samples() + max_batch);
+long long sgd_lanes_iscratch(const Model& m, int W, int B) {
+  return static_cast<long long>(W) * (m.n_samples() + B);
 }
 
 // Lane form of W samples: lane l of x[k] = row[l][k], k < d (a transposition;
@@ -190,25 +106,26 @@ void gather_samples(const lane_real_t<V>* const* row, int d, V* x) {
     for (int l = 0; l < lane_width<V>; ++l) set_lane(x[k], l, row[l][k]);
 }
 
-// g = sum_{j < B} coeff[j] r_j grad_w f(x_j), slots j of lane-form samples x
-// (B, d), y, coeff: the model's sample() slot by slot.
+// g = the batch gradient of slots j < B of lane-form samples x (B, d) and
+// targets y (B), coeff = 1 / B. Square-loss models: sum_j coeff r_j grad_w
+// f(x_j), the model's sample() slot by slot; always defined. work: the
+// model's work_size() + 2 B + 1 lane values.
 template <class Model, class V>
-void sgd_lanes_grad(const Model& m, const V* w, const V* x, const V* y, const V* coeff, int B,
-                    V* g, V* work) {
+mask_t<V> sgd_lanes_grad(const Model& m, const V* w, const V* x, const V* y, const V& coeff,
+                         int B, V* g, V* work) {
   for (int k = 0; k < m.dim(); ++k) g[k] = V(lane_real_t<V>(0));
   for (int j = 0; j < B; ++j)
-    m.sample(w, x + static_cast<long long>(j) * m.input_dim(), y[j], coeff[j], g, work);
+    m.sample(w, x + static_cast<long long>(j) * m.input_dim(), y[j], coeff, g, work);
+  return mask_t<V>(true);
 }
 // Linear regression: the same sums in the same order (the bits of sample()),
 // but every residual first, two slots at a time (an odd B also computes slot
-// B, which x, y, coeff hold and nothing reads), then each g[k] summed over
-// the slots in a register: the dot products of different slots overlap, w[k]
-// is loaded once per pair, g stored once instead of once per slot. Every slot
-// takes the same instructions whatever B, so a lane's bits do not depend on
-// its neighbours' batch sizes. work: B + 1 lane values (the c_j).
+// B, which x and y hold and nothing reads), then each g[k] summed over the
+// slots in a register: the dot products of different slots overlap, w[k] is
+// loaded once per pair, g stored once instead of once per slot.
 template <class Real, class V>
-void sgd_lanes_grad(const LinearRegression<Real>& m, const V* w, const V* x, const V* y,
-                    const V* coeff, int B, V* g, V* work) {
+mask_t<V> sgd_lanes_grad(const LinearRegression<Real>& m, const V* w, const V* x, const V* y,
+                         const V& coeff, int B, V* g, V* work) {
   const int d = m.d;
   V* c = work;
   const V b = m.bias ? w[d] : V(Real(0));
@@ -227,8 +144,8 @@ void sgd_lanes_grad(const LinearRegression<Real>& m, const V* w, const V* x, con
       p[0] += w[k] * x0[k];
       q[0] += w[k] * x1[k];
     }
-    c[j] = (((p[0] + p[1]) + (p[2] + p[3])) + b - y[j]) * coeff[j];
-    c[j + 1] = (((q[0] + q[1]) + (q[2] + q[3])) + b - y[j + 1]) * coeff[j + 1];
+    c[j] = (((p[0] + p[1]) + (p[2] + p[3])) + b - y[j]) * coeff;
+    c[j + 1] = (((q[0] + q[1]) + (q[2] + q[3])) + b - y[j + 1]) * coeff;
   }
   constexpr int kB = 4;  // independent sums per pass (register blocking)
   int k = 0;
@@ -251,40 +168,50 @@ void sgd_lanes_grad(const LinearRegression<Real>& m, const V* w, const V* x, con
     for (int j = 0; j < B; ++j) acc += c[j];
     g[d] = acc;
   }
+  return mask_t<V>(true);
+}
+// BN linear regression: ghost BN on each lane's batch; false in lanes where
+// X_I w - mean_I is zero to working precision.
+template <class Real, class V>
+mask_t<V> sgd_lanes_grad(const BNLinearRegression<Real>& m, const V* w, const V* x,
+                         const V* y, const V& /*coeff*/, int B, V* g, V* work) {
+  V loss;
+  return m.ghost_loss_grad(
+      w, [&](int k) { return x + static_cast<long long>(k) * m.d; },
+      [&](int k) { return y[k]; }, B, &loss, g, work);
 }
 
-// W = lane_width<V> trajectories of run_sgd in lockstep; lanes >= `lanes` are
-// padding (never advanced in effect, never written back). traj, lr, batch, wd:
-// W entries each (padding lanes may repeat lane 0). w (m.dim()) holds the
-// starts and receives the finals (each lane's last finite iterate). loss[l]:
-// lane l's records at loss[l][r * stride]; diverged[l]: run_sgd's return value.
-// scratch: sgd_lanes_scratch(m, max_batch) lane values; iscratch:
-// sgd_lanes_iscratch(m, W, max_batch) ints; max_batch >= every batch[l].
+// W = lane_width<V> SGD trajectories in lockstep, batches of B; lanes >=
+// `lanes` are padding (never advanced in effect, never written back). traj,
+// lr, wd: W entries each (padding lanes may repeat lane 0). w (m.dim()) holds
+// the starts and receives the finals (each lane's last finite iterate).
+// loss[l]: lane l's records at loss[l][r * stride], r = t / record_every
+// (t = 0, record_every, ...); records after a divergence are NaN.
+// diverged[l]: the step at which lane l diverged, or -1. scratch:
+// sgd_lanes_scratch(m, B) lane values; iscratch: sgd_lanes_iscratch(m, W, B) ints.
 template <class Model, class V>
 void run_sgd_lanes(const Model& m, const SGDConfig& c, int lanes, const std::uint64_t* traj,
-                   V* w, const lane_real_t<V>* lr, const int* batch, const lane_real_t<V>* wd,
+                   V* w, const lane_real_t<V>* lr, int B, const lane_real_t<V>* wd,
                    lane_real_t<V>* const* loss, long long stride, long long* diverged,
-                   V* scratch, int* iscratch, int max_batch) {
+                   V* scratch, int* iscratch) {
   using Real = lane_real_t<V>;
   constexpr int W = lane_width<V>;
   const int D = m.dim(), n = m.n_samples(), d = m.input_dim();
   V* g = scratch;
   V* w_new = g + D;
   V* work = w_new + D;
-  V* y = work + m.work_size() + max_batch + 1;
-  V* coeff = y + max_batch + 1;
-  V* x = coeff + max_batch + 1;
+  V* y = work + m.work_size() + 2 * B;
+  V* x = y + B + 1;
   int* perm[W];
   int* idx[W];
   V rate, decay;
-  Real inv_batch[W];
+  const V coeff(Real(1) / Real(B));
   bool alive[W];
   for (int l = 0; l < W; ++l) {
-    inv_batch[l] = Real(1) / Real(batch[l]);
-    perm[l] = iscratch + static_cast<long long>(l) * (n + max_batch);
+    perm[l] = iscratch + static_cast<long long>(l) * (n + B);
     idx[l] = perm[l] + n;
     for (int i = 0; i < n; ++i) perm[l][i] = i;
-    for (int j = 0; j < max_batch; ++j) idx[l][j] = 0;
+    for (int j = 0; j < B; ++j) idx[l][j] = 0;
     set_lane(rate, l, lr[l]);
     set_lane(decay, l, Real(1) - lr[l] * wd[l]);
     alive[l] = l < lanes;
@@ -312,26 +239,21 @@ void run_sgd_lanes(const Model& m, const SGDConfig& c, int lanes, const std::uin
   };
   record(0);
   for (long long t = 0; t < c.steps && any_alive(); ++t) {
-    int bmax = 0;
-    for (int l = 0; l < lanes; ++l) {
-      if (!alive[l]) continue;
-      draw_batch(c.seed, traj[l], static_cast<std::uint64_t>(t), n, batch[l], c.replacement,
-                 perm[l], idx[l]);
-      bmax = batch[l] > bmax ? batch[l] : bmax;
-    }
-    for (int j = 0; j < bmax; ++j) {
+    for (int l = 0; l < lanes; ++l)
+      if (alive[l])
+        draw_batch(c.seed, traj[l], static_cast<std::uint64_t>(t), n, B, c.replacement,
+                   perm[l], idx[l]);
+    for (int j = 0; j < B; ++j) {
       const Real* row[W];
       for (int l = 0; l < W; ++l) {
-        const bool real = j < batch[l];
-        const int i = idx[l][real ? j : 0];
-        row[l] = m.X + static_cast<long long>(i) * d;
-        set_lane(y[j], l, m.y[i]);
-        set_lane(coeff[j], l, real ? inv_batch[l] : Real(0));
+        const int i = idx[l < lanes && alive[l] ? l : 0][j];  // dead lanes read any sample
+        row[l] = sample_row(m, i);
+        set_lane(y[j], l, sample_target(m, i));
       }
       gather_samples(row, d, x + static_cast<long long>(j) * d);
     }
-    sgd_lanes_grad(m, w, x, y, coeff, bmax, g, work);
-    mask_t<V> finite(true);
+    const mask_t<V> defined = sgd_lanes_grad(m, w, x, y, coeff, B, g, work);
+    mask_t<V> finite = defined;
     for (int k = 0; k < D; ++k) {
       w_new[k] = decay * w[k] - rate * g[k];
       finite = finite & is_finite(w_new[k]);

@@ -53,48 +53,56 @@ struct BNLinearRegression {
   // work holds 2 B reals.
   PYSHARP_HD bool batch_loss_grad(const Real* w, const int* idx, int B, Real* loss, Real* g,
                                   Real* work) const {
-    Real* z = work;
-    Real* ub = work + B;
-    Real w2 = Real(0), rows2 = Real(0);
+    return ghost_loss_grad(
+        w, [&](int k) { return Xc + static_cast<long long>(idx[k]) * d; },
+        [&](int k) { return u[idx[k]]; }, B, loss, g, work);
+  }
+
+  // The same for a batch given by accessors, so that one source serves one
+  // batch (S = Real) and a lane block in which every lane has its own batch of
+  // B samples (S = lanes): row(k) points to the d values of sample k's centred
+  // row, target(k) is its u value. Branch-free in the lanes: the equal-targets
+  // case is a select, so each lane takes the arithmetic of its own batch.
+  template <class S, class Row, class Target>
+  PYSHARP_HD mask_t<S> ghost_loss_grad(const S* w, Row row, Target target, int B, S* loss,
+                                       S* g, S* work) const {
+    S* z = work;
+    S* ub = work + B;
+    S w2 = Real(0), rows2 = Real(0);
     for (int j = 0; j < d; ++j) w2 += w[j] * w[j];
-    bool equal_targets = true;
+    mask_t<S> equal_targets(true);
     for (int k = 0; k < B; ++k) {
-      const Real* x = Xc + static_cast<long long>(idx[k]) * d;
-      Real s = Real(0), x2 = Real(0);
+      const auto* x = row(k);
+      S s = Real(0), x2 = Real(0);
       for (int j = 0; j < d; ++j) {
         s += w[j] * x[j];
         x2 += x[j] * x[j];
       }
       z[k] = s;
       rows2 += x2;
-      ub[k] = u[idx[k]];
-      equal_targets = equal_targets && ub[k] == ub[0];
+      ub[k] = target(k);
+      equal_targets = equal_targets & (ub[k] == ub[0]);
     }
-    Real scale_b = Real(0);
-    if (equal_targets) {
-      for (int k = 0; k < B; ++k) ub[k] = Real(0);
-    } else {
-      Real mean = Real(0);
-      for (int k = 0; k < B; ++k) mean += ub[k];
-      mean = mean * (Real(1) / Real(B));
-      Real nu2 = Real(0);
-      for (int k = 0; k < B; ++k) {
-        ub[k] -= mean;
-        nu2 += ub[k] * ub[k];
-      }
-      const Real inv = Real(1) / sqrt_(nu2);
-      for (int k = 0; k < B; ++k) ub[k] *= inv;
-      scale_b = scale * (Real(n) / Real(B)) * nu2;
+    S mean = Real(0);
+    for (int k = 0; k < B; ++k) mean += ub[k];
+    mean = mean * (Real(1) / Real(B));
+    S nu2 = Real(0);
+    for (int k = 0; k < B; ++k) {
+      ub[k] -= mean;
+      nu2 += ub[k] * ub[k];
     }
+    const S inv = Real(1) / sqrt_(nu2);  // inf for equal targets: selected away
+    for (int k = 0; k < B; ++k) ub[k] = select(equal_targets, S(Real(0)), ub[k] * inv);
+    const S scale_b = select(equal_targets, S(Real(0)), scale * (Real(n) / Real(B)) * nu2);
     const Real err = Real(d) * machine_eps<Real>();
-    const Real floor2 = err * err * rows2 * w2;
-    if (!bn_cosine_loss_grad(z, ub, scale_b, B, floor2, loss, z)) return false;
+    const S floor2 = err * err * rows2 * w2;
+    const mask_t<S> defined = bn_cosine_loss_grad(z, ub, scale_b, B, floor2, loss, z);
     for (int j = 0; j < d; ++j) g[j] = Real(0);
     for (int k = 0; k < B; ++k) {
-      const Real* x = Xc + static_cast<long long>(idx[k]) * d;
+      const auto* x = row(k);
       for (int j = 0; j < d; ++j) g[j] += z[k] * x[j];
     }
-    return true;
+    return defined;
   }
 };
 
