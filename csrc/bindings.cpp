@@ -195,6 +195,22 @@ py::tuple lanczos_callable(const py::function& matvec, int D, const py::dict& op
 // first_row + rows - 1 (B, rows, m) and ok (B,). lanes = true runs the rows in
 // lane blocks (the last block padded with zero matrices), as the lockstep
 // Lanczos convergence tests do; false, one matrix at a time. For tests.
+// The unit eigenvector of each tridiagonal (d[b], e[b]) (B, m) for its
+// eigenvalue theta[b], by inverse iteration (tridiagonal_eigenvector). For tests.
+carray<double> tridiagonal_eigenvectors(const carray<double>& d, const carray<double>& e,
+                                        const carray<double>& theta) {
+  require(d.ndim() == 2 && e.ndim() == 2 && d.shape(0) == e.shape(0) &&
+              d.shape(1) == e.shape(1) && theta.ndim() == 1 && theta.shape(0) == d.shape(0),
+          "d and e must both have shape (B, m), theta (B,)");
+  const py::ssize_t B = d.shape(0), m = d.shape(1);
+  carray<double> s({B, m});
+  std::vector<double> work(5 * static_cast<std::size_t>(m));
+  for (py::ssize_t b = 0; b < B; ++b)
+    tridiagonal_eigenvector(static_cast<int>(m), d.data() + b * m, e.data() + b * m,
+                            theta.data()[b], s.mutable_data() + b * m, work.data());
+  return s;
+}
+
 py::tuple tridiagonal_eigh_rows(const carray<double>& d, const carray<double>& e,
                                 int first_row, int rows, bool lanes) {
   require(d.ndim() == 2 && e.ndim() == 2 && d.shape(0) == e.shape(0) &&
@@ -314,6 +330,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("options"), py::arg("start") = py::none());
   m.def("_tridiagonal_eigh", &tridiagonal_eigh_rows, py::arg("d"), py::arg("e"),
         py::arg("first_row"), py::arg("rows"), py::arg("lanes"));
+  m.def("_tridiagonal_eigenvectors", &tridiagonal_eigenvectors, py::arg("d"), py::arg("e"),
+        py::arg("theta"));
   m.attr("METHODS") = module::method_names();
   py::dict safe;  // kernels mark rows outside these squared norms ok = 2 (cpu/batched.hpp)
   safe["float64"] = py::make_tuple(cpu::SafeNorm2<double>::lo, cpu::SafeNorm2<double>::hi);

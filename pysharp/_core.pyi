@@ -978,6 +978,11 @@ def bn_linreg_sgd(
     Mini-batch SGD+WD with ghost BN (each batch's own statistics) on BN linear regression
     """
 
+def _tridiagonal_eigenvectors(
+    d: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    e: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    theta: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+) -> numpy.typing.NDArray[numpy.float64]: ...
 def _tridiagonal_eigh(
     d: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     e: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],

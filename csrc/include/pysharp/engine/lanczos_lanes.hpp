@@ -20,7 +20,7 @@ PYSHARP_HD inline long long lanczos_lanes_scratch_v(int D, int m_max) {
   return (m_max + 2LL) * D + 5LL * m_max;
 }
 PYSHARP_HD inline long long lanczos_lanes_scratch_reals(int D, int m_max, int W) {
-  return 3LL * m_max + static_cast<long long>(m_max) * m_max + W * (m_max + 1LL) + 2LL * D;
+  return 7LL * m_max + W * (m_max + 1LL) + 2LL * D;
 }
 
 // Per lane l < W: the top eigenpair of the operator of lane l, given by
@@ -49,26 +49,33 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
   V* z_all = e_all + m_max;                          // last eigenvector row: m_max
   Real* d = rscratch;                                // one lane's T: m_max
   Real* e = d + m_max;                               // m_max
-  Real* Z = e + m_max;                               // m_max x m_max
-  Real* coef = Z + static_cast<long long>(m_max) * m_max;  // per lane: m_max + 1
+  Real* work = e + m_max;                            // the eigenvector solve: 5 m_max
+  Real* coef = work + 5LL * m_max;                   // per lane: m_max + 1
   Real* q = coef + W * (m_max + 1LL);                // D: one lane's vector
   Real* qq = q + D;                                  // D
   int m_of[W];
   bool active[W];
+  const Real unknown = Real(0) / Real(0);
 
-  // Lane l stops at order m: its top Ritz value and the coefficients of its
-  // vector, from a decomposition of its T alone with every eigenvector row (a
-  // lockstep one per stopping order measured slower: m rows of masked
-  // rotations for lanes that mostly stop at different orders).
-  auto finish = [&](int l, int m) {
+  // Lane l stops at order m with top Ritz value theta (NaN: not yet known, a
+  // stop without a convergence test at this order): the coefficients of its
+  // vector by inverse iteration, O(m), rather than a second QL solve with the
+  // eigenvector matrix.
+  auto finish = [&](int l, int m, Real theta) {
+    if (!(theta == theta)) {
+      for (int i = 0; i < m; ++i) {
+        d[i] = lane(alpha[i], l);
+        e[i] = i + 1 < m ? lane(beta[i], l) : Real(0);
+      }
+      tridiagonal_eigh(m, d, e, static_cast<Real*>(nullptr), 0, 0);  // eigenvalues only
+      theta = d[detail::next_largest(d, m, -1)];
+    }
+    evals[l] = theta;
     for (int i = 0; i < m; ++i) {
       d[i] = lane(alpha[i], l);
-      e[i] = i + 1 < m ? lane(beta[i], l) : Real(0);
+      e[i] = lane(beta[i], l);
     }
-    tridiagonal_eigh(m, d, e, Z);  // converged before, on the same matrix
-    const int best = detail::next_largest(d, m, -1);
-    evals[l] = d[best];
-    for (int i = 0; i < m; ++i) coef[l * (m_max + 1LL) + i] = Z[i * m + best];
+    tridiagonal_eigenvector(m, d, e, theta, coef + l * (m_max + 1LL), work);
     m_of[l] = m;
     reports[l].iterations = m;
     active[l] = false;
@@ -84,8 +91,8 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
   auto random_start = [&](int l, int j, std::uint64_t salt, V* dst) {
     LanczosOptions ol = o;
     ol.stream = stream[l];
-    Real* Ql = rscratch;  // reuse d, e, Z (unused while restarting) when large enough
-    const bool fits = static_cast<long long>(j) * D <= 2LL * m_max + static_cast<long long>(m_max) * m_max;
+    Real* Ql = rscratch;  // reuse d, e, work (unused while restarting) when large enough
+    const bool fits = static_cast<long long>(j) * D <= 7LL * m_max;
     if (fits)
       for (int r = 0; r < j; ++r) get(l, Q + static_cast<long long>(r) * D, Ql + static_cast<long long>(r) * D);
     bool good;
@@ -180,7 +187,7 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
         reports[l].converged =
             lane(beta[j], l) * fabs(lane(z_all[best], l)) <= Real(o.tol) * floor;
         if (reports[l].converged || last) {
-          finish(l, m);
+          finish(l, m, d[best]);
           continue;
         }
       }
@@ -195,7 +202,7 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
         set_lane(restarted, l, true);
         if (m == D || !random_start(l, m, m, z)) {
           reports[l].converged = true;  // the whole space is spanned: T is exact
-          finish(l, m);
+          finish(l, m, unknown);
         }
       }
     }
@@ -203,7 +210,7 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
     for (int i = 0; i < D; ++i) z[i] = z[i] / safe;
   }
   for (int l = 0; l < W; ++l)  // the cap was reached by a lane not yet stopped
-    if (active[l]) finish(l, m_max);
+    if (active[l]) finish(l, m_max, unknown);
 
   // Ritz vectors in SIMD: v = sum_r coef_r Q_r, then one operator application
   // gives every lane's true residual.

@@ -88,8 +88,9 @@ PYSHARP_HD mask_t<V> tridiagonal_eigh(int m, V* d, V* e, V* Z, int first_row = 0
           act = act & !underflow;
           if (!any(live)) break;
         }
-        const V sn_i = f / r;
-        const V cs_i = g / r;
+        const V inv_r = Real(1) / r;  // one division, not two: the divider bounds a rotation
+        const V sn_i = f * inv_r;
+        const V cs_i = g * inv_r;
         const V g_i = d[i + 1] - p;
         const V r_i = (d[i] - g_i) * sn_i + Real(2) * cs_i * b;
         const V p_i = sn_i * r_i;
@@ -112,6 +113,91 @@ PYSHARP_HD mask_t<V> tridiagonal_eigh(int m, V* d, V* e, V* Z, int first_row = 0
     }
   }
   return ok;
+}
+
+// The unit eigenvector s (m) of the symmetric tridiagonal matrix with diagonal
+// a (m) and off-diagonal b (b[i] couples i and i+1, i < m - 1) for its
+// eigenvalue theta (accurate to rounding, e.g. from tridiagonal_eigh): two
+// steps of inverse iteration from a fixed generic vector, each an LU solve of
+// T - theta I with partial pivoting (LAPACK's dgttrf / dgttrs), O(m) where
+// the eigenvector matrix of tridiagonal_eigh costs O(m^3). A pivot that
+// vanishes (theta exact, or T split into blocks by a zero coupling) is
+// replaced by eps * ||T||: the solve then returns that direction, which is
+// what inverse iteration wants. For a multiple theta the result is one unit
+// vector of its eigenspace. work: 5 m reals. Sign unspecified.
+template <class Real>
+PYSHARP_HD void tridiagonal_eigenvector(int m, const Real* a, const Real* b, Real theta, Real* s,
+                                        Real* work) {
+  Real* dg = work;         // U's diagonal
+  Real* du = dg + m;       // U's first superdiagonal
+  Real* du2 = du + m;      // U's second superdiagonal (fill-in of interchanges)
+  Real* dl = du2 + m;      // L's multipliers
+  Real* swap = dl + m;     // 1 where rows i and i+1 were interchanged
+  Real norm = Real(0);
+  for (int i = 0; i < m; ++i) {
+    const Real row = fabs(a[i] - theta) + (i > 0 ? fabs(b[i - 1]) : Real(0)) +
+                     (i + 1 < m ? fabs(b[i]) : Real(0));
+    norm = row > norm ? row : norm;
+  }
+  const Real floor = machine_eps<Real>() * (norm > Real(0) ? norm : Real(1));
+  for (int i = 0; i < m; ++i) {
+    dg[i] = a[i] - theta;
+    du[i] = i + 1 < m ? b[i] : Real(0);
+    dl[i] = i + 1 < m ? b[i] : Real(0);
+    du2[i] = Real(0);
+  }
+  for (int i = 0; i + 1 < m; ++i) {
+    if (fabs(dg[i]) >= fabs(dl[i])) {  // no interchange
+      if (dg[i] == Real(0)) dg[i] = floor;
+      const Real f = dl[i] / dg[i];
+      dl[i] = f;
+      dg[i + 1] -= f * du[i];
+      swap[i] = Real(0);
+    } else {  // interchange rows i and i + 1
+      const Real f = dg[i] / dl[i];
+      dg[i] = dl[i];
+      dl[i] = f;
+      const Real t = du[i];
+      du[i] = dg[i + 1];
+      dg[i + 1] = t - f * dg[i + 1];
+      if (i + 2 < m) {
+        du2[i] = du[i + 1];
+        du[i + 1] = -f * du[i + 1];
+      }
+      swap[i] = Real(1);
+    }
+  }
+  if (dg[m - 1] == Real(0)) dg[m - 1] = floor;
+  // A start with no structure (the golden-ratio sequence): a start orthogonal to
+  // the eigenvector stays so, and such starts are not rare for structured T (the
+  // all-ones vector is orthogonal to eigenvectors of alternating sign).
+  for (int i = 0; i < m; ++i) {
+    const double t = 0.6180339887498949 * (i + 1);
+    s[i] = Real(1 + (t - static_cast<long long>(t)));
+  }
+  for (int step = 0; step < 2; ++step) {
+    for (int i = 0; i + 1 < m; ++i) {  // L
+      if (swap[i] != Real(0)) {
+        const Real t = s[i];
+        s[i] = s[i + 1];
+        s[i + 1] = t;
+      }
+      s[i + 1] -= dl[i] * s[i];
+    }
+    for (int i = m - 1; i >= 0; --i) {  // U
+      Real r = s[i];
+      if (i + 1 < m) r -= du[i] * s[i + 1];
+      if (i + 2 < m) r -= du2[i] * s[i + 2];
+      s[i] = r / dg[i];
+    }
+    Real big = Real(0);  // scale by the largest entry first: the solve may reach 1/eps^2
+    for (int i = 0; i < m; ++i) big = fabs(s[i]) > big ? fabs(s[i]) : big;
+    for (int i = 0; i < m; ++i) s[i] /= big;
+    Real n2 = Real(0);
+    for (int i = 0; i < m; ++i) n2 += s[i] * s[i];
+    const Real inv = Real(1) / sqrt_(n2);
+    for (int i = 0; i < m; ++i) s[i] *= inv;
+  }
 }
 
 }  // namespace pysharp
