@@ -247,6 +247,36 @@ def test_run_validation(kwargs, exc, match):
                      args.pop("steps"), **args)
 
 
+def test_reduced_bits_do_not_depend_on_placement_threads_or_chunks():
+    """The reduced update runs blocks of 32 trajectories: a trajectory's records and final
+    iterate are the same bits alone, in a padded last block, in a chunk and on one thread,
+    far past EoS entry (nearly all enter it by step 2000)."""
+    model = ps.BNLinearRegression.synthetic(d=40, n=20, seed=5)
+    B = 70
+    W0 = model.random_point(B, seed=6, norm=3.0)
+    lr = np.linspace(0.2, 0.8, B)
+    kw = dict(record_every=50, sharpness_every=500, reduced=True)
+    full = ps.run_gd_wd(model, W0, lr, 2e-3, 3000, **kw)
+    assert full.meta["reduced"] and np.mean(full.eos_entry_step > 0) > 0.9
+    for b in (0, 33, 69):
+        one = ps.run_gd_wd(model, W0[b], lr[b], 2e-3, 3000, first_trajectory=b, **kw)
+        np.testing.assert_array_equal(one.w, full.w[b])
+        np.testing.assert_array_equal(one.loss, full.loss[:, b])
+        np.testing.assert_array_equal(one.sharpness, full.sharpness[:, b])
+    chunk = ps.run_gd_wd(model, W0[37:], lr[37:], 2e-3, 3000, first_trajectory=37, **kw)
+    np.testing.assert_array_equal(chunk.w, full.w[37:])
+    np.testing.assert_array_equal(chunk.loss, full.loss[:, 37:])
+    core = _backend.core()
+    threads = core.max_threads()
+    try:
+        core.set_num_threads(1)
+        serial = ps.run_gd_wd(model, W0, lr, 2e-3, 3000, **kw)
+    finally:
+        core.set_num_threads(threads)
+    np.testing.assert_array_equal(serial.w, full.w)
+    np.testing.assert_array_equal(serial.norm2, full.norm2)
+
+
 def test_reduced_update_equals_direct_update():
     """The singular-basis shortcut for BN linear regression is the same GD+WD."""
     for n, d in ((20, 40), (30, 10)):  # overparameterised and not

@@ -110,7 +110,11 @@ void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real
 // BN linear regression without jitter: the exact reduced update in the
 // singular basis of Xc. Plain GD+WD advances blocks of kLanes trajectories in
 // lockstep between observations (spectral_gd_wd_lanes); scalar RMSprop, whose
-// step depends on every gradient norm, runs trajectory by trajectory.
+// step depends on every gradient norm, runs trajectory by trajectory. A step is
+// two short reductions and a sqrt and division per lane: 32 lanes (several SIMD
+// registers) keep enough independent chains in flight to hide their latency
+// (d 40 n 20, AVX-512: 8 lanes 1.9e8, 16 2.4e8, 32 2.8e8, 64 1.8e8
+// trajectory-steps/s). Each lane's arithmetic is the same whatever kLanes.
 template <class Real>
 void run_batch_spectral(const BNLinearRegression<Real>& m, const BNLinRegSpectral<Real>& sp,
                         const EngineConfig& c, const Real* W0, const Real* lr, const Real* wd,
@@ -121,7 +125,7 @@ void run_batch_spectral(const BNLinearRegression<Real>& m, const BNLinRegSpectra
                    [&sp](const Real* w0, Real* scratch) { return State(sp, w0, scratch); });
     return;
   }
-  constexpr int kLanes = 8;
+  constexpr int kLanes = 32;
   const int D = m.dim(), r = sp.r;
   const long long blocks = (B + kLanes - 1) / kLanes;
 #pragma omp parallel if (blocks > 1)
