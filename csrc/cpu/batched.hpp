@@ -68,14 +68,20 @@ std::uint8_t ok_code(const M& safe, const M& defined, int l) {
 // (l >= lanes) repeat the first row.
 template <class V, class Real>
 void gather_rows(const Real* src, std::int64_t D, const std::int64_t* rows, int lanes, V* dst) {
-  for (std::int64_t i = 0; i < D; ++i)
-    for (int l = 0; l < lane_width<V>; ++l)
-      set_lane(dst[i], l, src[rows[l < lanes ? l : 0] * D + i]);
+  const Real* row[lane_width<V>];
+  for (int l = 0; l < lane_width<V>; ++l) row[l] = src + rows[l < lanes ? l : 0] * D;
+  gather_lanes(row, static_cast<int>(D), dst);
 }
 
 // Row rows[l] of dst (B, D) takes lane l of src[0..D), l < lanes.
 template <class V, class Real>
 void scatter_rows(const V* src, std::int64_t D, const std::int64_t* rows, int lanes, Real* dst) {
+  if (lanes == lane_width<V>) {
+    Real* row[lane_width<V>];
+    for (int l = 0; l < lanes; ++l) row[l] = dst + rows[l] * D;
+    scatter_lanes(src, static_cast<int>(D), row);
+    return;
+  }
   for (int l = 0; l < lanes; ++l)
     for (std::int64_t i = 0; i < D; ++i) dst[rows[l] * D + i] = lane(src[i], l);
 }

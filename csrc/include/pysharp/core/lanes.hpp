@@ -22,6 +22,10 @@
 
 #include "pysharp/core/config.hpp"
 
+#if defined(__AVX__)  // implied by __AVX512F__
+#include <immintrin.h>
+#endif
+
 namespace pysharp {
 
 // Bytes of the widest vector register the build targets.
@@ -176,5 +180,121 @@ struct lane_traits<Lanes<Real, W>> {
   using real = Real;
   using mask = LaneMask<Real, W>;
 };
+
+// Lane form of W rows: lane l of x[k] = row[l][k] for k < d (a transposition).
+// Specialised below for AVX doubles (4 x 4 tiles) and AVX-512 doubles (8 x 8).
+template <class V>
+void gather_lanes(const lane_real_t<V>* const* row, int d, V* x) {
+  for (int k = 0; k < d; ++k)
+    for (int l = 0; l < lane_width<V>; ++l) set_lane(x[k], l, row[l][k]);
+}
+// The inverse: row[l][k] = lane l of x[k] for k < d and every lane.
+template <class V>
+void scatter_lanes(const V* x, int d, lane_real_t<V>* const* row) {
+  for (int l = 0; l < lane_width<V>; ++l)
+    for (int k = 0; k < d; ++k) row[l][k] = lane(x[k], l);
+}
+
+#if defined(__AVX__)
+namespace detail {
+// Two 128-bit loads into one register: lo[0] lo[1] | hi[0] hi[1].
+inline __m256d load_pair(const double* lo, const double* hi) {
+  return _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(lo)), _mm_loadu_pd(hi), 1);
+}
+// The transpose of a 4 x 4 tile held in four registers (rows in, columns out).
+inline void transpose4(const __m256d a, const __m256d b, const __m256d c, const __m256d e,
+                       __m256d* out) {
+  const __m256d t0 = _mm256_unpacklo_pd(a, b), t1 = _mm256_unpackhi_pd(a, b);
+  const __m256d t2 = _mm256_unpacklo_pd(c, e), t3 = _mm256_unpackhi_pd(c, e);
+  out[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
+  out[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+  out[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+  out[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+}
+}  // namespace detail
+
+// Four rows of doubles, 4 x 4 at a time: two 128-bit loads per register and one
+// in-lane unpack per output instead of an insert per element.
+template <>
+inline void gather_lanes<Lanes<double, 4>>(const double* const* row, int d, Lanes<double, 4>* x) {
+  int k = 0;
+  for (; k + 4 <= d; k += 4) {
+    const __m256d a = detail::load_pair(row[0] + k, row[2] + k);
+    const __m256d b = detail::load_pair(row[1] + k, row[3] + k);
+    const __m256d c = detail::load_pair(row[0] + k + 2, row[2] + k + 2);
+    const __m256d e = detail::load_pair(row[1] + k + 2, row[3] + k + 2);
+    x[k].v = _mm256_unpacklo_pd(a, b);  // row0[k] row1[k] | row2[k] row3[k]
+    x[k + 1].v = _mm256_unpackhi_pd(a, b);
+    x[k + 2].v = _mm256_unpacklo_pd(c, e);
+    x[k + 3].v = _mm256_unpackhi_pd(c, e);
+  }
+  for (; k < d; ++k)
+    for (int l = 0; l < 4; ++l) x[k].v[l] = row[l][k];
+}
+template <>
+inline void scatter_lanes<Lanes<double, 4>>(const Lanes<double, 4>* x, int d,
+                                            double* const* row) {
+  int k = 0;
+  for (; k + 4 <= d; k += 4) {
+    __m256d r[4];
+    detail::transpose4(x[k].v, x[k + 1].v, x[k + 2].v, x[k + 3].v, r);
+    for (int l = 0; l < 4; ++l) _mm256_storeu_pd(row[l] + k, r[l]);
+  }
+  for (; k < d; ++k)
+    for (int l = 0; l < 4; ++l) row[l][k] = x[k].v[l];
+}
+#endif
+
+#if defined(__AVX512F__)
+namespace detail {
+// The transpose of an 8 x 8 tile in eight registers: pairs interleaved
+// (unpack), then 128-bit quarters regrouped twice (shuffle), 24 shuffles.
+inline void transpose8(const __m512d* r, __m512d* out) {
+  __m512d t[8], u[8];
+  for (int l = 0; l < 8; l += 2) {
+    t[l] = _mm512_unpacklo_pd(r[l], r[l + 1]);      // r_l[0] r_l+1[0] r_l[2] r_l+1[2] ...
+    t[l + 1] = _mm512_unpackhi_pd(r[l], r[l + 1]);  // the odd columns
+  }
+  // u: quarters 0, 2 (0x88) or 1, 3 (0xdd) of two pairs: columns {c, c + 4} of four rows
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h + 0] = _mm512_shuffle_f64x2(t[4 * h], t[4 * h + 2], 0x88);      // cols 0, 4
+    u[4 * h + 1] = _mm512_shuffle_f64x2(t[4 * h], t[4 * h + 2], 0xdd);      // cols 2, 6
+    u[4 * h + 2] = _mm512_shuffle_f64x2(t[4 * h + 1], t[4 * h + 3], 0x88);  // cols 1, 5
+    u[4 * h + 3] = _mm512_shuffle_f64x2(t[4 * h + 1], t[4 * h + 3], 0xdd);  // cols 3, 7
+  }
+  constexpr int col[4] = {0, 2, 1, 3};
+  for (int q = 0; q < 4; ++q) {
+    out[col[q]] = _mm512_shuffle_f64x2(u[q], u[4 + q], 0x88);
+    out[col[q] + 4] = _mm512_shuffle_f64x2(u[q], u[4 + q], 0xdd);
+  }
+}
+}  // namespace detail
+
+template <>
+inline void gather_lanes<Lanes<double, 8>>(const double* const* row, int d, Lanes<double, 8>* x) {
+  int k = 0;
+  for (; k + 8 <= d; k += 8) {
+    __m512d r[8], c[8];
+    for (int l = 0; l < 8; ++l) r[l] = _mm512_loadu_pd(row[l] + k);
+    detail::transpose8(r, c);
+    for (int j = 0; j < 8; ++j) x[k + j].v = c[j];
+  }
+  for (; k < d; ++k)
+    for (int l = 0; l < 8; ++l) x[k].v[l] = row[l][k];
+}
+template <>
+inline void scatter_lanes<Lanes<double, 8>>(const Lanes<double, 8>* x, int d,
+                                            double* const* row) {
+  int k = 0;
+  for (; k + 8 <= d; k += 8) {
+    __m512d c[8], r[8];
+    for (int j = 0; j < 8; ++j) c[j] = x[k + j].v;
+    detail::transpose8(c, r);
+    for (int l = 0; l < 8; ++l) _mm512_storeu_pd(row[l] + k, r[l]);
+  }
+  for (; k < d; ++k)
+    for (int l = 0; l < 8; ++l) row[l][k] = x[k].v[l];
+}
+#endif
 
 }  // namespace pysharp

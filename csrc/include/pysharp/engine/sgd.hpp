@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "pysharp/core/lanes.hpp"
 #include "pysharp/engine/rng.hpp"
 #include "pysharp/engine/trajectory.hpp"
 #include "pysharp/models/bn_linear_regression.hpp"
@@ -96,14 +97,6 @@ long long sgd_lanes_scratch(const Model& m, int B) {
 template <class Model>
 long long sgd_lanes_iscratch(const Model& m, int W, int B) {
   return static_cast<long long>(W) * (m.n_samples() + B);
-}
-
-// Lane form of W samples: lane l of x[k] = row[l][k], k < d (a transposition;
-// cpu/sgd.hpp specialises it for AVX doubles).
-template <class V>
-void gather_samples(const lane_real_t<V>* const* row, int d, V* x) {
-  for (int k = 0; k < d; ++k)
-    for (int l = 0; l < lane_width<V>; ++l) set_lane(x[k], l, row[l][k]);
 }
 
 // g = the batch gradient of slots j < B of lane-form samples x (B, d) and
@@ -250,7 +243,7 @@ void run_sgd_lanes(const Model& m, const SGDConfig& c, int lanes, const std::uin
         row[l] = sample_row(m, i);
         set_lane(y[j], l, sample_target(m, i));
       }
-      gather_samples(row, d, x + static_cast<long long>(j) * d);
+      gather_lanes(row, d, x + static_cast<long long>(j) * d);  // core/lanes.hpp
     }
     const mask_t<V> defined = sgd_lanes_grad(m, w, x, y, coeff, B, g, work);
     mask_t<V> finite = defined;
