@@ -53,7 +53,8 @@ class LanczosOptions:
     max_iter : int
         Krylov dimension cap of one run, k <= max_iter <= min(dim, LANCZOS_MAX_ITER).
     min_iter : int
-        Iterations before the residual test is trusted.
+        Iterations before the residual test is trusted; from then on it runs every other
+        iteration (and at max_iter), so a run may take one step more than it needs.
     tol : float
         Relative residual tolerance.
     seed : int

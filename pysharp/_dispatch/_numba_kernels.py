@@ -634,7 +634,8 @@ def lanczos_run(params, w, sign, D, k, m_max, min_iter, tol, seed, stream, count
         beta[j] = np.sqrt(np.dot(z, z))
         m = j + 1
         done = m == m_max
-        if m >= k and (m >= min_iter or done):
+        # lanczos_tests_at (engine/lanczos.hpp): at the cap, and every other step from min_iter
+        if m >= k and (done or (m >= min_iter and (m - min_iter) % 2 == 0)):
             theta, Z = top_ritz(alpha, beta, m)
             top = np.max(np.abs(theta))
             floor = top if top > floor_min else (floor_min if floor_min > 0 else 1.0)

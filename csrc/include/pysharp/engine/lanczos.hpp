@@ -32,6 +32,16 @@ struct LanczosOptions {
   std::uint64_t seed = 0, stream = 0, counter = 0;  // key of the random start / restarts
 };
 
+// Whether a run tests convergence after step m (m_max: its cap): at the cap,
+// and from min_iter on every other step. A test is a QL solve of T_m, which at
+// the orders used here costs more than a step (one operator application and
+// the reorthogonalisation); a run then stops at most one step after its
+// residual estimate first passes, so never less accurate. Testing every step
+// made batched spherical_sharpness (d 40) 1.27x slower.
+PYSHARP_HD inline bool lanczos_tests_at(const LanczosOptions& o, int m, int m_max) {
+  return m == m_max || (m >= o.min_iter && (m - o.min_iter) % 2 == 0);
+}
+
 struct LanczosReport {
   int iterations = 0;      // Krylov steps, summed over the runs (k > 1 adds check runs)
   // k = 1: the Ritz residual estimate beta_m |z_m| <= tol * max(|theta|, tiny).
@@ -186,7 +196,7 @@ PYSHARP_HD LanczosReport lanczos_run(Apply& apply, int D, const LanczosOptions& 
     m = j + 1;
 
     bool done = (m == m_max);
-    if (m >= k && (m >= o.min_iter || done)) {
+    if (m >= k && lanczos_tests_at(o, m, m_max)) {
       if (!decompose(m - 1, 1)) {  // the last row suffices
         rep.ok = false;
         return rep;

@@ -159,7 +159,7 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
     beta[j] = sqrt_(lane_dot(z, z, D));
     const int m = j + 1;
     const bool last = m == m_max;
-    const bool test = m >= o.min_iter || last;
+    const bool test = lanczos_tests_at(o, m, m_max);
     mask_t<V> decomposed = false;
     if (test) {  // every active lane's T_m at once: eigenvalues, last eigenvector row
       mask_t<V> live = false;
