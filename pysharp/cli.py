@@ -84,6 +84,13 @@ def _demo(args) -> int:
     return 0
 
 
+def _finite_median(values) -> float | None:
+    """Median of the finite entries; None (JSON null) when there are none."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return float(np.median(v)) if v.size else None
+
+
 def _sweep_summary(ds, seconds: float) -> dict:
     n = int(ds.diverged.size)
     eos = ds.eos_entry_step.values >= 0 if "eos_entry_step" in ds else np.zeros(0, bool)
@@ -96,9 +103,9 @@ def _sweep_summary(ds, seconds: float) -> dict:
     if "stable" in ds:  # an SGD sweep: the linear-stability verdict at the end points
         summary["linearly_stable"] = int(ds.stable.values.sum())
     if "sharpness_drop" in ds and eos.any():
-        summary["median_sharpness_drop"] = float(np.nanmedian(ds.sharpness_drop.values))
+        summary["median_sharpness_drop"] = _finite_median(ds.sharpness_drop.values)
     if "cosine_min_norm" in ds:
-        summary["median_cosine_min_norm"] = float(np.nanmedian(ds.cosine_min_norm.values))
+        summary["median_cosine_min_norm"] = _finite_median(ds.cosine_min_norm.values)
     return summary
 
 
@@ -114,9 +121,9 @@ def _print_sweep(ds, seconds: float) -> dict:
            if "linearly_stable" in s else "  ")
           + f"diverged: {s['diverged']}"
           + (f", median sharpness drop after EoS entry {s['median_sharpness_drop']:.3g}"
-             if "median_sharpness_drop" in s else "")
+             if s.get("median_sharpness_drop") is not None else "")
           + (f", median cosine to the min-norm interpolant {s['median_cosine_min_norm']:.4f}"
-             if "median_cosine_min_norm" in s else ""))
+             if s.get("median_cosine_min_norm") is not None else ""))
     return s
 
 

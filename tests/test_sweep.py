@@ -374,3 +374,21 @@ def test_sharpness_drop_does_not_depend_on_the_record_grid():
               for j, e in enumerate(entry)]
     np.testing.assert_allclose(got, oracle, rtol=0.02)
     assert np.all(np.diff(got) > 0)  # smooth: it grows with wd, no alternation
+
+
+def test_sweep_summary_median_skips_nan_without_a_warning():
+    """A sweep whose every sharpness drop is NaN reports null, silently (it warned before)."""
+    import warnings
+
+    import xarray as xr
+
+    from pysharp.cli import _sweep_summary
+
+    ds = xr.Dataset({"diverged": ("t", [False, False]), "eos_entry_step": ("t", [5, 7]),
+                     "sharpness_drop": ("t", [np.nan, np.nan]),
+                     "cosine_min_norm": ("t", [0.5, np.nan])},
+                    attrs={"chunks_computed": 1, "chunks_reused": 0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = _sweep_summary(ds, 1.0)
+    assert s["median_sharpness_drop"] is None and s["median_cosine_min_norm"] == 0.5
