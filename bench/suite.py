@@ -33,10 +33,9 @@ try:
 except ImportError:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from bench._common import import_pysharp, timed
+from bench import stability
 from bench.engine import Problem, machine_info, make_numba, numpy_gd_wd, rel_dev
 from bench.kernels import jax_kernels, jax_loss
-from bench.stability import make_jax as jax_sgd
-from bench.stability import numpy_sgd
 
 LR, WD = 0.5, 2e-4
 
@@ -119,22 +118,16 @@ def pysharp_rows(ps, quick: bool) -> dict:
     Wp = lin.random_point(P, seed=4, norm=2.0)
     out[f"spherical_sharpness d40 B{P}"] = best_rate(
         lambda: ps.spherical_sharpness(lin, Wp, method="lanczos"), P)
-    key, model, W0, lr, B, steps = sgd_workload(ps, quick)
-    out[key] = best_rate(
-        lambda: ps.run_sgd(model, W0, lr, B, steps, seed=1, record_every=steps), len(W0) * steps)
+    model, W0, lr, B, steps = stability.workload(ps, quick)
+    out[sgd_key(model, W0, B)] = best_rate(
+        lambda: stability.run_pysharp(ps, model, W0, lr, B, steps), len(W0) * steps)
     return out
 
 
-def sgd_workload(ps, quick: bool):
-    """bench.stability's setting: (key, model, W0 (T, d), lr (T,), batch, steps)."""
-    n, d, B = 64, 32, 8
-    T, steps = (64, 500) if quick else (256, 2000)
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((n, d))
-    model = ps.LinearRegression(X, X @ rng.standard_normal(d))
-    W0 = rng.standard_normal((T, d))
-    return (f"run_sgd linreg n{n} d{d} batch {B} T{T}", model, W0, np.linspace(0.05, 0.3, T),
-            B, steps)
+def sgd_key(model, W0, batch: int) -> str:
+    """The run_sgd row's name: bench.stability's workload."""
+    n, d = model.X.shape
+    return f"run_sgd linreg n{n} d{d} batch {batch} T{len(W0)}"
 
 
 def peer_rows(ps, quick: bool, checks: list) -> dict:
@@ -231,17 +224,11 @@ def peer_rows(ps, quick: bool, checks: list) -> dict:
         out[f"spherical_sharpness d40 B{P}"] = {
             "jax vmap(hessian)+eigvalsh": best_rate(
                 lambda: top(jax.numpy.asarray(Wp)).block_until_ready(), P)}
-    from pysharp.sgd import sgd_batches
-    key, model, W0, lr, B, steps = sgd_workload(ps, quick)
-    T, X, y = len(W0), model.X, model.y
-    idx = np.stack([sgd_batches(len(X), B, steps, seed=1, trajectory=j) for j in range(T)])
-    ref = ps.run_sgd(model, W0, lr, B, steps, seed=1, record_every=steps).w
-    sgd_peers = {"numpy": lambda: numpy_sgd(X, y, W0, lr, idx)}
-    if jax is not None:
-        jrun = jax_sgd(jax)
-        sgd_peers["jax"] = lambda: jrun(X, y, W0, lr, idx)
+    model, W0, lr, B, steps = stability.workload(ps, quick)
+    key, T = sgd_key(model, W0, B), len(W0)
+    ref = stability.run_pysharp(ps, model, W0, lr, B, steps)
     out[key] = {}
-    for name, fn in sgd_peers.items():  # the same batches: finals agree to rounding
+    for name, fn in stability.peers(model, W0, lr, B, steps).items():  # the same batches
         dev = rel_dev(fn(), ref)
         checks.append({"row": key, "peer": name, "rel_dev": dev, "ok": dev <= 1e-8})
         out[key][name] = best_rate(fn, T * steps)
@@ -334,9 +321,10 @@ def main(argv=None) -> int:
         result["flops_per_unit"] = {
             "bn_linreg d40 n20 B4096": lin.flops_per_step,
             "bn_linreg d40 n20 B4096 float32": lin.flops_per_step,
-            "bn_linreg d100 n200 B1024": big.flops_per_step,
-            # residuals and the batch gradient, 2 B d each, then the update's 3 d
-            sgd_workload(ps, False)[0]: 4 * 8 * 32 + 3 * 32}
+            "bn_linreg d100 n200 B1024": big.flops_per_step}
+        sgd_model, sgd_W0, _, sgd_batch, _ = stability.workload(ps)
+        result["flops_per_unit"][sgd_key(sgd_model, sgd_W0, sgd_batch)] = (
+            stability.flops_per_step(sgd_model, sgd_batch))
         if args.quick:
             result["flops_per_unit"] = {}
         for c in checks:
