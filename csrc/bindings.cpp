@@ -190,11 +190,6 @@ py::tuple lanczos_callable(const py::function& matvec, int D, const py::dict& op
   return py::make_tuple(evals, evecs, resid, rep.iterations, rep.converged);
 }
 
-// tridiagonal_eigh (engine/tridiagonal.hpp) on B matrices of order m, one
-// per row of d and e: eigenvalues (B, m), eigenvector rows first_row ..
-// first_row + rows - 1 (B, rows, m) and ok (B,). lanes = true runs the rows in
-// lane blocks (the last block padded with zero matrices), as the lockstep
-// Lanczos convergence tests do; false, one matrix at a time. For tests.
 // The unit eigenvector of each tridiagonal (d[b], e[b]) (B, m) for its
 // eigenvalue theta[b], by inverse iteration (tridiagonal_eigenvector). For tests.
 carray<double> tridiagonal_eigenvectors(const carray<double>& d, const carray<double>& e,
@@ -211,6 +206,11 @@ carray<double> tridiagonal_eigenvectors(const carray<double>& d, const carray<do
   return s;
 }
 
+// tridiagonal_eigh (engine/tridiagonal.hpp) on B matrices of order m, one
+// per row of d and e: eigenvalues (B, m), eigenvector rows first_row ..
+// first_row + rows - 1 (B, rows, m) and ok (B,). lanes = true runs the rows in
+// lane blocks (the last block padded with zero matrices), as the lockstep
+// Lanczos convergence tests do; false, one matrix at a time. For tests.
 py::tuple tridiagonal_eigh_rows(const carray<double>& d, const carray<double>& e,
                                 int first_row, int rows, bool lanes) {
   require(d.ndim() == 2 && e.ndim() == 2 && d.shape(0) == e.shape(0) &&

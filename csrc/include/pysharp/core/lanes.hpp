@@ -181,18 +181,31 @@ struct lane_traits<Lanes<Real, W>> {
   using mask = LaneMask<Real, W>;
 };
 
+namespace detail {
+// Columns k0 .. d - 1 of gather_lanes / scatter_lanes, element by element: the
+// whole of the general case, the tail after the tiles of the specialisations.
+template <class V>
+void gather_columns(const lane_real_t<V>* const* row, int k0, int d, V* x) {
+  for (int k = k0; k < d; ++k)
+    for (int l = 0; l < lane_width<V>; ++l) set_lane(x[k], l, row[l][k]);
+}
+template <class V>
+void scatter_columns(const V* x, int k0, int d, lane_real_t<V>* const* row) {
+  for (int l = 0; l < lane_width<V>; ++l)
+    for (int k = k0; k < d; ++k) row[l][k] = lane(x[k], l);
+}
+}  // namespace detail
+
 // Lane form of W rows: lane l of x[k] = row[l][k] for k < d (a transposition).
 // Specialised below for AVX doubles (4 x 4 tiles) and AVX-512 doubles (8 x 8).
 template <class V>
 void gather_lanes(const lane_real_t<V>* const* row, int d, V* x) {
-  for (int k = 0; k < d; ++k)
-    for (int l = 0; l < lane_width<V>; ++l) set_lane(x[k], l, row[l][k]);
+  detail::gather_columns(row, 0, d, x);
 }
 // The inverse: row[l][k] = lane l of x[k] for k < d and every lane.
 template <class V>
 void scatter_lanes(const V* x, int d, lane_real_t<V>* const* row) {
-  for (int l = 0; l < lane_width<V>; ++l)
-    for (int k = 0; k < d; ++k) row[l][k] = lane(x[k], l);
+  detail::scatter_columns(x, 0, d, row);
 }
 
 #if defined(__AVX__)
@@ -228,8 +241,7 @@ inline void gather_lanes<Lanes<double, 4>>(const double* const* row, int d, Lane
     x[k + 2].v = _mm256_unpacklo_pd(c, e);
     x[k + 3].v = _mm256_unpackhi_pd(c, e);
   }
-  for (; k < d; ++k)
-    for (int l = 0; l < 4; ++l) x[k].v[l] = row[l][k];
+  detail::gather_columns(row, k, d, x);
 }
 template <>
 inline void scatter_lanes<Lanes<double, 4>>(const Lanes<double, 4>* x, int d,
@@ -240,8 +252,7 @@ inline void scatter_lanes<Lanes<double, 4>>(const Lanes<double, 4>* x, int d,
     detail::transpose4(x[k].v, x[k + 1].v, x[k + 2].v, x[k + 3].v, r);
     for (int l = 0; l < 4; ++l) _mm256_storeu_pd(row[l] + k, r[l]);
   }
-  for (; k < d; ++k)
-    for (int l = 0; l < 4; ++l) row[l][k] = x[k].v[l];
+  detail::scatter_columns(x, k, d, row);
 }
 #endif
 
@@ -279,8 +290,7 @@ inline void gather_lanes<Lanes<double, 8>>(const double* const* row, int d, Lane
     detail::transpose8(r, c);
     for (int j = 0; j < 8; ++j) x[k + j].v = c[j];
   }
-  for (; k < d; ++k)
-    for (int l = 0; l < 8; ++l) x[k].v[l] = row[l][k];
+  detail::gather_columns(row, k, d, x);
 }
 template <>
 inline void scatter_lanes<Lanes<double, 8>>(const Lanes<double, 8>* x, int d,
@@ -292,8 +302,7 @@ inline void scatter_lanes<Lanes<double, 8>>(const Lanes<double, 8>* x, int d,
     detail::transpose8(c, r);
     for (int l = 0; l < 8; ++l) _mm512_storeu_pd(row[l] + k, r[l]);
   }
-  for (; k < d; ++k)
-    for (int l = 0; l < 8; ++l) row[l][k] = x[k].v[l];
+  detail::scatter_columns(x, k, d, row);
 }
 #endif
 
