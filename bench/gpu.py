@@ -1,32 +1,51 @@
-"""GPU benchmark: the CUDA engine against JAX on the same GPU and the C++ CPU core.
+"""GPU benchmark: the CUDA engine and kernels against JAX on the same GPU, and the CPU core.
 
-BN linear regression GD+WD, d 40, n 20, float64 (issue targets: B = 2^20
-trajectories x 1000 steps at >= 2e9 trajectory-steps/s, >= 20x JAX jit + vmap
-+ fori_loop on the same GPU; batched spherical sharpness of 2^16 points in
-under 50 ms). Accuracy is checked before any rate is printed: the CUDA final
-iterates against the CPU core on a subset, to 1e-10.
+Rows, float64:
 
-Run on a machine with an NVIDIA GPU and pysharp built with PYSHARP_CUDA=ON:
-``python -m bench.gpu [--quick] [--json PATH]`` (bench/gpu_check.sh does all).
+- GD+WD trajectories on every workload of ``bench.suite`` (BN linreg d40 and d100, BN
+  matrix completion D800 and D80, Toy3D), with batches large enough to fill a GPU;
+  BN linreg d40 also with the reduced update. Peers: JAX ``jit(vmap(fori_loop))`` on the
+  same GPU and pysharp's C++ core on the host's cores.
+- Kernels (loss+grad, HVP) at B = 2^18 rows, host arrays in and out for both pysharp and
+  JAX (the transfers are part of the call a user makes).
+- Batched spherical sharpness of 2^16 BN-linreg points against JAX ``vmap(hessian)`` +
+  ``eigvalsh`` on the GPU.
+
+Accuracy first: before a rate is taken, every peer and the CUDA path are checked against
+the CPU core on a short run (20 steps, before any trajectory reaches the edge of stability:
+after it, different code paths part at the rate the period-two dynamics amplify rounding),
+on the kernels, and on the eigenvalues; a failed check is reported and its rate dropped.
+
+Run on a machine with an NVIDIA GPU and pysharp built with ``PYSHARP_CUDA=ON``:
+``python -m bench.gpu [--quick] [--json PATH]`` (``bench/gpu_check.sh`` does it all).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
 
 from bench._common import import_pysharp
-from bench.engine import Problem, make_jax, rel_dev
+from bench.engine import rel_dev
+from bench.kernels import jax_kernels, jax_loss
+from bench.suite import import_jax, jax_gd_wd, trajectory_workloads
 
 #: H200 SXM FP64 vector peak (NVIDIA data sheet: 34 TFLOP/s; 67 with FP64 tensor cores,
 #: which these scalar kernels do not use).
 H200_FP64_PEAK = 34e12
+#: GPU batch and steps per bench.suite workload (the suite's CPU sizes are too small to
+#: fill 132 multiprocessors).
+GPU_SIZE = {"bn_linreg d40": (2 ** 20, 1000), "bn_linreg d100": (2 ** 16, 200),
+            "bn_mc D800": (2 ** 14, 200), "bn_mc D80": (2 ** 18, 300),
+            "toy3d": (2 ** 22, 1000)}
+CHECK_STEPS, CHECK_ROWS, TOL = 20, 256, 1e-10
 
 
-def timed(fn, repeats=2):
+def best_time(fn, repeats: int = 2) -> float:
     fn()  # warm-up: compilation, allocation
     best = np.inf
     for _ in range(repeats):
@@ -36,9 +55,134 @@ def timed(fn, repeats=2):
     return best
 
 
+def gpu_size(key: str, quick: bool) -> tuple[int, int]:
+    B, steps = next(v for k, v in GPU_SIZE.items() if key.startswith(k))
+    return (max(B // 16, 1024), max(steps // 5, 20)) if quick else (B, steps)
+
+
+def trajectory_rows(ps, jax, quick: bool, checks: list) -> dict:
+    rows = {}
+    for key, model, jname, _, _, lr, wd, norm in trajectory_workloads(ps, quick=False):
+        B, steps = gpu_size(key, quick)
+        W0 = model.random_point(B, seed=1, norm=norm)
+        linreg = isinstance(model, ps.BNLinearRegression)
+        kw = dict(record_every=steps, sharpness_every=0)
+        short = dict(record_every=CHECK_STEPS, sharpness_every=0)
+        variants = [("direct", dict(reduced=False) if linreg else {})]
+        if linreg and "d40" in key:
+            variants.append(("reduced", dict(reduced=True)))
+        sub = W0[:CHECK_ROWS]
+        ref = ps.run_gd_wd(model, sub, lr, wd, CHECK_STEPS, backend="cpp",
+                           **short, **variants[0][1]).w
+        for name, extra in variants:
+            row = f"{key.split(' B')[0]} B{B} T{steps} {name}"
+            got = ps.run_gd_wd(model, sub, lr, wd, CHECK_STEPS, backend="cuda", **short,
+                               **extra).w
+            dev = rel_dev(got, ref)
+            checks.append({"row": row, "peer": "cuda vs cpp", "rel_dev": dev, "ok": dev <= TOL})
+            rates = {}
+            if dev <= TOL:
+                t = best_time(lambda: ps.run_gd_wd(model, W0, lr, wd, steps, backend="cuda",
+                                                   **kw, **extra), repeats=1)
+                rates["pysharp cuda"] = B * steps / t
+            cpu_B = min(B, 4096)
+            t = best_time(lambda: ps.run_gd_wd(model, W0[:cpu_B], lr, wd, steps,
+                                               backend="cpp", **kw, **extra), repeats=1)
+            rates[f"pysharp cpp ({os.cpu_count()} host cores)"] = cpu_B * steps / t
+            if jax is not None and name == "direct":
+                jrun = jax_gd_wd(jax, jax_loss(jname, model, jax.numpy, np.float64), lr, wd,
+                                 np.float64)
+                dev = rel_dev(jrun(sub, CHECK_STEPS), ref)
+                checks.append({"row": row, "peer": "jax gpu", "rel_dev": dev,
+                               "ok": dev <= 1e-8})
+                if dev <= 1e-8:
+                    rates["jax gpu"] = B * steps / best_time(lambda: jrun(W0, steps), 1)
+            rows[row] = rates
+            print_row(row, rates)
+    return rows
+
+
+def kernel_rows(ps, jax, quick: bool, checks: list) -> dict:
+    B = 2 ** 14 if quick else 2 ** 18
+    lin = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
+    mc = ps.BNMatrixCompletion.synthetic(size=20, true_rank=2, rank=20, seed=0)
+    rows = {}
+    for name, model in (("bn_linreg", lin), ("bn_mc", mc), ("toy3d", ps.Toy3D(c=10.0))):
+        W = model.random_point(B, seed=2, norm=2.0)
+        V = np.random.default_rng(3).standard_normal(W.shape)
+        g_ref, hv_ref = model.loss_and_grad(W[:4096])[1], model.hvp(W[:4096], V[:4096])
+        dev = max(rel_dev(model.loss_and_grad(W[:4096], backend="cuda")[1], g_ref),
+                  rel_dev(model.hvp(W[:4096], V[:4096], backend="cuda"), hv_ref))
+        checks.append({"row": f"kernel {name}", "peer": "cuda vs cpp", "rel_dev": dev,
+                       "ok": dev <= 1e-12})
+        lg = {"pysharp cuda": B / best_time(lambda: model.loss_and_grad(W, backend="cuda"))}
+        hv = {"pysharp cuda": B / best_time(lambda: model.hvp(W, V, backend="cuda"))}
+        lg["pysharp cpp"] = B / best_time(lambda: model.loss_and_grad(W, backend="cpp"), 1)
+        hv["pysharp cpp"] = B / best_time(lambda: model.hvp(W, V, backend="cpp"), 1)
+        if jax is not None:
+            jlg, jhv = jax_kernels(jax, jax_loss(name, model, jax.numpy, np.float64))
+            jnp = jax.numpy
+
+            def run_lg():  # host array in, host array out, as the pysharp call
+                return np.asarray(jlg(jnp.asarray(W))[1])
+
+            def run_hv():
+                return np.asarray(jhv(jnp.asarray(W), jnp.asarray(V)))
+            dev = max(rel_dev(run_lg()[:4096], g_ref), rel_dev(run_hv()[:4096], hv_ref))
+            checks.append({"row": f"kernel {name}", "peer": "jax gpu", "rel_dev": dev,
+                           "ok": dev <= 1e-8})
+            lg["jax gpu"] = B / best_time(run_lg)
+            hv["jax gpu"] = B / best_time(run_hv)
+        for kind, rates in (("loss+grad", lg), ("hvp", hv)):
+            row = f"kernel {name} {kind} B{B}"
+            rows[row] = rates
+            print_row(row, rates)
+    return rows
+
+
+def sharpness_rows(ps, jax, quick: bool, checks: list) -> dict:
+    P = 2 ** 12 if quick else 2 ** 16
+    lin = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
+    W = lin.random_point(P, seed=2, norm=2.0)
+    ref = ps.spherical_sharpness(lin, W[:256], method="lanczos", backend="cpp").eigenvalues[:, 0]
+    got = ps.spherical_sharpness(lin, W[:256], method="lanczos", backend="cuda").eigenvalues
+    dev = rel_dev(got[:, 0], ref)
+    checks.append({"row": "spherical_sharpness", "peer": "cuda vs cpp", "rel_dev": dev,
+                   "ok": dev <= 1e-9})
+    rates = {"pysharp cuda": P / best_time(
+        lambda: ps.spherical_sharpness(lin, W, method="lanczos", backend="cuda"))}
+    rates["pysharp cpp"] = 4096 / best_time(
+        lambda: ps.spherical_sharpness(lin, W[:4096], method="lanczos", backend="cpp"), 1)
+    if jax is not None:
+        jnp = jax.numpy
+        loss = jax_loss("bn_linreg", lin, jnp, np.float64)
+
+        @jax.jit
+        def top(X):
+            Xn = X / jnp.linalg.norm(X, axis=1, keepdims=True)
+            return jnp.linalg.eigvalsh(jax.vmap(jax.hessian(loss))(Xn))[:, -1]
+        dev = rel_dev(np.asarray(top(jnp.asarray(W[:256]))), ref)
+        checks.append({"row": "spherical_sharpness", "peer": "jax gpu", "rel_dev": dev,
+                       "ok": dev <= 1e-8})
+        rates["jax gpu vmap(hessian)+eigvalsh"] = P / best_time(
+            lambda: np.asarray(top(jnp.asarray(W))))
+    row = f"spherical_sharpness d40 B{P} (points/s)"
+    print_row(row, rates)
+    return {row: rates}
+
+
+def print_row(row: str, rates: dict) -> None:
+    jax_rate = next((r for k, r in rates.items() if k.startswith("jax")), None)
+    parts = []
+    for name, r in rates.items():
+        ratio = f" ({r / jax_rate:.2f}x jax)" if jax_rate and not name.startswith("jax") else ""
+        parts.append(f"{name} {r:.3e}{ratio}")
+    print(f"{row}:\n    " + "\n    ".join(parts), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="B = 2^16, 200 steps")
+    ap.add_argument("--quick", action="store_true", help="batches / 16, steps / 5")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     ps, note = import_pysharp()
@@ -49,75 +193,32 @@ def main(argv=None) -> int:
         print(f"no CUDA backend: {report['reason']}")
         return 2
     import pysharp._cuda as cu
-    print("device:", cu.device_info())
-
-    model = ps.BNLinearRegression.synthetic()  # d 40, n 20
-    B, steps = (2 ** 16, 200) if args.quick else (2 ** 20, 1000)
-    lr, wd = 0.5, 2e-4
-    W0 = model.random_point(B, seed=1, norm=3.0)
-    out = {"B": B, "steps": steps, "device": cu.device_info()}
-
-    # Accuracy first: CUDA (full and reduced) against the CPU core on 256 trajectories.
-    sub = W0[:256]
-    kw = dict(record_every=steps, sharpness_every=0)
-    ref = ps.run_gd_wd(model, sub, lr, wd, steps, backend="cpp", reduced=False, **kw).w
-    for reduced in (False, True):
-        got = ps.run_gd_wd(model, sub, lr, wd, steps, backend="cuda", reduced=reduced, **kw).w
-        dev = rel_dev(got, ref)
-        out[f"rel_dev_cuda_{'reduced' if reduced else 'full'}"] = dev
-        print(f"cuda {'reduced' if reduced else 'full   '} vs cpp (256 traj): rel dev {dev:.2e}")
-        if dev > 1e-10:
-            print("accuracy check failed; no rates reported")
-            return 1
-
-    prob = Problem(model)
-    rates = {}
-    for name, reduced in (("cuda_full", False), ("cuda_reduced", True)):
-        t = timed(lambda: ps.run_gd_wd(model, W0, lr, wd, steps, backend="cuda",
-                                       reduced=reduced, **kw))
-        rates[name] = B * steps / t
-    try:
-        import jax
-        jax.config.update("jax_enable_x64", True)
-        jrun = make_jax(jax, prob, lr, wd)
+    info = cu.device_info()
+    print("device:", info)
+    jax = import_jax()
+    if jax is not None:
         print("jax devices:", jax.devices())
-        dev = rel_dev(jrun(prob, sub, lr, wd, steps), ref)
-        out["rel_dev_jax"] = dev
-        t = timed(lambda: jrun(prob, W0, lr, wd, steps))
-        rates["jax_gpu"] = B * steps / t
-    except Exception as exc:  # absent, or no GPU plugin
-        print(f"jax: {exc}")
-    cpu_B = 4096
-    t = timed(lambda: ps.run_gd_wd(model, W0[:cpu_B], lr, wd, steps, backend="cpp", **kw), 1)
-    rates["cpp_cpu_reduced"] = cpu_B * steps / t
-
-    flops = prob.flops_per_step
-    print(f"\nGD+WD BN linreg d40 n20 float64, B={B}, {steps} steps (trajectory-steps/s):")
-    for name, r in rates.items():
-        extra = ""
-        if name == "cuda_full":
-            extra = f"  {r * flops / H200_FP64_PEAK:.1%} of FP64 vector peak"
-        if "jax_gpu" in rates and name.startswith("cuda"):
-            extra += f"  {r / rates['jax_gpu']:.1f}x JAX"
-        print(f"  {name:16s} {r:.3e}{extra}")
-    out["rates"] = rates
-    out["fp64_fraction_full"] = rates["cuda_full"] * flops / H200_FP64_PEAK
-
-    P = model.random_point(2 ** 16, seed=2)
-    ps.spherical_sharpness(model, P[:1024], backend="cuda")
-    t0 = time.perf_counter()
-    res = ps.spherical_sharpness(model, P, backend="cuda")
-    t_sh = time.perf_counter() - t0
-    chk = ps.spherical_sharpness(model, P[:256], backend="cpp")
-    sdev = float(np.max(np.abs(res.eigenvalues[:256] - chk.eigenvalues) / chk.eigenvalues))
-    print(f"\nspherical sharpness of 2^16 points: {t_sh * 1e3:.1f} ms "
-          f"(incl. host copies); rel dev vs cpp {sdev:.1e}")
-    out["sharpness_2e16_ms"] = t_sh * 1e3
-    out["sharpness_rel_dev"] = sdev
+    checks: list = []
+    out = {"device": info, "quick": args.quick, "host_cores": os.cpu_count()}
+    out["rows"] = {}
+    for part in (trajectory_rows, kernel_rows, sharpness_rows):
+        out["rows"].update(part(ps, jax, args.quick, checks))
+    lin = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
+    flops = 4 * 20 * 40 + 10 * 20 + 4 * 40  # bench.engine.Problem.flops_per_step
+    head = next((r for k, r in out["rows"].items()
+                 if k.startswith("bn_linreg d40") and k.endswith("direct")), {})
+    if "pysharp cuda" in head:
+        out["fp64_fraction_bn_linreg_d40"] = head["pysharp cuda"] * flops / H200_FP64_PEAK
+        print(f"BN linreg d40 direct: {out['fp64_fraction_bn_linreg_d40']:.1%} of the H200's "
+              f"FP64 vector peak (d {lin.dim})")
+    out["checks"] = checks
+    failed = [c for c in checks if not c["ok"]]
+    for c in failed:
+        print(f"CHECK FAILED: {c}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2, default=str)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

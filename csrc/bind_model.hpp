@@ -1,7 +1,7 @@
 // The Python interface of a model class, written once for pysharp._core and
 // pysharp._cuda: argument checks, result arrays and their names, the GIL. What
 // runs the computation is an executor: CpuExec (bindings.cpp, OpenMP over lane
-// blocks) or CudaExec (cuda/module.cu, device copies and kernel launches), each
+// blocks) or CudaExec (cuda/executor.cuh, device copies and kernel launches), each
 // with the same static functions on host pointers:
 //
 //   loss_grad(core, W, B, loss, G, ok)

@@ -12,6 +12,7 @@ test_engine.py and test_backends.py.)
 
 import numpy as np
 import pytest
+from conftest import rel_err
 
 import pysharp as ps
 from pysharp import _backend
@@ -325,4 +326,135 @@ def test_numba_trajectory_bits_do_not_depend_on_placement(name, method):
             _assert_same(_row(part, b - lo), _row(full, b))
     for b in (0, 5, 6, 7, 20, 31, 32, 44):
         alone = _numba_run(name, method, W0[b], lr[b], wd[b], b)
+        _assert_same(_row(alone, None), _row(full, b))
+
+
+
+# -- the CUDA engine (pysharp._cuda): runs where a GPU is lent, skipped elsewhere ----------
+# One thread per trajectory over the same headers, so a trajectory's bits must not depend
+# on its place in a launch (thread block, warp, chunk) either. Against the CPU lanes it is
+# a different code path (the device compiler contracts differently): that comparison is
+# made before EoS entry, where rounding has not yet been amplified.
+needs_cuda = pytest.mark.skipif(not ps.backends()["cuda"]["available"],
+                                reason=f"no CUDA backend: {ps.backends()['cuda']['reason']}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cuda_trajectory_bits_do_not_depend_on_placement(name, method, dtype):
+    W0, lr = _batch(name, B=300)  # three 128-thread blocks, the last one partial
+    full = _run(name, method, W0, lr, dtype, steps=400, backend="cuda")
+    for b in (0, 129, 299):
+        alone = _run(name, method, W0[b], lr[b], dtype, steps=400, backend="cuda",
+                     first_trajectory=b)
+        _assert_same(_row(alone, None), _row(full, b))
+    part = _run(name, method, W0[100:140], lr[100:140], dtype, steps=400, backend="cuda",
+                first_trajectory=100)
+    for b in range(100, 140):
+        _assert_same(_row(part, b - 100), _row(full, b))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cuda_trajectories_match_the_cpu_lanes_before_eos(name, method, dtype):
+    W0, lr = _batch(name, B=40)
+    a = _run(name, method, W0, lr / 4, dtype, steps=60)
+    b = _run(name, method, W0, lr / 4, dtype, steps=60, backend="cuda")
+    pre = a.eos_entry_step < 0  # the trajectories that never reached the edge of stability
+    assert pre.sum() >= 20 and not a.diverged.any()
+    tol = 1e-10 if dtype == np.float64 else 1e-3
+    for key in ("loss", "norm2", "eff_lr", "grad_norm", "sharpness", "w", "theta"):
+        x, y = getattr(a, key), getattr(b, key)
+        if x is None:
+            assert y is None, key
+            continue
+        rows = (pre,) if key == "w" else (slice(None), pre)  # records are (T, B, ...)
+        x, y = np.asarray(x, dtype=np.float64)[rows], np.asarray(y, dtype=np.float64)[rows]
+        assert np.abs(y - x).max() <= tol * np.abs(x).max(), key
+    np.testing.assert_array_equal(b.diverged, a.diverged)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cuda_kernels_match_the_oracle_and_their_rows_do_not_depend_on_placement(name, dtype):
+    model, ref = MODELS[name], ORACLES[name]
+    W = model.random_point(300, seed=6, norm=1.7).astype(dtype)
+    V = np.random.default_rng(4).standard_normal(W.shape).astype(dtype)
+    cu = dict(backend="cuda")
+    loss, grad = model.loss_and_grad(W, **cu)
+    hv, third, hess = model.hvp(W, V, **cu), model.third(W, V, **cu), model.hessian(W[:5], **cu)
+    for b in (0, 129, 299):
+        l1, g1 = model.loss_and_grad(W[b], **cu)
+        assert l1 == loss[b]
+        np.testing.assert_array_equal(g1, grad[b])
+        np.testing.assert_array_equal(model.hvp(W[b], V[b], **cu), hv[b])
+        np.testing.assert_array_equal(model.third(W[b], V[b], **cu), third[b])
+    W64, V64 = W.astype(np.float64), V.astype(np.float64)
+    tol = 1e-12 if dtype == np.float64 else 2e-4
+
+    def close(a, b):
+        assert np.abs(np.asarray(a, dtype=np.float64) - b).max() <= tol * np.abs(b).max()
+    close(loss, ref.loss(W64))
+    close(grad, ref.grad(W64))
+    close(hv, ref.hvp(W64, V64))
+    close(third, ref.third(W64, V64))
+    D = W.shape[1]
+    H = np.stack([ref.hvp(W64[:5], np.broadcast_to(e, (5, D))) for e in np.eye(D)], axis=-1)
+    close(hess, H)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", list(MODELS))
+def test_cuda_sharpness_matches_dense_eigvalsh(name):
+    model = MODELS[name]
+    W = model.random_point(200, seed=8, norm=1.5)
+    for k in (1, 2):
+        got = ps.spherical_sharpness(model, W, k=k, method="lanczos", max_iter=model.dim,
+                                     backend="cuda")
+        dense = ps.spherical_sharpness(model, W, k=k, method="dense")
+        assert got.converged.all()
+        err = np.abs(got.eigenvalues - dense.eigenvalues)
+        assert err.max() <= 1e-8 * np.abs(dense.eigenvalues).max(), k
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_flags_a_diverging_trajectory_and_leaves_the_others_alone():
+    model = MODELS["bn_linreg"]
+    W0, lr = _batch("bn_linreg", B=200)
+    lr = lr.copy()
+    lr[130] = 1e308  # lr * grad overflows at the first step
+    kw = dict(record_every=7, sharpness_every=50, reduced=False, backend="cuda")
+    full = ps.run_gd_wd(model, W0, lr, 0.0, 300, **kw)
+    assert full.diverged.tolist() == [b == 130 for b in range(200)]
+    t = full.diverged_step[130]
+    assert 1 <= t <= 3 and np.isfinite(full.w[130]).all()
+    assert np.isnan(full.loss[full.steps >= t, 130]).all()
+    for b in (0, 129, 131):
+        alone = ps.run_gd_wd(model, W0[b], lr[b], 0.0, 300, first_trajectory=b, **kw)
+        _assert_same(_row(alone, None), _row(full, b))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_reduced_path_matches_the_cpu_before_eos_and_keeps_its_bits_past_it():
+    model = MODELS["bn_linreg"]
+    W0, lr = _batch("bn_linreg", B=300)
+    kw = dict(record_every=5, sharpness_every=0, reduced=True)
+    a = ps.run_gd_wd(model, W0, lr / 4, 5e-3, 40, **kw)
+    b = ps.run_gd_wd(model, W0, lr / 4, 5e-3, 40, backend="cuda", **kw)
+    assert rel_err(b.w, a.w) < 1e-10 and rel_err(b.loss, a.loss) < 1e-10
+    kw.update(backend="cuda")
+    full = ps.run_gd_wd(model, W0, lr, 5e-3, 600, **kw)
+    for b in (0, 129, 299):
+        alone = ps.run_gd_wd(model, W0[b], lr[b], 5e-3, 600, first_trajectory=b, **kw)
         _assert_same(_row(alone, None), _row(full, b))

@@ -8,7 +8,7 @@
 // little work; the batch (10^4 - 10^6 trajectories) fills the GPU on its own.
 // Each thread's scratch is one contiguous slice of a global buffer.
 //
-// Included by module.cu (pysharp._cuda) and, as source text, by the CuPy
+// Included by executor.cuh (pysharp._cuda) and, as source text, by the CuPy
 // backend (cupy.RawModule): it must stay free of host-only code.
 #pragma once
 
