@@ -38,14 +38,14 @@ for f in "$pkg"/_core*.so "$pkg"/_cuda*.so; do gzip -c "$f" >"$out/$(basename "$
 $py -c "import pysharp, json; print(json.dumps(pysharp.backends()['cuda']))"
 
 stamp "GPU tests"
-timeout 300 $py -m pytest -q -m gpu -rs -p no:cacheprovider "$repo/tests" 2>&1 |
+timeout 200 $py -m pytest -q -m gpu -rs -p no:cacheprovider "$repo/tests" 2>&1 |
   tee "$out/gpu-tests.txt" | tail -25
 
 stamp "GPU benchmark"
-(cd "$repo" && timeout 300 $py -m bench.gpu "$@" --json "$out/gpu-bench.json") 2>&1 |
+(cd "$repo" && timeout 240 $py -m bench.gpu "$@" --json "$out/gpu-bench.json") 2>&1 |
   tee "$out/gpu-bench.txt"
 
 stamp "the rest of the suite, on this machine's CPU"
-timeout 200 $py -m pytest -q -x -n 8 -m "not gpu" -p no:cacheprovider "$repo/tests" 2>&1 |
+timeout 90 $py -m pytest -q -x -n 8 -m "not gpu" -p no:cacheprovider "$repo/tests" 2>&1 |
   tee "$out/suite.txt" | tail -15
 stamp done
