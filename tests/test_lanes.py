@@ -342,49 +342,8 @@ needs_cuda = pytest.mark.skipif(not ps.backends()["cuda"]["available"],
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("name", list(MODELS))
-@pytest.mark.parametrize("method", list(METHODS))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_cuda_trajectory_bits_do_not_depend_on_placement(name, method, dtype):
-    W0, lr = _batch(name, B=300)  # three 128-thread blocks, the last one partial
-    full = _run(name, method, W0, lr, dtype, steps=400, backend="cuda")
-    for b in (0, 129, 299):
-        alone = _run(name, method, W0[b], lr[b], dtype, steps=400, backend="cuda",
-                     first_trajectory=b)
-        _assert_same(_row(alone, None), _row(full, b))
-    part = _run(name, method, W0[100:140], lr[100:140], dtype, steps=400, backend="cuda",
-                first_trajectory=100)
-    for b in range(100, 140):
-        _assert_same(_row(part, b - 100), _row(full, b))
-
-
-@pytest.mark.gpu
-@needs_cuda
-@pytest.mark.parametrize("name", list(MODELS))
-@pytest.mark.parametrize("method", list(METHODS))
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_cuda_trajectories_match_the_cpu_lanes_before_eos(name, method, dtype):
-    W0, lr = _batch(name, B=40)
-    a = _run(name, method, W0, lr / 4, dtype, steps=60)
-    b = _run(name, method, W0, lr / 4, dtype, steps=60, backend="cuda")
-    pre = a.eos_entry_step < 0  # the trajectories that never reached the edge of stability
-    assert pre.sum() >= 20 and not a.diverged.any()
-    tol = 1e-10 if dtype == np.float64 else 1e-3
-    for key in ("loss", "norm2", "eff_lr", "grad_norm", "sharpness", "w", "theta"):
-        x, y = getattr(a, key), getattr(b, key)
-        if x is None:
-            assert y is None, key
-            continue
-        rows = (pre,) if key == "w" else (slice(None), pre)  # records are (T, B, ...)
-        x, y = np.asarray(x, dtype=np.float64)[rows], np.asarray(y, dtype=np.float64)[rows]
-        assert np.abs(y - x).max() <= tol * np.abs(x).max(), key
-    np.testing.assert_array_equal(b.diverged, a.diverged)
-
-
-@pytest.mark.gpu
-@needs_cuda
-@pytest.mark.parametrize("name", list(MODELS))
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_cuda_kernels_match_the_oracle_and_their_rows_do_not_depend_on_placement(name, dtype):
+def test_cuda_kernel_rows_match_the_oracle_alone_and_in_a_batch(name, dtype):
     model, ref = MODELS[name], ORACLES[name]
     W = model.random_point(300, seed=6, norm=1.7).astype(dtype)
     V = np.random.default_rng(4).standard_normal(W.shape).astype(dtype)
@@ -458,3 +417,44 @@ def test_cuda_reduced_path_matches_the_cpu_before_eos_and_keeps_its_bits_past_it
     for b in (0, 129, 299):
         alone = ps.run_gd_wd(model, W0[b], lr[b], 5e-3, 600, first_trajectory=b, **kw)
         _assert_same(_row(alone, None), _row(full, b))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cuda_trajectories_match_the_cpu_lanes_before_eos(name, method, dtype):
+    W0, lr = _batch(name, B=40)
+    a = _run(name, method, W0, lr / 4, dtype, steps=60)
+    b = _run(name, method, W0, lr / 4, dtype, steps=60, backend="cuda")
+    pre = a.eos_entry_step < 0  # the trajectories that never reached the edge of stability
+    assert pre.sum() >= 20 and not a.diverged.any()
+    tol = 1e-10 if dtype == np.float64 else 1e-3
+    for key in ("loss", "norm2", "eff_lr", "grad_norm", "sharpness", "w", "theta"):
+        x, y = getattr(a, key), getattr(b, key)
+        if x is None:
+            assert y is None, key
+            continue
+        rows = (pre,) if key == "w" else (slice(None), pre)  # records are (T, B, ...)
+        x, y = np.asarray(x, dtype=np.float64)[rows], np.asarray(y, dtype=np.float64)[rows]
+        assert np.abs(y - x).max() <= tol * np.abs(x).max(), key
+    np.testing.assert_array_equal(b.diverged, a.diverged)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cuda_trajectory_bits_do_not_depend_on_placement(name, method, dtype):
+    W0, lr = _batch(name, B=300)  # three 128-thread blocks, the last one partial
+    full = _run(name, method, W0, lr, dtype, steps=300, backend="cuda")
+    for b in (0, 129, 299):
+        alone = _run(name, method, W0[b], lr[b], dtype, steps=300, backend="cuda",
+                     first_trajectory=b)
+        _assert_same(_row(alone, None), _row(full, b))
+    part = _run(name, method, W0[100:140], lr[100:140], dtype, steps=300, backend="cuda",
+                first_trajectory=100)
+    for b in range(100, 140):
+        _assert_same(_row(part, b - 100), _row(full, b))
