@@ -9,11 +9,13 @@ import numpy as np
 FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
 
-def as_float_array(x, name: str, dtype=None) -> np.ndarray:
+def as_float_array(x, name: str, dtype=None, *, finite: bool = True) -> np.ndarray:
     """Return ``x`` as a C-contiguous float32/float64 array, or raise.
 
     Integers are converted to float64 (or to ``dtype``); booleans, complex and
-    object arrays are rejected. Non-finite entries raise ValueError.
+    object arrays are rejected. Non-finite entries raise ValueError, unless
+    ``finite=False``: then the caller must call ``check_finite`` before the
+    values are used (the kernels do, in ``models/_base.py``).
     """
     if hasattr(x, "__cuda_array_interface__"):
         # GPU arrays are validated (and, for now, computed on) as host copies.
@@ -27,14 +29,21 @@ def as_float_array(x, name: str, dtype=None) -> np.ndarray:
     if dtype is None:
         dtype = a.dtype if a.dtype in FLOAT_DTYPES else np.dtype(np.float64)
     a = np.ascontiguousarray(a, dtype=dtype)
-    if not np.all(np.isfinite(a)):
-        bad = np.argwhere(~np.isfinite(a))[0]
-        raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
+    if finite:
+        check_finite(a, name)
     return a
 
 
-def as_batch(w, dim: int, name: str = "w", dtype=None) -> tuple[np.ndarray, bool]:
-    """Validate parameters of shape (D,) or (B, D).
+def check_finite(a: np.ndarray, name: str) -> None:
+    """Raise ValueError naming the first non-finite entry of ``a``."""
+    if not np.all(np.isfinite(a)):
+        bad = np.argwhere(~np.isfinite(a))[0]
+        raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
+
+
+def as_batch(w, dim: int, name: str = "w", dtype=None, *,
+             finite: bool = True) -> tuple[np.ndarray, bool]:
+    """Validate parameters of shape (D,) or (B, D) (``finite`` as in ``as_float_array``).
 
     Returns
     -------
@@ -43,7 +52,7 @@ def as_batch(w, dim: int, name: str = "w", dtype=None) -> tuple[np.ndarray, bool
     was_single : bool
         True when ``w`` was (D,), so results drop the batch axis.
     """
-    a = as_float_array(w, name, dtype)
+    a = as_float_array(w, name, dtype, finite=finite)
     if a.ndim == 1 and a.shape[0] == dim:
         return a[None, :], True
     if a.ndim == 2 and a.shape[1] == dim and a.shape[0] >= 1:

@@ -10,7 +10,13 @@ import numpy as np
 
 from .. import _backend
 from .._dispatch import resolve
-from .._validation import as_batch, as_float_array, as_positive_int, check_nonzero_rows
+from .._validation import (
+    as_batch,
+    as_float_array,
+    as_positive_int,
+    check_finite,
+    check_nonzero_rows,
+)
 
 # Squared row norms for which kernels run on the rows as they are: every
 # intermediate (up to fourth powers of ||w|| and of 1/||w||) stays a normal float,
@@ -122,16 +128,17 @@ class ScaleInvariantModel(abc.ABC):
 
     def _batch(self, w, name: str = "w", checked: bool = True) -> tuple[np.ndarray, bool]:
         """(B, D) finite array and whether ``w`` was one point. ``checked=False``
-        leaves the nonzero-row check to ``_unit_scale(W, name)``, which needs a pass
-        over the rows anyway."""
-        W, single = as_batch(w, self.dim, name)
+        (the kernels) leaves the finiteness and nonzero-row checks to ``_evaluate``,
+        which makes them only where the compiled core's own pass over the rows
+        could not vouch for them."""
+        W, single = as_batch(w, self.dim, name, finite=checked)
         if checked:
             check_nonzero_rows(W, name)
         return W, single
 
-    def _pair(self, w, v) -> tuple[np.ndarray, np.ndarray, bool]:
+    def _pair(self, w, v) -> tuple[np.ndarray, np.ndarray, tuple[bool, bool]]:
         W, single_w = self._batch(w, checked=False)
-        V, single_v = as_batch(v, self.dim, "v", dtype=W.dtype)
+        V, single_v = as_batch(v, self.dim, "v", dtype=W.dtype, finite=False)
         if W.shape[0] != V.shape[0]:
             if W.shape[0] == 1:
                 W = np.repeat(W, V.shape[0], axis=0)
@@ -140,7 +147,7 @@ class ScaleInvariantModel(abc.ABC):
             else:
                 raise ValueError(f"w has {W.shape[0]} rows but v has {V.shape[0]}; "
                                  "they must match or one of them must be a single vector")
-        return W, V, single_w and single_v
+        return W, V, (single_w, single_v)
 
     @staticmethod
     def _unit_scale(W: np.ndarray, name: str | None = None,
@@ -190,15 +197,20 @@ class ScaleInvariantModel(abc.ABC):
 
     # -- the kernels ------------------------------------------------------------
     def _evaluate(self, backend: str, kernel: str, powers: tuple, W: np.ndarray,
-                  V: np.ndarray | None = None) -> list[np.ndarray]:
+                  V: np.ndarray | None = None, single: tuple = (False, False)
+                  ) -> list[np.ndarray]:
         """Outputs of ``kernel`` on the rows of W (and V), checked and exact at any norm.
 
         ``powers`` holds, per output, (p, q) such that the output scales as
         ||w||^-p ||v||^q. Rows are handed to the kernel as they are; rows whose
         norms could over- or underflow are rescaled by powers of two (exact) and
         the outputs scaled back. The compiled core finds such rows itself (ok
-        code 2, cpu/batched.hpp), so the common case costs no pass over W here;
-        the other backends are given rescaled rows up front.
+        code 2, cpu/batched.hpp), so the common case costs no pass over W here:
+        a row it accepts has a finite squared norm, so finite entries, which
+        is why W and V arrive unchecked (``_batch(checked=False)``). Every
+        other case (a row the core refused, the other backends) checks
+        finiteness before rescaling; ``single`` says whether w and v were one
+        vector each, so that an error names the index in the caller's array.
         """
         core = self._core(W.dtype, backend)
         args = (W,) if V is None else (W, V)
@@ -207,6 +219,9 @@ class ScaleInvariantModel(abc.ABC):
             if ok.max(initial=0) < 2:
                 self._checked(ok)
                 return outs
+        check_finite(W[0] if single[0] else W, "w")
+        if V is not None:
+            check_finite(V[0] if single[1] else V, "v")
         Ws, ew = self._unit_scale(W, "w")
         Vs, ev = (None, 0) if V is None else self._unit_scale(V, "v", nonzero=False)
         *outs, ok = getattr(core, kernel)(*((Ws,) if V is None else (Ws, Vs)))
@@ -224,7 +239,7 @@ class ScaleInvariantModel(abc.ABC):
         """
         backend = resolve(backend, w)
         W, single = self._batch(w, checked=False)
-        loss, G = self._evaluate(backend, "loss_grad", ((0, 0), (1, 0)), W)
+        loss, G = self._evaluate(backend, "loss_grad", ((0, 0), (1, 0)), W, single=(single,))
         return self._shape(loss, single), self._shape(G, single)
 
     def loss(self, w, *, backend: str = "auto") -> np.ndarray:
@@ -239,8 +254,8 @@ class ScaleInvariantModel(abc.ABC):
         """A derivative of order power + 1 contracted with v ``power`` times."""
         backend = resolve(backend, w, v)
         W, V, single = self._pair(w, v)
-        (out,) = self._evaluate(backend, kernel, ((power + 1, power),), W, V)
-        return self._shape(out, single)
+        (out,) = self._evaluate(backend, kernel, ((power + 1, power),), W, V, single)
+        return self._shape(out, all(single))
 
     def hvp(self, w, v, *, backend: str = "auto") -> np.ndarray:
         """Hessian-vector product H(w) v, exact (forward-mode jets, no finite step).
@@ -265,7 +280,7 @@ class ScaleInvariantModel(abc.ABC):
         """
         backend = resolve(backend, w)
         W, single = self._batch(w, checked=False)
-        (H,) = self._evaluate(backend, "hessian", ((2, 0),), W)
+        (H,) = self._evaluate(backend, "hessian", ((2, 0),), W, single=(single,))
         return self._shape(H, single)
 
     def random_point(self, batch: int | None = None, *, seed: int = 0, norm: float = 1.0,
