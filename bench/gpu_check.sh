@@ -47,9 +47,9 @@ gpu_tests() {  # $1: -k expression, $2: time cap in seconds
   timeout "$2" $py -m pytest -q -rs -v --durations=15 -m gpu -k "$1" -p no:cacheprovider \
     "$repo/tests" 2>&1 | tee -a "$out/gpu-tests.txt" | grep -v PASSED | tail -30
 }
-# On the first lease (2026-12-04) the test_lanes GPU tests took 4-19 s each (not yet
-# understood: the same calls in test_backends took well under one), so the quick checks
-# run first and the long bit-equality runs last.
+# On the first lease (2026-12-04) the GPU tests took 4-19 s each, most likely the driver
+# JIT-compiling the sm_75 PTX that build carried (CMake's default arch, fixed since) in every
+# new process. The quick checks run first and the long bit-equality runs last all the same.
 if want tests; then
   stamp "GPU tests"
   gpu_tests "not placement" 200
