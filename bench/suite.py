@@ -256,7 +256,7 @@ def fmt(x: float) -> str:
 def table(result: dict) -> str:
     """Markdown: one row per workload, pysharp (before, after), peers, ratios."""
     peak = result["machine"].get("peak_fp64_gflops_estimate")
-    lines = ["| workload | before | pysharp | peers (rate) | pysharp / peer | % FP64 peak |",
+    lines = ["| workload | before | pysharp | peers (rate) | pysharp / peer | % of peak |",
              "|---|---|---|---|---|---|"]
     flops = result.get("flops_per_unit", {})
     for key, row in result["pysharp"].items():
@@ -264,8 +264,9 @@ def table(result: dict) -> str:
         peers = result.get("peers", {}).get(key, {})
         rate = row["rate"]
         pct = ""
-        if peak and key in flops:
-            pct = f"{100 * rate * flops[key] / (peak * 1e9):.1f}%"
+        if peak and key in flops:  # float32 SIMD lanes hold twice the FP64 ones
+            row_peak = peak * (2 if "float32" in key else 1)
+            pct = f"{100 * rate * flops[key] / (row_peak * 1e9):.1f}%"
         lines.append("| " + " | ".join([
             key, fmt(before) if before else "", fmt(rate),
             ", ".join(f"{p} {fmt(v['rate'])}" for p, v in peers.items()),
@@ -285,7 +286,8 @@ def write_readme(result: dict, readme: Path = README) -> None:
         raise SystemExit(f"{readme} has no {BEGIN} ... {END} block")
     m = result["machine"]
     head = (f"{m['cpu']}, {m['cores']} cores, FP64 peak estimate "
-            f"{m.get('peak_fp64_gflops_estimate') or 0:.0f} GFLOP/s; trajectory rows in "
+            f"{m.get('peak_fp64_gflops_estimate') or 0:.0f} GFLOP/s (float32 rows: twice it); "
+            "trajectory rows in "
             "trajectory-steps/s, kernel rows in rows/s, sharpness in points/s; `before` is the "
             "build before the lane engine (commit bb9910b), measured in the same run.")
     before, _, rest = text.partition(BEGIN)
