@@ -1,8 +1,8 @@
 // The CUDA executor of pysharp._cuda: device buffers, the models' device mirrors,
-// CudaExec (the bindings' calls as copies and kernel launches) and bind_dtype, which
-// binds every model class of one precision. Shared by the translation units of the
-// module: bind_f64.cu and bind_f32.cu instantiate it once per precision (compiled in
-// parallel: each is most of the module's build time) and module.cu defines the module.
+// CudaExec (the bindings' calls as copies and kernel launches) and the Python classes.
+// Shared by the module's translation units: module.cu defines the module, and one
+// generated unit per model and precision (bind_unit.cu.in) binds its class, so the
+// heavy kernel instantiations compile in parallel.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -291,31 +291,51 @@ void add_methods(py::class_<Core>& cls) {
   module::bind_model<CudaExec, Core, Real>(cls);
 }
 
+// The Python classes, one function template per model.
 template <class Real>
-void bind_dtype(py::module_& m, const std::string& suffix) {
-  py::class_<BNLinRegCuda<Real>> linreg(m, ("BNLinearRegression" + suffix).c_str());
-  linreg.def(py::init<const carray<Real>&, const carray<Real>&, double, const carray<Real>&,
-                      const carray<Real>&, const carray<Real>&, double>(),
-             py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("sigma"), py::arg("ut"),
-             py::arg("V"), py::arg("uperp2"));
-  add_methods<BNLinRegCuda<Real>, Real>(linreg);
-  py::class_<BNMatrixCompletionCuda<Real>> mc(m, ("BNMatrixCompletion" + suffix).c_str());
-  mc.def(py::init<const carray<int>&, const carray<int>&, const carray<Real>&, double, int, int,
-                  int>(),
-         py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
-         py::arg("m2"), py::arg("rank"));
-  add_methods<BNMatrixCompletionCuda<Real>, Real>(mc);
-  py::class_<BNTwoLayerNetCuda<Real>> bn2(m, ("BNTwoLayerNet" + suffix).c_str());
-  bn2.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("Xc"),
-          py::arg("y"), py::arg("width"), py::arg("activation"));
-  add_methods<BNTwoLayerNetCuda<Real>, Real>(bn2);
-  py::class_<Toy3DCuda<Real>> toy(m, ("Toy3D" + suffix).c_str());
-  toy.def(py::init<double>(), py::arg("c"));
-  add_methods<Toy3DCuda<Real>, Real>(toy);
+void bind_BNLinearRegression(py::module_& m, const std::string& suffix) {
+  py::class_<BNLinRegCuda<Real>> cls(m, ("BNLinearRegression" + suffix).c_str());
+  cls.def(py::init<const carray<Real>&, const carray<Real>&, double, const carray<Real>&,
+                   const carray<Real>&, const carray<Real>&, double>(),
+          py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("sigma"), py::arg("ut"),
+          py::arg("V"), py::arg("uperp2"));
+  add_methods<BNLinRegCuda<Real>, Real>(cls);
 }
 
-// One per translation unit (bind_f64.cu, bind_f32.cu).
-void bind_f64(py::module_& m);
-void bind_f32(py::module_& m);
+template <class Real>
+void bind_BNMatrixCompletion(py::module_& m, const std::string& suffix) {
+  py::class_<BNMatrixCompletionCuda<Real>> cls(m, ("BNMatrixCompletion" + suffix).c_str());
+  cls.def(py::init<const carray<int>&, const carray<int>&, const carray<Real>&, double, int,
+                   int, int>(),
+          py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
+          py::arg("m2"), py::arg("rank"));
+  add_methods<BNMatrixCompletionCuda<Real>, Real>(cls);
+}
+
+template <class Real>
+void bind_BNTwoLayerNet(py::module_& m, const std::string& suffix) {
+  py::class_<BNTwoLayerNetCuda<Real>> cls(m, ("BNTwoLayerNet" + suffix).c_str());
+  cls.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("Xc"),
+          py::arg("y"), py::arg("width"), py::arg("activation"));
+  add_methods<BNTwoLayerNetCuda<Real>, Real>(cls);
+}
+
+template <class Real>
+void bind_Toy3D(py::module_& m, const std::string& suffix) {
+  py::class_<Toy3DCuda<Real>> cls(m, ("Toy3D" + suffix).c_str());
+  cls.def(py::init<double>(), py::arg("c"));
+  add_methods<Toy3DCuda<Real>, Real>(cls);
+}
+
+// One translation unit per (model, precision), each instantiating one of the templates
+// above: CMakeLists.txt generates them from bind_unit.cu.in (keep its list in step with
+// this one), so that the module's heavy parts compile in parallel.
+#define PYSHARP_CUDA_UNITS(X)                                                          \
+  X(BNLinearRegression, f64) X(BNLinearRegression, f32) X(BNMatrixCompletion, f64)    \
+  X(BNMatrixCompletion, f32) X(BNTwoLayerNet, f64) X(BNTwoLayerNet, f32) X(Toy3D, f64) \
+  X(Toy3D, f32)
+#define PYSHARP_CUDA_DECLARE_UNIT(Model, Prec) void bind_##Model##_##Prec(py::module_& m);
+PYSHARP_CUDA_UNITS(PYSHARP_CUDA_DECLARE_UNIT)
+#undef PYSHARP_CUDA_DECLARE_UNIT
 
 }  // namespace pysharp::cuda_module

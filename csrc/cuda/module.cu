@@ -15,8 +15,9 @@ using namespace pysharp;
 
 PYBIND11_MODULE(_cuda, m) {
   m.doc() = "pysharp CUDA kernels, with the interface of pysharp._core (see pysharp.backends).";
-  cuda_module::bind_f64(m);
-  cuda_module::bind_f32(m);
+#define PYSHARP_CUDA_BIND_UNIT(Model, Prec) cuda_module::bind_##Model##_##Prec(m);
+  PYSHARP_CUDA_UNITS(PYSHARP_CUDA_BIND_UNIT)
+#undef PYSHARP_CUDA_BIND_UNIT
   m.attr("METHODS") = module::method_names();
   m.def("device_error", []() -> std::string {
     int n = 0;
