@@ -39,6 +39,10 @@ if want build; then
     exit 1
   fi
   echo "built in $((SECONDS - t0)) s"
+  # The machine code the module carries (sm_90 expected: PTX alone is JIT-compiled at
+  # every kernel's first launch).
+  pkg="$(cd /tmp && $py -c 'import os, pysharp; print(os.path.dirname(pysharp.__file__))')"
+  cuobjdump --list-elf "$pkg"/_cuda*.so 2>&1 | grep -o 'sm_[0-9]*' | sort | uniq -c | tee -a "$out/build.log"
 fi
 cd "$(mktemp -d)"  # from here on the installed pysharp, not the source tree
 $py -c "import pysharp, json; print(json.dumps(pysharp.backends()['cuda']))" || exit 1
