@@ -1,4 +1,6 @@
-"""Input checks shared by the public API; they run before any kernel."""
+"""Input checks shared by the public API; they run before any kernel, except that the
+kernel API (models/_base.py) leaves finiteness to the compiled core's own pass over the
+rows and checks only the rows the core refused."""
 
 from __future__ import annotations
 
