@@ -30,7 +30,6 @@ namespace py = pybind11;
 using module::carray;
 using module::flags;
 
-
 inline constexpr int kThreads = 128;
 
 inline void check(cudaError_t e, const char* what) {
