@@ -1,4 +1,4 @@
-"""Pieces shared by the benchmark scripts: importing pysharp, load monitoring."""
+"""Pieces shared by the benchmark scripts: importing pysharp, load monitoring, checks."""
 
 from __future__ import annotations
 
@@ -106,3 +106,10 @@ def timed(fn, repeats: int = 3) -> tuple[float, float | None]:
             best, load = dt, mon.other
     return best, load
 
+
+def record_check(checks: list, row: str, peer: str, dev: float, tol: float) -> bool:
+    """Append an agreement check {row, peer, rel_dev, ok} to ``checks``; return ok
+    (``dev <= tol``), so a caller times the peer only when it agreed."""
+    ok = dev <= tol
+    checks.append({"row": row, "peer": peer, "rel_dev": dev, "ok": ok})
+    return ok

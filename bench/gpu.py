@@ -29,8 +29,8 @@ import time
 
 import numpy as np
 
-from bench._common import import_pysharp
-from bench.engine import rel_dev
+from bench._common import import_pysharp, record_check
+from bench.engine import Problem, rel_dev
 from bench.kernels import jax_kernels, jax_loss
 from bench.suite import import_jax, jax_gd_wd, trajectory_workloads
 
@@ -78,10 +78,8 @@ def trajectory_rows(ps, jax, quick: bool, checks: list) -> dict:
             row = f"{key.split(' B')[0]} B{B} T{steps} {name}"
             got = ps.run_gd_wd(model, sub, lr, wd, CHECK_STEPS, backend="cuda", **short,
                                **extra).w
-            dev = rel_dev(got, ref)
-            checks.append({"row": row, "peer": "cuda vs cpp", "rel_dev": dev, "ok": dev <= TOL})
             rates = {}
-            if dev <= TOL:
+            if record_check(checks, row, "cuda vs cpp", rel_dev(got, ref), TOL):
                 t = best_time(lambda: ps.run_gd_wd(model, W0, lr, wd, steps, backend="cuda",
                                                    **kw, **extra), repeats=1)
                 rates["pysharp cuda"] = B * steps / t
@@ -92,10 +90,8 @@ def trajectory_rows(ps, jax, quick: bool, checks: list) -> dict:
             if jax is not None and name == "direct":
                 jrun = jax_gd_wd(jax, jax_loss(jname, model, jax.numpy, np.float64), lr, wd,
                                  np.float64)
-                dev = rel_dev(jrun(sub, CHECK_STEPS), ref)
-                checks.append({"row": row, "peer": "jax gpu", "rel_dev": dev,
-                               "ok": dev <= 1e-8})
-                if dev <= 1e-8:
+                if record_check(checks, row, "jax gpu", rel_dev(jrun(sub, CHECK_STEPS), ref),
+                                1e-8):
                     rates["jax gpu"] = B * steps / best_time(lambda: jrun(W0, steps), 1)
             rows[row] = rates
             print_row(row, rates)
@@ -113,8 +109,7 @@ def kernel_rows(ps, jax, quick: bool, checks: list) -> dict:
         g_ref, hv_ref = model.loss_and_grad(W[:4096])[1], model.hvp(W[:4096], V[:4096])
         dev = max(rel_dev(model.loss_and_grad(W[:4096], backend="cuda")[1], g_ref),
                   rel_dev(model.hvp(W[:4096], V[:4096], backend="cuda"), hv_ref))
-        checks.append({"row": f"kernel {name}", "peer": "cuda vs cpp", "rel_dev": dev,
-                       "ok": dev <= 1e-12})
+        record_check(checks, f"kernel {name}", "cuda vs cpp", dev, 1e-12)
         lg = {"pysharp cuda": B / best_time(lambda: model.loss_and_grad(W, backend="cuda"))}
         hv = {"pysharp cuda": B / best_time(lambda: model.hvp(W, V, backend="cuda"))}
         lg["pysharp cpp"] = B / best_time(lambda: model.loss_and_grad(W, backend="cpp"), 1)
@@ -129,8 +124,7 @@ def kernel_rows(ps, jax, quick: bool, checks: list) -> dict:
             def run_hv():
                 return np.asarray(jhv(jnp.asarray(W), jnp.asarray(V)))
             dev = max(rel_dev(run_lg()[:4096], g_ref), rel_dev(run_hv()[:4096], hv_ref))
-            checks.append({"row": f"kernel {name}", "peer": "jax gpu", "rel_dev": dev,
-                           "ok": dev <= 1e-8})
+            record_check(checks, f"kernel {name}", "jax gpu", dev, 1e-8)
             lg["jax gpu"] = B / best_time(run_lg)
             hv["jax gpu"] = B / best_time(run_hv)
         for kind, rates in (("loss+grad", lg), ("hvp", hv)):
@@ -146,9 +140,7 @@ def sharpness_rows(ps, jax, quick: bool, checks: list) -> dict:
     W = lin.random_point(P, seed=2, norm=2.0)
     ref = ps.spherical_sharpness(lin, W[:256], method="lanczos", backend="cpp").eigenvalues[:, 0]
     got = ps.spherical_sharpness(lin, W[:256], method="lanczos", backend="cuda").eigenvalues
-    dev = rel_dev(got[:, 0], ref)
-    checks.append({"row": "spherical_sharpness", "peer": "cuda vs cpp", "rel_dev": dev,
-                   "ok": dev <= 1e-9})
+    record_check(checks, "spherical_sharpness", "cuda vs cpp", rel_dev(got[:, 0], ref), 1e-9)
     rates = {"pysharp cuda": P / best_time(
         lambda: ps.spherical_sharpness(lin, W, method="lanczos", backend="cuda"))}
     rates["pysharp cpp"] = 4096 / best_time(
@@ -161,9 +153,8 @@ def sharpness_rows(ps, jax, quick: bool, checks: list) -> dict:
         def top(X):
             Xn = X / jnp.linalg.norm(X, axis=1, keepdims=True)
             return jnp.linalg.eigvalsh(jax.vmap(jax.hessian(loss))(Xn))[:, -1]
-        dev = rel_dev(np.asarray(top(jnp.asarray(W[:256]))), ref)
-        checks.append({"row": "spherical_sharpness", "peer": "jax gpu", "rel_dev": dev,
-                       "ok": dev <= 1e-8})
+        record_check(checks, "spherical_sharpness", "jax gpu",
+                     rel_dev(np.asarray(top(jnp.asarray(W[:256]))), ref), 1e-8)
         rates["jax gpu vmap(hessian)+eigvalsh"] = P / best_time(
             lambda: np.asarray(top(jnp.asarray(W))))
     row = f"spherical_sharpness d40 B{P} (points/s)"
@@ -203,8 +194,8 @@ def main(argv=None) -> int:
     out["rows"] = {}
     for part in (trajectory_rows, kernel_rows, sharpness_rows):
         out["rows"].update(part(ps, jax, args.quick, checks))
-    lin = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
-    flops = 4 * 20 * 40 + 10 * 20 + 4 * 40  # bench.engine.Problem.flops_per_step
+    lin = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)  # the d40 workload's model
+    flops = Problem(lin).flops_per_step
     head = next((r for k, r in out["rows"].items()
                  if k.startswith("bn_linreg d40") and k.endswith("direct")), {})
     if "pysharp cuda" in head:

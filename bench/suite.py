@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 try:
-    from bench._common import import_pysharp, timed
+    from bench._common import import_pysharp, record_check, timed
 except ImportError:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench._common import import_pysharp, timed
+    from bench._common import import_pysharp, record_check, timed
 from bench import stability
 from bench.engine import Problem, machine_info, make_numba, numpy_gd_wd, rel_dev
 from bench.kernels import jax_kernels, jax_loss
@@ -145,13 +145,12 @@ def peer_rows(ps, quick: bool, checks: list) -> dict:
         if jax is not None:
             jrun = jax_gd_wd(jax, jax_loss(jname, model, jax.numpy, np.float64), lr, wd,
                              np.float64)
-            dev = rel_dev(jrun(W0[:64], short), ref)
-            checks.append({"row": key, "peer": "jax", "rel_dev": dev, "ok": dev <= 1e-8})
+            record_check(checks, key, "jax", rel_dev(jrun(W0[:64], short), ref), 1e-8)
             peers["jax"] = best_rate(lambda: jrun(W0, steps), B * steps)
         if jname == "bn_linreg":
             prob = Problem(model)
-            dev = rel_dev(numpy_gd_wd(prob, W0[:64], lr, wd, short), ref)
-            checks.append({"row": key, "peer": "numpy", "rel_dev": dev, "ok": dev <= 1e-8})
+            record_check(checks, key, "numpy",
+                         rel_dev(numpy_gd_wd(prob, W0[:64], lr, wd, short), ref), 1e-8)
             np_steps = max(steps // 10, 1)
             peers["numpy"] = best_rate(lambda: numpy_gd_wd(prob, W0, lr, wd, np_steps),
                                        B * np_steps, repeats=1)
@@ -159,16 +158,13 @@ def peer_rows(ps, quick: bool, checks: list) -> dict:
                 try:
                     import numba
                     nrun = make_numba(numba)
-                    dev = rel_dev(nrun(prob, W0[:64], lr, wd, short), ref)
-                    checks.append({"row": key, "peer": "numba", "rel_dev": dev,
-                                   "ok": dev <= 1e-8})
+                    record_check(checks, key, "numba",
+                                 rel_dev(nrun(prob, W0[:64], lr, wd, short), ref), 1e-8)
                     peers["numba (naive prange)"] = best_rate(
                         lambda: nrun(prob, W0, lr, wd, steps), B * steps)
                     nb_kw = dict(kw, reduced=False, backend="numba")
                     nb = ps.run_gd_wd(model, W0[:64], lr, wd, short, **nb_kw).w
-                    dev = rel_dev(nb, ref)
-                    checks.append({"row": key, "peer": "pysharp numba backend",
-                                   "rel_dev": dev, "ok": dev <= 1e-8})
+                    record_check(checks, key, "pysharp numba backend", rel_dev(nb, ref), 1e-8)
                     nb_steps = max(steps // 10, 1)
                     peers["pysharp numba backend"] = best_rate(
                         lambda: ps.run_gd_wd(model, W0, lr, wd, nb_steps,
@@ -201,8 +197,7 @@ def peer_rows(ps, quick: bool, checks: list) -> dict:
             lg, hvp = jax_kernels(jax, jax_loss(name, model, jax.numpy, np.float64))
             jW, jV = jax.numpy.asarray(W), jax.numpy.asarray(V)
             dev = max(rel_dev(np.asarray(lg(jW)[1]), g_ps), rel_dev(np.asarray(hvp(jW, jV)), hv_ps))
-            checks.append({"row": f"kernel {name}", "peer": "jax", "rel_dev": dev,
-                           "ok": dev <= 1e-8})
+            record_check(checks, f"kernel {name}", "jax", dev, 1e-8)
             lg_peers["jax"] = best_rate(lambda: lg(jW)[1].block_until_ready(), kb)
             hv_peers["jax"] = best_rate(lambda: hvp(jW, jV).block_until_ready(), kb)
         out[f"kernel {name} loss+grad B{kb}"] = lg_peers
@@ -218,9 +213,8 @@ def peer_rows(ps, quick: bool, checks: list) -> dict:
             return jax.numpy.linalg.eigvalsh(jax.vmap(jax.hessian(loss))(Wn))[:, -1]
 
         ours = ps.spherical_sharpness(lin, Wp, method="lanczos").eigenvalues[:, 0]
-        dev = rel_dev(np.asarray(top(jax.numpy.asarray(Wp))), ours)
-        checks.append({"row": "spherical_sharpness", "peer": "jax", "rel_dev": dev,
-                       "ok": dev <= 1e-8})
+        record_check(checks, "spherical_sharpness", "jax",
+                     rel_dev(np.asarray(top(jax.numpy.asarray(Wp))), ours), 1e-8)
         out[f"spherical_sharpness d40 B{P}"] = {
             "jax vmap(hessian)+eigvalsh": best_rate(
                 lambda: top(jax.numpy.asarray(Wp)).block_until_ready(), P)}
@@ -229,8 +223,7 @@ def peer_rows(ps, quick: bool, checks: list) -> dict:
     ref = stability.run_pysharp(ps, model, W0, lr, B, steps)
     out[key] = {}
     for name, fn in stability.peers(model, W0, lr, B, steps).items():  # the same batches
-        dev = rel_dev(fn(), ref)
-        checks.append({"row": key, "peer": name, "rel_dev": dev, "ok": dev <= 1e-8})
+        record_check(checks, key, name, rel_dev(fn(), ref), 1e-8)
         out[key][name] = best_rate(fn, T * steps)
     return out
 
