@@ -197,8 +197,8 @@ class ScaleInvariantModel(abc.ABC):
 
     # -- the kernels ------------------------------------------------------------
     def _evaluate(self, backend: str, kernel: str, powers: tuple, W: np.ndarray,
-                  V: np.ndarray | None = None, single: tuple = (False, False)
-                  ) -> list[np.ndarray]:
+                  V: np.ndarray | None = None, single_w: bool = False,
+                  single_v: bool = False) -> list[np.ndarray]:
         """Outputs of ``kernel`` on the rows of W (and V), checked and exact at any norm.
 
         ``powers`` holds, per output, (p, q) such that the output scales as
@@ -209,8 +209,9 @@ class ScaleInvariantModel(abc.ABC):
         a row it accepts has a finite squared norm, so finite entries, which
         is why W and V arrive unchecked (``_batch(checked=False)``). Every
         other case (a row the core refused, the other backends) checks
-        finiteness before rescaling; ``single`` says whether w and v were one
-        vector each, so that an error names the index in the caller's array.
+        finiteness before rescaling; ``single_w`` and ``single_v`` say whether w
+        and v were one vector each, so that an error names the index in the
+        caller's array.
         """
         core = self._core(W.dtype, backend)
         args = (W,) if V is None else (W, V)
@@ -219,9 +220,9 @@ class ScaleInvariantModel(abc.ABC):
             if ok.max(initial=0) < 2:
                 self._checked(ok)
                 return outs
-        check_finite(W[0] if single[0] else W, "w")
+        check_finite(W[0] if single_w else W, "w")
         if V is not None:
-            check_finite(V[0] if single[1] else V, "v")
+            check_finite(V[0] if single_v else V, "v")
         Ws, ew = self._unit_scale(W, "w")
         Vs, ev = (None, 0) if V is None else self._unit_scale(V, "v", nonzero=False)
         *outs, ok = getattr(core, kernel)(*((Ws,) if V is None else (Ws, Vs)))
@@ -239,7 +240,7 @@ class ScaleInvariantModel(abc.ABC):
         """
         backend = resolve(backend, w)
         W, single = self._batch(w, checked=False)
-        loss, G = self._evaluate(backend, "loss_grad", ((0, 0), (1, 0)), W, single=(single,))
+        loss, G = self._evaluate(backend, "loss_grad", ((0, 0), (1, 0)), W, single_w=single)
         return self._shape(loss, single), self._shape(G, single)
 
     def loss(self, w, *, backend: str = "auto") -> np.ndarray:
@@ -253,9 +254,9 @@ class ScaleInvariantModel(abc.ABC):
     def _directional(self, w, v, kernel: str, power: int, backend: str) -> np.ndarray:
         """A derivative of order power + 1 contracted with v ``power`` times."""
         backend = resolve(backend, w, v)
-        W, V, single = self._pair(w, v)
-        (out,) = self._evaluate(backend, kernel, ((power + 1, power),), W, V, single)
-        return self._shape(out, all(single))
+        W, V, (single_w, single_v) = self._pair(w, v)
+        (out,) = self._evaluate(backend, kernel, ((power + 1, power),), W, V, single_w, single_v)
+        return self._shape(out, single_w and single_v)
 
     def hvp(self, w, v, *, backend: str = "auto") -> np.ndarray:
         """Hessian-vector product H(w) v, exact (forward-mode jets, no finite step).
@@ -280,7 +281,7 @@ class ScaleInvariantModel(abc.ABC):
         """
         backend = resolve(backend, w)
         W, single = self._batch(w, checked=False)
-        (H,) = self._evaluate(backend, "hessian", ((2, 0),), W, single=(single,))
+        (H,) = self._evaluate(backend, "hessian", ((2, 0),), W, single_w=single)
         return self._shape(H, single)
 
     def random_point(self, batch: int | None = None, *, seed: int = 0, norm: float = 1.0,
