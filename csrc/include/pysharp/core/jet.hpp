@@ -16,6 +16,7 @@ namespace pysharp {
 
 template <class T, int N>
 struct Jet {
+  static constexpr int order = N;
   T c[N + 1];
 
   PYSHARP_HD Jet() {
@@ -142,6 +143,19 @@ PYSHARP_HD Jet<T, N> select(const M& m, const Jet<T, N>& a, const Jet<T, N>& b) 
   Jet<T, N> r;
   for (int k = 0; k <= N; ++k) r.c[k] = select(m, a.c[k], b.c[k]);
   return r;
+}
+
+// x itself where G is x's type; where G is the coefficient type of the jet x,
+// its top coefficient c[N]. Taking a coefficient commutes with a linear map,
+// so code that ends in one (a gradient X^T r) can accumulate only the
+// coefficient its caller reads (models/derivatives.hpp).
+template <class G, class S>
+PYSHARP_HD const G& coefficient_as(const S& x) {
+  if constexpr (std::is_same<G, S>::value) {
+    return x;
+  } else {
+    return x.c[S::order];
+  }
 }
 
 template <class T, int N>

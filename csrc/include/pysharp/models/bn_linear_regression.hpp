@@ -26,9 +26,11 @@ struct BNLinearRegression {
 
   // L(w) into *loss, grad L(w) into g (length d); work holds n scalars.
   // Returns false where Xc w = 0 to working precision: ||Xc w|| below the
-  // rounding error of the product, ~ d eps ||Xc||_F ||w||.
-  template <class S>
-  PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const {
+  // rounding error of the product, ~ d eps ||Xc||_F ||w||. On jets, g may
+  // hold their coefficient type: it gets the gradient's top coefficient
+  // (models/derivatives.hpp).
+  template <class S, class G>
+  PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, G* g, S* work) const {
     value_t<S> w2 = Real(0);
     for (int j = 0; j < d; ++j) w2 += value_of(w[j]) * value_of(w[j]);
     const Real err = Real(d) * machine_eps<Real>();

@@ -41,8 +41,10 @@ struct BNTwoLayerNet {
   // Returns false (per lane) where some unit's centred output Xc W_j is zero
   // to working precision, below the rounding error ~ d eps ||Xc||_F ||W_j||
   // of the product (BatchNorm undefined), the floor rule of every BN model.
-  template <class S>
-  PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const {
+  // On jets, g may hold their coefficient type: it then gets the gradient's
+  // top coefficient (models/derivatives.hpp).
+  template <class S, class G>
+  PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, G* g, S* work) const {
     S* chat = work;
     S* dact = chat + m * n;
     S* res = dact + m * n;
