@@ -8,6 +8,8 @@
 // this is a small GEMM of X with W trajectories.
 #pragma once
 
+#include <type_traits>
+
 #include "pysharp/core/jet.hpp"
 
 namespace pysharp {
@@ -26,24 +28,38 @@ PYSHARP_HD S dot_split(const S* w, const Real* x, int d) {
   return (p[0] + p[1]) + (p[2] + p[3]);
 }
 
+// Calls block(size, i) for consecutive blocks [i, i + size) covering [0, n),
+// size a std::integral_constant: kDenseBlock at a time, then 4, 2 and 1 for
+// the remainder, so that a short tail (n = 20: 8 + 8 + 4) is still several
+// independent chains rather than one latency-bound chain per output.
+template <class Block>
+PYSHARP_HD void for_each_dense_block(int n, Block&& block) {
+  int i = 0;
+  for (; i + kDenseBlock <= n; i += kDenseBlock)
+    block(std::integral_constant<int, kDenseBlock>{}, i);
+  if (i + 4 <= n) {
+    block(std::integral_constant<int, 4>{}, i);
+    i += 4;
+  }
+  if (i + 2 <= n) {
+    block(std::integral_constant<int, 2>{}, i);
+    i += 2;
+  }
+  if (i < n) block(std::integral_constant<int, 1>{}, i);
+}
+
 // z[i] = sum_j X[i, j] w[j] for i < n.
 template <class S, class Real>
 PYSHARP_HD void matvec_rows(const Real* X, int n, int d, const S* w, S* z) {
-  int i = 0;
-  for (; i + kDenseBlock <= n; i += kDenseBlock) {
-    S acc[kDenseBlock];
-    for (int b = 0; b < kDenseBlock; ++b) acc[b] = S(Real(0));
+  for_each_dense_block(n, [&](auto size, int i) {
+    constexpr int B = decltype(size)::value;
+    S acc[B];
+    for (int b = 0; b < B; ++b) acc[b] = S(Real(0));
     const Real* x = X + static_cast<long long>(i) * d;
     for (int j = 0; j < d; ++j)
-      for (int b = 0; b < kDenseBlock; ++b) acc[b] += w[j] * x[static_cast<long long>(b) * d + j];
-    for (int b = 0; b < kDenseBlock; ++b) z[i + b] = acc[b];
-  }
-  for (; i < n; ++i) {
-    const Real* x = X + static_cast<long long>(i) * d;
-    S acc = S(Real(0));
-    for (int j = 0; j < d; ++j) acc += w[j] * x[j];
-    z[i] = acc;
-  }
+      for (int b = 0; b < B; ++b) acc[b] += w[j] * x[static_cast<long long>(b) * d + j];
+    for (int b = 0; b < B; ++b) z[i + b] = acc[b];
+  });
 }
 
 // g[j] = sum_i r[i] X[i, j] for j < d. Where r holds jets, g may hold their
@@ -51,23 +67,17 @@ PYSHARP_HD void matvec_rows(const Real* X, int n, int d, const S* w, S* z) {
 // third of the work at order 2 and half at order 1.
 template <class S, class G, class Real>
 PYSHARP_HD void matvec_cols(const Real* X, int n, int d, const S* r, G* g) {
-  int j = 0;
-  for (; j + kDenseBlock <= d; j += kDenseBlock) {
-    G acc[kDenseBlock];
-    for (int b = 0; b < kDenseBlock; ++b) acc[b] = G(Real(0));
+  for_each_dense_block(d, [&](auto size, int j) {
+    constexpr int B = decltype(size)::value;
+    G acc[B];
+    for (int b = 0; b < B; ++b) acc[b] = G(Real(0));
     for (int i = 0; i < n; ++i) {
       const G& ri = coefficient_as<G>(r[i]);
       const Real* x = X + static_cast<long long>(i) * d + j;
-      for (int b = 0; b < kDenseBlock; ++b) acc[b] += ri * x[b];
+      for (int b = 0; b < B; ++b) acc[b] += ri * x[b];
     }
-    for (int b = 0; b < kDenseBlock; ++b) g[j + b] = acc[b];
-  }
-  for (; j < d; ++j) {
-    G acc = G(Real(0));
-    for (int i = 0; i < n; ++i)
-      acc += coefficient_as<G>(r[i]) * X[static_cast<long long>(i) * d + j];
-    g[j] = acc;
-  }
+    for (int b = 0; b < B; ++b) g[j + b] = acc[b];
+  });
 }
 
 }  // namespace pysharp
