@@ -67,7 +67,10 @@ struct Lanes {
   vec v;
 
   Lanes() = default;
-  Lanes(Real s) : v(vec{} + s) {}  // NOLINT: implicit, a constant is the same in every lane
+  // NOLINTNEXTLINE: implicit, a constant is the same in every lane. s - 0 is
+  // s exactly (-0 included), so it compiles to a bare broadcast that folds
+  // into a multiply-add's memory operand; 0 + s would need a real add.
+  Lanes(Real s) : v(s - vec{}) {}
   explicit Lanes(vec x) : v(x) {}
 
   Real operator[](int l) const { return v[l]; }
