@@ -14,6 +14,14 @@
 #define PYSHARP_HD
 #endif
 
+// Placed after a lambda's parameter list: inline it into its caller whatever
+// the compiler's size heuristics say (host builds; nvcc inlines device code).
+#if defined(__CUDACC__)
+#define PYSHARP_INLINE_LAMBDA
+#else
+#define PYSHARP_INLINE_LAMBDA __attribute__((always_inline))
+#endif
+
 namespace pysharp {
 
 // Unqualified sqrt resolves to the CUDA device overloads under nvcc and to
