@@ -129,11 +129,41 @@ struct LaneMask {
   friend LaneMask operator!(const LaneMask& a) { return {~a.m}; }
 };
 
+namespace detail {
+// One vector square root per register. GCC's vectoriser split the plain
+// per-lane loop on 8 doubles into 128-bit and scalar pieces through the stack.
+// Correctly rounded either way, so the bits do not depend on the form.
+#if defined(__AVX512F__)
+inline __m512d vector_sqrt(__m512d x) { return _mm512_sqrt_pd(x); }
+inline __m512 vector_sqrt(__m512 x) { return _mm512_sqrt_ps(x); }
+#endif
+#if defined(__AVX__)
+inline __m256d vector_sqrt(__m256d x) { return _mm256_sqrt_pd(x); }
+inline __m256 vector_sqrt(__m256 x) { return _mm256_sqrt_ps(x); }
+#endif
+template <class Vec>
+Vec vector_sqrt(Vec) = delete;  // the name for builds without the above; never chosen
+template <class Vec>
+inline constexpr bool has_vector_sqrt =
+#if defined(__AVX512F__)
+    sizeof(Vec) == 64 ||
+#endif
+#if defined(__AVX__)
+    sizeof(Vec) == 32 ||
+#endif
+    false;
+}  // namespace detail
+
 template <class Real, int W>
 [[gnu::always_inline]] inline Lanes<Real, W> sqrt_(const Lanes<Real, W>& a) {
-  Lanes<Real, W> r;
-  for (int l = 0; l < W; ++l) r.v[l] = std::sqrt(a.v[l]);  // vectorised: -fno-math-errno
-  return r;
+  using vec = typename Lanes<Real, W>::vec;
+  if constexpr (detail::has_vector_sqrt<vec>) {
+    return Lanes<Real, W>(vec(detail::vector_sqrt(a.v)));
+  } else {
+    Lanes<Real, W> r;
+    for (int l = 0; l < W; ++l) r.v[l] = std::sqrt(a.v[l]);
+    return r;
+  }
 }
 template <class Real, int W>
 Lanes<Real, W> tanh_(const Lanes<Real, W>& a) {
