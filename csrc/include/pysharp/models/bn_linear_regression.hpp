@@ -7,6 +7,7 @@
 
 #include "pysharp/core/bn_cosine.hpp"
 #include "pysharp/core/dense.hpp"
+#include "pysharp/models/derivatives.hpp"
 
 namespace pysharp {
 
@@ -107,5 +108,10 @@ struct BNLinearRegression {
     return defined;
   }
 };
+
+// Its HVP and third order take the top-coefficient path (derivatives.hpp);
+// a signature change that loses it would otherwise only show as a slowdown.
+static_assert(writes_top_coefficient<BNLinearRegression<double>, Jet<double, 1>, double>::value,
+              "BNLinearRegression::loss_grad must accept a gradient of the jets' coefficient type");
 
 }  // namespace pysharp

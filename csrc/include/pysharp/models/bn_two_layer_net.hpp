@@ -17,6 +17,7 @@
 
 #include "pysharp/core/activation.hpp"
 #include "pysharp/core/dense.hpp"
+#include "pysharp/models/derivatives.hpp"
 
 namespace pysharp {
 
@@ -113,5 +114,10 @@ struct BNTwoLayerNet {
     return defined;
   }
 };
+
+// Its HVP and third order take the top-coefficient path (derivatives.hpp);
+// a signature change that loses it would otherwise only show as a slowdown.
+static_assert(writes_top_coefficient<BNTwoLayerNet<double>, Jet<double, 1>, double>::value,
+              "BNTwoLayerNet::loss_grad must accept a gradient of the jets' coefficient type");
 
 }  // namespace pysharp
