@@ -219,4 +219,32 @@ void bind_model(py::class_<Core>& cls) {
   bind_engine<Exec, Core, Real>(cls);
 }
 
+// The constructors of the model classes. _core's holders keep host arrays and
+// _cuda's device copies, but both take these arguments, which pysharp/models/
+// passes by name: one list per model, so the untested-in-CI GPU module cannot
+// drift from the CPU one.
+template <class Real, class Core>
+void def_init_BNLinearRegression(py::class_<Core>& cls) {
+  cls.def(py::init<const carray<Real>&, const carray<Real>&, double, const carray<Real>&,
+                   const carray<Real>&, const carray<Real>&, double>(),
+          py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("sigma"), py::arg("ut"),
+          py::arg("V"), py::arg("uperp2"));
+}
+template <class Real, class Core>
+void def_init_BNMatrixCompletion(py::class_<Core>& cls) {
+  cls.def(py::init<const carray<int>&, const carray<int>&, const carray<Real>&, double, int,
+                   int, int>(),
+          py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
+          py::arg("m2"), py::arg("rank"));
+}
+template <class Real, class Core>
+void def_init_BNTwoLayerNet(py::class_<Core>& cls) {
+  cls.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("Xc"),
+          py::arg("y"), py::arg("width"), py::arg("activation"));
+}
+template <class Real, class Core>
+void def_init_Toy3D(py::class_<Core>& cls) {
+  cls.def(py::init<double>(), py::arg("c"));
+}
+
 }  // namespace pysharp::module

@@ -259,18 +259,12 @@ py::tuple tridiagonal_eigh_rows(const carray<double>& d, const carray<double>& e
 template <class Real>
 void bind_dtype(py::module_& m, const std::string& suffix) {
   py::class_<BNLinRegCore<Real>> linreg(m, ("BNLinearRegression" + suffix).c_str());
-  linreg.def(py::init<const carray<Real>&, const carray<Real>&, double, const carray<Real>&,
-                      const carray<Real>&, const carray<Real>&, double>(),
-             py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("sigma"), py::arg("ut"),
-             py::arg("V"), py::arg("uperp2"));
+  module::def_init_BNLinearRegression<Real>(linreg);
   bind_model<BNLinRegCore<Real>, Real>(linreg);
 
   using MC = BNMatrixCompletionCore<Real>;
   py::class_<MC> mc(m, ("BNMatrixCompletion" + suffix).c_str());
-  mc.def(py::init<const carray<int>&, const carray<int>&, const carray<Real>&, double,
-                  int, int, int>(),
-         py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
-         py::arg("m2"), py::arg("rank"));
+  module::def_init_BNMatrixCompletion<Real>(mc);
   bind_model<MC, Real>(mc);
   mc.def(
       "test_loss",
@@ -308,12 +302,11 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
 
   using BN2 = BNTwoLayerNetCore<Real>;
   py::class_<BN2> bn2(m, ("BNTwoLayerNet" + suffix).c_str());
-  bn2.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("Xc"),
-          py::arg("y"), py::arg("width"), py::arg("activation"));
+  module::def_init_BNTwoLayerNet<Real>(bn2);
   bind_model<BN2, Real>(bn2);
 
   py::class_<Toy3DCore<Real>> toy(m, ("Toy3D" + suffix).c_str());
-  toy.def(py::init<double>(), py::arg("c"));
+  module::def_init_Toy3D<Real>(toy);
   bind_model<Toy3DCore<Real>, Real>(toy);
 }
 

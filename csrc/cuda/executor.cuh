@@ -294,35 +294,28 @@ void add_methods(py::class_<Core>& cls) {
 template <class Real>
 void bind_BNLinearRegression(py::module_& m, const std::string& suffix) {
   py::class_<BNLinRegCuda<Real>> cls(m, ("BNLinearRegression" + suffix).c_str());
-  cls.def(py::init<const carray<Real>&, const carray<Real>&, double, const carray<Real>&,
-                   const carray<Real>&, const carray<Real>&, double>(),
-          py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("sigma"), py::arg("ut"),
-          py::arg("V"), py::arg("uperp2"));
+  module::def_init_BNLinearRegression<Real>(cls);
   add_methods<BNLinRegCuda<Real>, Real>(cls);
 }
 
 template <class Real>
 void bind_BNMatrixCompletion(py::module_& m, const std::string& suffix) {
   py::class_<BNMatrixCompletionCuda<Real>> cls(m, ("BNMatrixCompletion" + suffix).c_str());
-  cls.def(py::init<const carray<int>&, const carray<int>&, const carray<Real>&, double, int,
-                   int, int>(),
-          py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
-          py::arg("m2"), py::arg("rank"));
+  module::def_init_BNMatrixCompletion<Real>(cls);
   add_methods<BNMatrixCompletionCuda<Real>, Real>(cls);
 }
 
 template <class Real>
 void bind_BNTwoLayerNet(py::module_& m, const std::string& suffix) {
   py::class_<BNTwoLayerNetCuda<Real>> cls(m, ("BNTwoLayerNet" + suffix).c_str());
-  cls.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("Xc"),
-          py::arg("y"), py::arg("width"), py::arg("activation"));
+  module::def_init_BNTwoLayerNet<Real>(cls);
   add_methods<BNTwoLayerNetCuda<Real>, Real>(cls);
 }
 
 template <class Real>
 void bind_Toy3D(py::module_& m, const std::string& suffix) {
   py::class_<Toy3DCuda<Real>> cls(m, ("Toy3D" + suffix).c_str());
-  cls.def(py::init<double>(), py::arg("c"));
+  module::def_init_Toy3D<Real>(cls);
   add_methods<Toy3DCuda<Real>, Real>(cls);
 }
 
