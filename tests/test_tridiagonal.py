@@ -1,5 +1,6 @@
-"""The implicit-QL tridiagonal eigensolver (engine/tridiagonal.hpp), one matrix at a time
-and in lockstep lane blocks, against SciPy's LAPACK solver.
+"""The tridiagonal routines of engine/tridiagonal.hpp, one matrix at a time and in lockstep
+lane blocks, against SciPy's LAPACK solver: the implicit-QL eigensolver, inverse iteration,
+and the O(m) top-pair test of the lockstep Lanczos.
 
 The lane version serves the batched Lanczos convergence tests: every lane runs its own QL
 iteration, masked while the others rotate, so a matrix's result must not depend on which
@@ -160,3 +161,87 @@ def test_inverse_iteration_from_a_start_orthogonal_to_all_ones():
     T = _dense(d[0], e[0])
     assert np.linalg.norm(T @ s + s) < 1e-14 * np.abs(T).sum(axis=1).max()
     assert abs(abs(V[:, 3] @ s) - 1) < 1e-14
+
+
+# -- the Lanczos convergence test's top Ritz pair (Laguerre + twisted factorisation) --------
+top_test = core._tridiagonal_top_test
+
+
+def _hard_matrices(rng, B, m):
+    """_matrices' cases with nonzero couplings (the test refuses zero ones), plus nearly
+    decoupled indices (a top eigenvector whose last entry is far below rounding),
+    negative definite matrices and extreme scales."""
+    d, e = _matrices(rng, B, m)
+    e[3::5, :-1] = rng.standard_normal((len(range(3, B, 5)), m - 1))  # no zero coupling
+    e[1::5, :-1] = np.where(e[1::5, :-1] == 0, 1e-300, e[1::5, :-1])
+    e[1::7, :-1] *= 1e-8
+    d[2::7] = -np.abs(d[2::7]) * 3
+    d[5::7] *= 1e-200
+    e[5::7] *= 1e-200
+    d[6::7] *= 1e250
+    e[6::7] *= 1e250
+    return d, e
+
+
+@pytest.mark.parametrize("lanes", [False, True])
+@pytest.mark.parametrize("m", [1, 2, 3, 7, 16, 33])
+def test_top_test_matches_lapack(m, lanes):
+    """theta and ||T|| to rounding of ||T||, and the last entry of theta's unit eigenvector
+    to rounding (absolute: LAPACK's own vector is no better), for every hard case."""
+    d, e = _hard_matrices(np.random.default_rng(10 + m), 70, m)
+    theta, z, norm, ok = top_test(d, e, lanes)
+    assert ok.all()
+    for b in range(d.shape[0]):
+        w, V = eigh_tridiagonal(d[b], e[b, :-1])
+        scale = np.abs(w).max()
+        assert abs(theta[b] - w[-1]) <= 4e-15 * scale, b
+        assert abs(norm[b] - scale) <= 4e-15 * scale, b
+        if m == 1 or w[-1] - w[-2] > 1e-6 * scale:  # an isolated eigenvalue: a unique vector
+            assert abs(z[b] - abs(V[-1, -1])) <= 1e-13, b
+
+
+def test_top_test_sees_a_last_entry_far_below_rounding():
+    """A Ritz value that has converged at a nearly decoupled index: its eigenvector's last
+    entry is a product of tiny couplings (about 1e-40 here), which the pivots from the top
+    alone lose (theta's rounding leaves the pivot at that index without a correct digit)."""
+    d = np.array([[0.0, 0.3, 3.0, 1.0, 0.5, -0.2]])
+    e = np.array([[0.7, 0.4, 1e-8, 1e-8, 1e-8, 0.0]])
+    theta, z, _, ok = top_test(d, e, False)
+    w, V = eigh_tridiagonal(d[0], e[0, :-1])
+    assert ok[0] and abs(theta[0] - w[-1]) <= 4e-15 * abs(w[-1])
+    assert abs(V[-1, -1]) < 1e-20 and z[0] < 1e-20
+    np.testing.assert_allclose(z[0], abs(V[-1, -1]), rtol=1e-6)
+
+
+def test_top_test_finds_the_top_of_two_close_decoupled_values():
+    """Laguerre's step from just below the top root of a 2 x 2 matrix lands exactly on the
+    other root; the step's sign rule and the Sturm certificate keep the top one."""
+    rng = np.random.default_rng(12)
+    d = rng.standard_normal((200, 2))
+    e = np.zeros((200, 2))
+    e[:, 0] = rng.choice([1e-8, 1e-4, 1.0], 200) * rng.standard_normal(200)
+    theta, _, norm, ok = top_test(d, e, True)
+    assert ok.all()
+    for b in range(200):
+        w = eigh_tridiagonal(d[b], e[b, :-1], eigvals_only=True)
+        assert abs(theta[b] - w[-1]) <= 4e-15 * np.abs(w).max(), b
+
+
+def test_top_test_refuses_what_it_cannot_vouch_for_and_lanes_stay_apart():
+    """A zero coupling (T splits: theta's vector may miss the last row) or a non-finite
+    entry fails that matrix alone, to be decomposed by QL instead; a matrix's result has
+    the same bits beside any neighbours in its lane block."""
+    rng = np.random.default_rng(13)
+    d, e = _hard_matrices(rng, 40, 9)
+    e[4, 3] = 0.0
+    d[7, 2] = np.nan
+    e[9, 1] = np.inf
+    theta, z, norm, ok = top_test(d, e, True)
+    assert ok.tolist() == [b not in (4, 7, 9) for b in range(40)]
+    alone = [top_test(d[b:b + 1], e[b:b + 1], True) for b in range(40)]
+    for trial in range(3):
+        order = rng.permutation(40)[: 9 + 13 * trial]
+        res = top_test(d[order], e[order], True)
+        for i, b in enumerate(order):
+            for got, single in zip(res, alone[b]):
+                assert np.array_equal(got[i], single[0], equal_nan=True)

@@ -29,6 +29,19 @@ namespace pysharp {
 PYSHARP_HD inline double sqrt_(double x) { return sqrt(x); }
 PYSHARP_HD inline float sqrt_(float x) { return sqrtf(x); }
 
+// 2^-e with |x| 2^-e in [0.5, 1) (1 for x = 0): multiplying by it brings x to
+// order one exactly. Unspecified for non-finite x.
+PYSHARP_HD inline double inverse_binade(double x) {
+  int e = 0;
+  frexp(x, &e);
+  return ldexp(1.0, -e);
+}
+PYSHARP_HD inline float inverse_binade(float x) {
+  int e = 0;
+  frexpf(x, &e);
+  return ldexpf(1.0f, -e);
+}
+
 // The plain value of a scalar or of a Jet (defined there); used to test
 // degeneracy (a zero normaliser) on the value part only.
 PYSHARP_HD inline double value_of(double x) { return x; }

@@ -1,12 +1,13 @@
 // Lanczos for the largest eigenpair (k = 1) of W symmetric operators at once,
 // one per lane of a lane block (core/lanes.hpp): the operator is applied to a
 // whole block of Krylov vectors (one HVP of jets of lanes serves W points) and
-// the recurrence, the full reorthogonalisation, the convergence tests (the QL
-// solves of every lane's tridiagonal matrix, tridiagonal.hpp) and the Ritz
+// the recurrence, the full reorthogonalisation, the convergence tests (every
+// lane's top Ritz pair, tridiagonal_top_test in tridiagonal.hpp) and the Ritz
 // vectors run in SIMD across lanes. Each lane keeps its own tridiagonal
 // matrix, convergence test, restarts and stopping step, so its result never
 // depends on the other lanes: it is the result of lanczos() (lanczos.hpp, k = 1) for that lane's
-// operator, up to the rounding of the different (lane) arithmetic.
+// operator, up to rounding (lane arithmetic, and a test that finds the top
+// Ritz pair by Laguerre's iteration where lanczos() decomposes T_m by QL).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@ namespace pysharp {
 
 // Scratch of lanczos_lanes: V values and Reals.
 PYSHARP_HD inline long long lanczos_lanes_scratch_v(int D, int m_max) {
-  return (m_max + 2LL) * D + 5LL * m_max;
+  return (m_max + 2LL) * D + 6LL * m_max;
 }
 PYSHARP_HD inline long long lanczos_lanes_scratch_reals(int D, int m_max, int W) {
   return 7LL * m_max + W * (m_max + 1LL) + 2LL * D;
@@ -46,7 +47,7 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
   V* beta = alpha + m_max;                           // m_max
   V* d_all = beta + m_max;                           // every lane's T: m_max
   V* e_all = d_all + m_max;                          // m_max
-  V* z_all = e_all + m_max;                          // last eigenvector row: m_max
+  V* z_all = e_all + m_max;  // last eigenvector row, or the test's work: 2 m_max
   Real* d = rscratch;                                // one lane's T: m_max
   Real* e = d + m_max;                               // m_max
   Real* work = e + m_max;                            // the eigenvector solve: 5 m_max
@@ -160,15 +161,28 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
     const int m = j + 1;
     const bool last = m == m_max;
     const bool test = lanczos_tests_at(o, m, m_max);
-    mask_t<V> decomposed = false;
-    if (test) {  // every active lane's T_m at once: eigenvalues, last eigenvector row
+    // The test's numbers for every active lane at once: the top Ritz value,
+    // the last entry of its vector and ||T_m|| (tridiagonal_top_test, O(m)
+    // per iteration); a lane it cannot vouch for gets T_m's full QL
+    // decomposition instead, and a stopped lane a harmless matrix.
+    V theta_all, z_top, norm_all;
+    mask_t<V> fast = false, decomposed = true;
+    if (test) {
       mask_t<V> live = false;
       for (int l = 0; l < W; ++l) set_lane(live, l, active[l]);
-      for (int i = 0; i < m; ++i) {  // a stopped lane gets a zero matrix: nothing to rotate
+      for (int i = 0; i < m; ++i) {
         d_all[i] = select(live, alpha[i], V(Real(0)));
-        e_all[i] = i + 1 < m ? select(live, beta[i], V(Real(0))) : V(Real(0));
+        e_all[i] = i + 1 < m ? select(live, beta[i], V(Real(1))) : V(Real(0));
       }
-      decomposed = tridiagonal_eigh(m, d_all, e_all, z_all, m - 1, 1);
+      fast = tridiagonal_top_test(m, d_all, e_all, &theta_all, &z_top, &norm_all, z_all);
+      const mask_t<V> slow = live & !fast;
+      if (any(slow)) {  // a stopped or vouched-for lane gets a zero matrix: nothing to rotate
+        for (int i = 0; i < m; ++i) {
+          d_all[i] = select(slow, alpha[i], V(Real(0)));
+          e_all[i] = i + 1 < m ? select(slow, beta[i], V(Real(0))) : V(Real(0));
+        }
+        decomposed = tridiagonal_eigh(m, d_all, e_all, z_all, m - 1, 1) | !slow;
+      }
     }
     mask_t<V> restarted = false;
     for (int l = 0; l < W; ++l) {
@@ -179,15 +193,23 @@ PYSHARP_HD void lanczos_lanes(Apply& apply, int D, const LanczosOptions& o,
           active[l] = false;
           continue;
         }
-        for (int i = 0; i < m; ++i) d[i] = lane(d_all[i], l);
-        const int best = detail::next_largest(d, m, -1);
-        Real top = Real(0);
-        for (int i = 0; i < m; ++i) top = fabs(d[i]) > top ? fabs(d[i]) : top;
+        Real theta, top, z_last;
+        if (lane(fast, l)) {
+          theta = lane(theta_all, l);
+          top = lane(norm_all, l);
+          z_last = lane(z_top, l);
+        } else {
+          for (int i = 0; i < m; ++i) d[i] = lane(d_all[i], l);
+          const int best = detail::next_largest(d, m, -1);
+          theta = d[best];
+          z_last = lane(z_all[best], l);
+          top = Real(0);
+          for (int i = 0; i < m; ++i) top = fabs(d[i]) > top ? fabs(d[i]) : top;
+        }
         const Real floor = top > Real(0) ? top : Real(1);
-        reports[l].converged =
-            lane(beta[j], l) * fabs(lane(z_all[best], l)) <= Real(o.tol) * floor;
+        reports[l].converged = lane(beta[j], l) * fabs(z_last) <= Real(o.tol) * floor;
         if (reports[l].converged || last) {
-          finish(l, m, d[best]);
+          finish(l, m, theta);
           continue;
         }
       }

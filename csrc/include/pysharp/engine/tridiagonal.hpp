@@ -115,6 +115,207 @@ PYSHARP_HD mask_t<V> tridiagonal_eigh(int m, V* d, V* e, V* Z, int first_row = 0
   return ok;
 }
 
+namespace detail {
+template <class V>
+PYSHARP_HD V lane_max(const V& x, const V& y) {
+  return select(x < y, y, x);
+}
+template <class V>
+PYSHARP_HD V lane_min(const V& x, const V& y) {
+  return select(y < x, y, x);
+}
+
+// p'/p and -(p'/p)' at x for p(x) = det(sg T - x I), T of order m given by
+// its diagonal a times s and squared couplings b2 (already times s^2), from the
+// pivots of sg T - x I = L D L^T: u_0 = sg a_0 s - x, u_k = sg a_k s - x -
+// b2_{k-1} / u_{k-1}. p is their product, so p'/p = sum u_k'/u_k, and the
+// derivatives follow the same recurrence.
+template <class V>
+PYSHARP_HD void log_derivatives(int m, const V* a, const V& s, const V* b2,
+                                lane_real_t<V> sg, const V& x, V& G, V& H) {
+  using Real = lane_real_t<V>;
+  V u = sg * a[0] * s - x;
+  V inv = Real(1) / u;
+  V t = -inv;         // u'/u (u' = -1)
+  V dd = V(Real(0));  // u''
+  G = t;
+  H = t * t;
+  for (int k = 1; k < m; ++k) {
+    const V c = b2[k - 1] * inv;  // b^2 / u_{k-1}
+    const V du = c * t - Real(1);
+    dd = c * (dd * inv - Real(2) * t * t);
+    u = (sg * a[k] * s - x) - c;
+    inv = Real(1) / u;
+    t = du * inv;
+    G += t;
+    H += t * t - dd * inv;
+  }
+}
+
+// Laguerre's iteration for the largest root of p (as in log_derivatives), from
+// x above it: for a polynomial with real roots it decreases monotonically to
+// that root, cubically near it; the sign of the root in the step follows G, so
+// an iterate that rounding puts just below the root steps back up to it. Lanes
+// in `run` iterate, each until its step falls below the rounding of the scaled
+// matrix (norm < 1); returns the lanes that had not, after 64 iterations.
+template <class V>
+PYSHARP_HD mask_t<V> laguerre_top(int m, const V* a, const V& s, const V* b2,
+                                  lane_real_t<V> sg, V& x, mask_t<V> run) {
+  using Real = lane_real_t<V>;
+  const Real eps = machine_eps<Real>();
+  for (int it = 0; it < 64 && any(run); ++it) {
+    V G, H;
+    log_derivatives(m, a, s, b2, sg, x, G, H);
+    V disc = Real(m - 1) * (Real(m) * H - G * G);  // >= 0 in exact arithmetic
+    disc = select(disc > V(Real(0)), disc, V(Real(0)));
+    const V root = sqrt_(disc);
+    const V step = Real(m) / (G + select(G < V(Real(0)), -root, root));
+    const mask_t<V> good = run & (step - step == V(Real(0)));  // finite: else x is the root
+    x = select(good, x - step, x);
+    run = good & (fabs(step) > Real(2) * eps * (fabs(x) + Real(1)));
+  }
+  return run;
+}
+
+// Per lane: whether sg T - y I (as in log_derivatives) is negative definite,
+// that is, every eigenvalue of sg T lies below y (all pivots negative).
+template <class V>
+PYSHARP_HD mask_t<V> all_below(int m, const V* a, const V& s, const V* b2,
+                               lane_real_t<V> sg, const V& y) {
+  using Real = lane_real_t<V>;
+  V u = sg * a[0] * s - y;
+  mask_t<V> neg = u < V(Real(0));
+  for (int k = 1; k < m; ++k) {
+    u = (sg * a[k] * s - y) - b2[k - 1] / u;
+    neg = neg & (u < V(Real(0)));
+  }
+  return neg;
+}
+
+// Whether x is, to `margin`, the largest eigenvalue of sg T: none above
+// x + margin, one at least above x - margin. Sturm counts are exact for a
+// matrix within a few ulps of T, so this certifies Laguerre's root whatever
+// path its iterates took.
+template <class V>
+PYSHARP_HD mask_t<V> is_top(int m, const V* a, const V& s, const V* b2, lane_real_t<V> sg,
+                            const V& x, lane_real_t<V> margin) {
+  return all_below(m, a, s, b2, sg, x + margin) & !all_below(m, a, s, b2, sg, x - margin);
+}
+}  // namespace detail
+
+// What the Lanczos convergence test for the top eigenpair needs of a symmetric
+// tridiagonal T of order m >= 1 (diagonal a, b[i] couples i and i + 1): its
+// largest eigenvalue theta, the magnitude z of the last component of theta's
+// unit eigenvector, and ||T||_2 = max |eigenvalue|. O(m) per iteration, where
+// the decomposition of tridiagonal_eigh costs O(m^2) rotations, each a chain
+// of a square root and a division.
+//
+// T is rescaled by a power of two (exact) to a Gershgorin bound of order one.
+// Laguerre's iteration on det(T - x I) (detail::laguerre_top) runs from above
+// the Gershgorin bound down to theta. A Sturm count at -|theta| (a negative
+// pivot: an eigenvalue below) says whether ||T|| needs the smallest
+// eigenvalue too, found the same way on -T. Sturm counts certify both roots.
+// A twisted factorisation at theta (pivots from both ends, meeting where the
+// eigenvector is largest) gives the eigenvector's entries as products of
+// accurate ratios, so z is accurate even where it is far below rounding.
+//
+// Returns false (per lane) where it does not vouch for its result: a zero or
+// non-finite coupling (T splits, and theta's eigenvector may miss the last
+// row), non-finite values, no convergence; the caller then falls back on
+// tridiagonal_eigh. Each lane iterates on its own (masked), so its result does
+// not depend on the other lanes. work: 2 m values.
+template <class V>
+PYSHARP_HD mask_t<V> tridiagonal_top_test(int m, const V* a, const V* b, V* theta, V* z,
+                                          V* norm, V* work) {
+  using Real = lane_real_t<V>;
+  using M = mask_t<V>;
+  constexpr int W = lane_width<V>;
+  V* b2 = work;
+  V* inv = work + m;
+  M ok = true;
+  V hi = a[0], lo = a[0];
+  for (int i = 0; i < m; ++i) {
+    V r = V(Real(0));
+    if (i > 0) r = fabs(b[i - 1]);
+    if (i + 1 < m) {
+      r = r + fabs(b[i]);
+      ok = ok & (fabs(b[i]) > V(Real(0)));
+    }
+    hi = detail::lane_max(hi, a[i] + r);
+    lo = detail::lane_min(lo, a[i] - r);
+  }
+  const V big = detail::lane_max(fabs(hi), fabs(lo));
+  ok = ok & (big - big == V(Real(0)));  // finite
+  V s = V(Real(1));
+  for (int l = 0; l < W; ++l) set_lane(s, l, inverse_binade(lane(big, l)));
+  for (int k = 0; k + 1 < m; ++k) b2[k] = (b[k] * s) * (b[k] * s);
+  const V margin = (hi - lo) * s * Real(1.0 / 256);  // strictly above the spectrum
+
+  // Certificates of the Laguerre roots, in units of the scaled ||T|| < 1: a
+  // root that fails one goes to tridiagonal_eigh.
+  const Real window = Real(32) * machine_eps<Real>();
+  V top = hi * s + margin;
+  M failed = detail::laguerre_top(m, a, s, b2, Real(1), top, ok);
+  failed = failed | !detail::is_top(m, a, s, b2, Real(1), top, window);
+
+  // An eigenvalue below -|theta|? Then ||T|| = -(smallest eigenvalue).
+  const M below = ok & !detail::all_below(m, a, s, b2, Real(-1), fabs(top));
+  V bottom = -lo * s + margin;  // the top of -T
+  if (any(below)) {
+    failed = failed | detail::laguerre_top(m, a, s, b2, Real(-1), bottom, below);
+    failed = failed | (below & !detail::is_top(m, a, s, b2, Real(-1), bottom, window));
+  }
+  const V scaled_norm = select(below, detail::lane_max(fabs(top), bottom), fabs(top));
+
+  // theta's eigenvector x from the twisted factorisation at theta: the pivots
+  // from the top (u) and from the bottom (v) meet at the index r where
+  // gamma_r = u_r + v_r - (a_r - theta) is smallest; x_r = 1, x_k = -(b_k / u_k)
+  // x_{k+1} above r, x_k = -(b_{k-1} / v_k) x_{k-1} below. Starting where x is
+  // largest keeps every ratio used accurate: a pivot that theta's rounding
+  // leaves without a correct digit (a Ritz value converged at a nearly
+  // decoupled index) is never divided by. In place: inv[k] takes u_k, then
+  // (x_k / x_{k+1})^2; b2[k] takes (x_{k+1} / x_k)^2.
+  V* piv = inv;
+  V u = a[0] * s - top;
+  piv[0] = u;
+  for (int k = 0; k + 1 < m; ++k) {
+    u = (a[k + 1] * s - top) - b2[k] / u;
+    piv[k + 1] = u;
+  }
+  V v = a[m - 1] * s - top;
+  V best = fabs(piv[m - 1]), r = V(Real(m - 1));
+  for (int k = m - 2; k >= 0; --k) {
+    const V diag = a[k] * s - top;
+    const V up = b2[k] / (piv[k] * piv[k]);
+    const V down = b2[k] / (v * v);
+    v = diag - b2[k] / v;
+    const V gamma = fabs(piv[k] + v - diag);
+    piv[k] = up;
+    b2[k] = down;
+    const M better = gamma < best;
+    best = select(better, gamma, best);
+    r = select(better, V(Real(k)), r);
+  }
+  V sum = V(Real(1)), xk2 = V(Real(1));  // ||x||^2 and x_k^2
+  for (int k = m - 2; k >= 0; --k) {
+    const M on = V(Real(k)) < r;
+    xk2 = select(on, xk2 * piv[k], xk2);
+    sum += select(on, xk2, V(Real(0)));
+  }
+  xk2 = V(Real(1));
+  for (int k = 1; k < m; ++k) {
+    const M on = r < V(Real(k));
+    xk2 = select(on, xk2 * b2[k - 1], xk2);
+    sum += select(on, xk2, V(Real(0)));
+  }
+  *z = sqrt_(xk2 / sum);  // xk2 = x_{m-1}^2
+  *theta = top / s;
+  *norm = scaled_norm / s;
+  ok = ok & !failed & (*z == *z) & (*theta - *theta == V(Real(0))) &
+       (*norm - *norm == V(Real(0)));
+  return ok;
+}
+
 // The unit eigenvector s (m) of the symmetric tridiagonal matrix with diagonal
 // a (m) and off-diagonal b (b[i] couples i and i+1, i < m - 1) for its
 // eigenvalue theta (accurate to rounding, e.g. from tridiagonal_eigh): two
