@@ -257,17 +257,18 @@ py::tuple tridiagonal_eigh_rows(const carray<double>& d, const carray<double>& e
 }
 
 // tridiagonal_top_test (engine/tridiagonal.hpp) on B matrices of order m, one
-// per row of d and e: theta, z, norm and ok, each (B,). lanes = true runs lane
-// blocks (the last one padded with a matrix of unit couplings), as the lockstep
-// Lanczos convergence tests do; false, one matrix at a time. For tests.
-py::tuple tridiagonal_top_test_rows(const carray<double>& d, const carray<double>& e,
-                                    bool lanes) {
+// per row of d and e, in Real: theta, z, norm and ok, each (B,). lanes = true
+// runs lane blocks (the last one padded with a matrix of unit couplings), as
+// the lockstep Lanczos convergence tests do; false, one matrix at a time. For
+// tests.
+template <class Real>
+py::tuple tridiagonal_top_test_rows(const carray<Real>& d, const carray<Real>& e, bool lanes) {
   require(d.ndim() == 2 && e.ndim() == 2 && d.shape(0) == e.shape(0) &&
               d.shape(1) == e.shape(1) && d.shape(1) >= 1,
           "d and e must both have shape (B, m), m >= 1");
   const py::ssize_t B = d.shape(0);
   const int m = static_cast<int>(d.shape(1));
-  carray<double> theta(B), z(B), norm(B);
+  carray<Real> theta(B), z(B), norm(B);
   flags ok(B);
   auto run = [&](auto lane_type, py::ssize_t b0) {
     using V = decltype(lane_type);
@@ -276,8 +277,8 @@ py::tuple tridiagonal_top_test_rows(const carray<double>& d, const carray<double
     for (int i = 0; i < m; ++i)
       for (int l = 0; l < L; ++l) {
         const bool in = b0 + l < B;
-        set_lane(a[i], l, in ? d.data()[(b0 + l) * m + i] : 0.0);
-        set_lane(c[i], l, in ? e.data()[(b0 + l) * m + i] : 1.0);
+        set_lane(a[i], l, in ? d.data()[(b0 + l) * m + i] : Real(0));
+        set_lane(c[i], l, in ? e.data()[(b0 + l) * m + i] : Real(1));
       }
     V t, zz, nn;
     const mask_t<V> good = tridiagonal_top_test(m, a.data(), c.data(), &t, &zz, &nn, work.data());
@@ -288,12 +289,12 @@ py::tuple tridiagonal_top_test_rows(const carray<double>& d, const carray<double
       ok.mutable_data()[b0 + l] = lane(good, l);
     }
   };
-  constexpr int L = kNativeLanes<double>;
+  constexpr int L = kNativeLanes<Real>;
   for (py::ssize_t b0 = 0; b0 < B; b0 += lanes ? L : 1) {
     if (lanes)
-      run(Lanes<double, L>(), b0);
+      run(Lanes<Real, L>(), b0);
     else
-      run(0.0, b0);
+      run(Real(0), b0);
   }
   return py::make_tuple(theta, z, norm, ok);
 }
@@ -367,8 +368,10 @@ PYBIND11_MODULE(_core, m) {
         py::arg("first_row"), py::arg("rows"), py::arg("lanes"));
   m.def("_tridiagonal_eigenvectors", &tridiagonal_eigenvectors, py::arg("d"), py::arg("e"),
         py::arg("theta"));
-  m.def("_tridiagonal_top_test", &tridiagonal_top_test_rows, py::arg("d"), py::arg("e"),
-        py::arg("lanes"));
+  m.def("_tridiagonal_top_test", &tridiagonal_top_test_rows<double>, py::arg("d"),
+        py::arg("e"), py::arg("lanes"));
+  m.def("_tridiagonal_top_test_f32", &tridiagonal_top_test_rows<float>, py::arg("d"),
+        py::arg("e"), py::arg("lanes"));
   m.attr("METHODS") = module::method_names();
   py::dict safe;  // kernels mark rows outside these squared norms ok = 2 (cpu/batched.hpp)
   safe["float64"] = py::make_tuple(cpu::SafeNorm2<double>::lo, cpu::SafeNorm2<double>::hi);

@@ -245,3 +245,28 @@ def test_top_test_refuses_what_it_cannot_vouch_for_and_lanes_stay_apart():
         for i, b in enumerate(order):
             for got, single in zip(res, alone[b]):
                 assert np.array_equal(got[i], single[0], equal_nan=True)
+
+
+@pytest.mark.parametrize("lanes", [False, True])
+@pytest.mark.parametrize("m", [1, 2, 7, 20])
+def test_top_test_in_float32(m, lanes):
+    """The float32 lanes (16 per AVX-512 register) of the float32 lockstep Lanczos: theta and
+    ||T|| to float32 rounding of ||T||, z to float32 rounding."""
+    rng = np.random.default_rng(20 + m)
+    d = rng.standard_normal((50, m))
+    e = rng.standard_normal((50, m))
+    e[:, -1] = 0.0
+    d[1::5] = np.round(d[1::5] * 2)
+    d[2::5] = -np.abs(d[2::5]) * 3
+    d[3::5] *= 1e20
+    e[3::5] *= 1e20
+    d32, e32 = d.astype(np.float32), e.astype(np.float32)
+    theta, z, norm, ok = core._tridiagonal_top_test_f32(d32, e32, lanes)
+    assert theta.dtype == np.float32 and ok.all()
+    for b in range(50):
+        w, V = eigh_tridiagonal(d32[b].astype(float), e32[b, :-1].astype(float))
+        scale = np.abs(w).max()
+        assert abs(theta[b] - w[-1]) <= 4e-7 * scale, b
+        assert abs(norm[b] - scale) <= 4e-7 * scale, b
+        if m == 1 or w[-1] - w[-2] > 1e-2 * scale:
+            assert abs(z[b] - abs(V[-1, -1])) <= 1e-5, b
