@@ -270,3 +270,22 @@ def test_top_test_in_float32(m, lanes):
         assert abs(norm[b] - scale) <= 4e-7 * scale, b
         if m == 1 or w[-1] - w[-2] > 1e-2 * scale:
             assert abs(z[b] - abs(V[-1, -1])) <= 1e-5, b
+
+
+def test_top_test_refuses_a_cluster_it_cannot_resolve():
+    """A top cluster far tighter than rounding (glued 2 x 2 blocks): Laguerre converges
+    only linearly there and stops short, up to ~40 eps above the top. The Sturm window
+    (8 eps of the scaled norm) must then refuse, so that QL answers; whatever it accepts
+    is within 20 eps of ||T||."""
+    eps = np.finfo(float).eps
+    cases = [(np.tile([1.0, 1 - 1e-11], 100), np.tile([1e-11, 1e-20], 100))]
+    rng = np.random.default_rng(14)
+    for width in (1e-12, 1e-10, 1e-8):
+        cases.append((1 + width * rng.standard_normal(200), width * rng.standard_normal(200)))
+    for d, e in cases:
+        e[-1] = 0.0
+        theta, _, norm, ok = top_test(d[None], e[None], False)
+        w = eigh_tridiagonal(d, e[:-1], eigvals_only=True)
+        if ok[0]:
+            assert abs(theta[0] - w[-1]) <= 20 * eps * np.abs(w).max()
+            assert abs(norm[0] - np.abs(w).max()) <= 20 * eps * np.abs(w).max()

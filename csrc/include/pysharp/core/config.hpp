@@ -30,7 +30,8 @@ PYSHARP_HD inline double sqrt_(double x) { return sqrt(x); }
 PYSHARP_HD inline float sqrt_(float x) { return sqrtf(x); }
 
 // 2^-e with |x| 2^-e in [0.5, 1) (1 for x = 0): multiplying by it brings x to
-// order one exactly. Unspecified for non-finite x.
+// order one exactly. inf for |x| below 2^-1024 (float: 2^-128), unspecified
+// for non-finite x.
 PYSHARP_HD inline double inverse_binade(double x) {
   int e = 0;
   frexp(x, &e);
