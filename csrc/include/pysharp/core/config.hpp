@@ -78,6 +78,12 @@ PYSHARP_HD T select(bool m, const T& a, const T& b) {
 }
 PYSHARP_HD inline bool any(bool m) { return m; }
 
+// Per lane: not NaN and not infinite.
+template <class V>
+PYSHARP_HD mask_t<V> is_finite(const V& x) {
+  return x - x == V(0);
+}
+
 // Sum of a[i] b[i] in index order, lane by lane.
 template <class V>
 PYSHARP_HD V lane_dot(const V* a, const V* b, int n) {

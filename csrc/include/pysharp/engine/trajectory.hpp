@@ -98,12 +98,6 @@ PYSHARP_HD bool all_finite(const Real* x, int n) {
   return true;
 }
 
-// Per lane: not NaN and not infinite.
-template <class V>
-PYSHARP_HD mask_t<V> is_finite(const V& x) {
-  return x - x == V(0);
-}
-
 // How the engine sees an iterate. FullSpaceState stores w itself; other
 // states (bn_linreg_spectral.hpp) carry an exact reduced representation.
 // V is Real (one trajectory) or a lane block of W trajectories (core/lanes.hpp),

@@ -170,7 +170,7 @@ PYSHARP_HD mask_t<V> laguerre_top(int m, const V* a, const V& s, const V* b2,
     disc = select(disc > V(Real(0)), disc, V(Real(0)));
     const V root = sqrt_(disc);
     const V step = Real(m) / (G + select(G < V(Real(0)), -root, root));
-    const mask_t<V> good = run & (step - step == V(Real(0)));  // finite: else x is the root
+    const mask_t<V> good = run & is_finite(step);  // else x is the root
     x = select(good, x - step, x);
     run = good & (fabs(step) > Real(2) * eps * (fabs(x) + Real(1)));
   }
@@ -245,7 +245,7 @@ PYSHARP_HD mask_t<V> tridiagonal_top_test(int m, const V* a, const V* b, V* thet
     lo = detail::lane_min(lo, a[i] - r);
   }
   const V big = detail::lane_max(fabs(hi), fabs(lo));
-  ok = ok & (big - big == V(Real(0)));  // finite
+  ok = ok & is_finite(big);
   V s = V(Real(1));
   for (int l = 0; l < W; ++l) set_lane(s, l, inverse_binade(lane(big, l)));
   for (int k = 0; k + 1 < m; ++k) b2[k] = (b[k] * s) * (b[k] * s);
@@ -313,8 +313,7 @@ PYSHARP_HD mask_t<V> tridiagonal_top_test(int m, const V* a, const V* b, V* thet
   *z = sqrt_(xk2 / sum);  // xk2 = x_{m-1}^2
   *theta = top / s;
   *norm = scaled_norm / s;
-  ok = ok & !failed & (*z == *z) & (*theta - *theta == V(Real(0))) &
-       (*norm - *norm == V(Real(0)));
+  ok = ok & !failed & (*z == *z) & is_finite(*theta) & is_finite(*norm);
   return ok;
 }
 
