@@ -101,6 +101,7 @@ void def_slq(py::module_& m) {
 void bind_spectra(py::module_& m) {
   def_slq<BNLinRegCore<double>>(m);
   def_slq<BNMatrixCompletionCore<double>>(m);
+  def_slq<BNTwoLayerNetCore<double>>(m);
   def_slq<Toy3DCore<double>>(m);
   def_slq<LinearRegressionCore<double>>(m);
   def_slq<TwoLayerNetCore<double>>(m);
