@@ -1,6 +1,6 @@
 // The Python interface of a model class, written once for pysharp._core and
 // pysharp._cuda: argument checks, result arrays and their names, the GIL. What
-// runs the computation is an executor: CpuExec (bindings.cpp, OpenMP over lane
+// runs the computation is an executor: CpuExec (cpu/bind_cpu.hpp, OpenMP over lane
 // blocks) or CudaExec (cuda/executor.cuh, device copies and kernel launches), each
 // with the same static functions on host pointers:
 //

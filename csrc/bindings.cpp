@@ -20,9 +20,7 @@
 #include <omp.h>
 #endif
 
-#include "cpu/batched.hpp"
-#include "bind_model.hpp"
-#include "cpu/engine.hpp"
+#include "cpu/bind_cpu.hpp"
 #include "pysharp/models/bn_linear_regression.hpp"
 #include "pysharp/models/bn_matrix_completion.hpp"
 #include "pysharp/models/bn_two_layer_net.hpp"
@@ -121,48 +119,6 @@ struct Toy3DCore {
   Toy3D<Real> model;
   explicit Toy3DCore(double c) : model{static_cast<Real>(c)} {}
 };
-
-// Runs the bindings' calls on the CPU: OpenMP over lane blocks (cpu/).
-struct CpuExec {
-  template <class Core, class Real>
-  static void loss_grad(const Core& c, const Real* W, std::int64_t B, Real* loss, Real* G,
-                        std::uint8_t* ok) {
-    cpu::loss_grad(c.model, W, B, loss, G, ok);
-  }
-  template <int N, class Core, class Real>
-  static void directional(const Core& c, const Real* W, const Real* V, std::int64_t B,
-                          Real* out, std::uint8_t* ok) {
-    cpu::directional<N>(c.model, W, V, B, out, ok);
-  }
-  template <class Core, class Real>
-  static void hessian(const Core& c, const Real* W, std::int64_t B, Real* H, std::uint8_t* ok) {
-    cpu::hessian(c.model, W, B, H, ok);
-  }
-  template <class Core, class Real>
-  static void lanczos(const Core& c, const LanczosOptions& o, const Real* W, const Real* start,
-                      std::int64_t B, Real* evals, Real* evecs, Real* resid, int* iterations,
-                      std::uint8_t* converged, std::uint8_t* ok) {
-    cpu::lanczos_batch(c.model, o, W, start, B, evals, evecs, resid, iterations, converged, ok);
-  }
-  template <class Core, class Real>
-  static void run(const Core& c, const EngineConfig& cfg, bool reduced, const Real* W0,
-                  const Real* lr, const Real* wd, std::int64_t B, long long offset,
-                  module::RunOutputs<Real>& out) {
-    const BatchRecords<Real> rec = out.host_records();
-    if constexpr (module::has_reduced<Core>::value) {
-      if (reduced) {
-        cpu::run_batch_spectral(c.model, c.spectral, cfg, W0, lr, wd, B, offset, rec);
-        return;
-      }
-    }
-    cpu::run_batch(c.model, cfg, W0, lr, wd, B, offset, rec);
-  }
-};
-
-template <class Core, class Real>
-void bind_model(py::class_<Core>& cls) {
-  module::bind_model<CpuExec, Core, Real>(cls);
-}
 
 // Lanczos on a Python callable: the same C++ recurrence, the GIL held while
 // the callable runs. Its result is anything numpy.asarray accepts.
@@ -303,12 +259,12 @@ template <class Real>
 void bind_dtype(py::module_& m, const std::string& suffix) {
   py::class_<BNLinRegCore<Real>> linreg(m, ("BNLinearRegression" + suffix).c_str());
   module::def_init_BNLinearRegression<Real>(linreg);
-  bind_model<BNLinRegCore<Real>, Real>(linreg);
+  module::bind_cpu_model<BNLinRegCore<Real>, Real>(linreg);
 
   using MC = BNMatrixCompletionCore<Real>;
   py::class_<MC> mc(m, ("BNMatrixCompletion" + suffix).c_str());
   module::def_init_BNMatrixCompletion<Real>(mc);
-  bind_model<MC, Real>(mc);
+  module::bind_cpu_model<MC, Real>(mc);
   mc.def(
       "test_loss",
       [](const MC& c, const carray<Real>& W, const carray<int>& rows,
@@ -346,11 +302,11 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
   using BN2 = BNTwoLayerNetCore<Real>;
   py::class_<BN2> bn2(m, ("BNTwoLayerNet" + suffix).c_str());
   module::def_init_BNTwoLayerNet<Real>(bn2);
-  bind_model<BN2, Real>(bn2);
+  module::bind_cpu_model<BN2, Real>(bn2);
 
   py::class_<Toy3DCore<Real>> toy(m, ("Toy3D" + suffix).c_str());
   module::def_init_Toy3D<Real>(toy);
-  bind_model<Toy3DCore<Real>, Real>(toy);
+  module::bind_cpu_model<Toy3DCore<Real>, Real>(toy);
 }
 
 }  // namespace

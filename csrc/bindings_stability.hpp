@@ -117,13 +117,13 @@ void bind_stability_dtype(py::module_& m, const std::string& suffix) {
   py::class_<LinearRegressionCore<Real>> lr(m, ("LinearRegression" + suffix).c_str());
   lr.def(py::init<const carray<Real>&, const carray<Real>&, bool>(), py::arg("X"), py::arg("y"),
          py::arg("bias"));
-  module::bind_kernels<CpuExec, LinearRegressionCore<Real>, Real>(lr);
+  module::bind_kernels<module::CpuExec, LinearRegressionCore<Real>, Real>(lr);
   add_square_loss<LinearRegressionCore<Real>, Real>(lr);
 
   py::class_<TwoLayerNetCore<Real>> net(m, ("TwoLayerNet" + suffix).c_str());
   net.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("X"),
           py::arg("y"), py::arg("width"), py::arg("activation"));
-  module::bind_kernels<CpuExec, TwoLayerNetCore<Real>, Real>(net);
+  module::bind_kernels<module::CpuExec, TwoLayerNetCore<Real>, Real>(net);
   add_square_loss<TwoLayerNetCore<Real>, Real>(net);
 
   m.def(

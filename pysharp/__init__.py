@@ -9,12 +9,15 @@ from ._dispatch import BackendUnavailable, backends
 from .dynamics import QuasiRMSprop, Trajectory, run_gd_wd, run_pgd, run_scalar_rmsprop
 from .models import (
     BNLinearRegression,
+    LoadedModel,
     BNMatrixCompletion,
     BNTwoLayerNet,
     LinearRegression,
     ScaleInvariantModel,
     Toy3D,
     TwoLayerNet,
+    include_dir,
+    load_model,
 )
 from .period_two import PeriodTwoDiagnostics, period_two_diagnostics
 from .sgd import SGDResult, run_sgd
@@ -56,6 +59,7 @@ __all__ = ["BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet", "ScaleIn
            "Trajectory", "run_gd_wd", "run_pgd", "run_scalar_rmsprop", "QuasiRMSprop",
            "EigenResult", "spherical_sharpness", "lanczos", "theory", "sweep", "open_sweep",
            "build_info", "backends", "BackendUnavailable", "__version__"]
+__all__ += ["LoadedModel", "load_model", "include_dir"]
 __all__ += ["hessian_spectrum", "hessian_trace", "spectral_density", "loss_slice", "Spectrum",
             "TraceEstimate", "SpectralDensity", "LossSlice"]
 __all__ += ["period_two_diagnostics", "PeriodTwoDiagnostics"]

@@ -493,7 +493,8 @@ def spectral_density(model, w, *, n_probes: int = 16, steps: int = 80, seed: int
     backend = _backend(model, backend, w)
     W, factor, single = _points(model, w, spherical)
     if backend == "cpp":
-        r = core().slq(_model_core(model), W, n_probes, steps, seed)
+        module = getattr(model, "_kernel_module", None) or core()  # a loaded model's own
+        r = module.slq(_model_core(model), W, n_probes, steps, seed)
     else:
         r = _slq_numpy(model, W, n_probes, steps, seed, backend)
     if not np.all(r["ok"]):

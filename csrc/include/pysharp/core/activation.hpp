@@ -1,4 +1,5 @@
-// Activations on scalars, jets and lane blocks, for the models with hidden units.
+// Elementary functions (tanh_, exp_, log_) on scalars and jets, and the activations of the
+// models with hidden units. Their lane-block versions are in core/lanes.hpp.
 #pragma once
 
 #include "pysharp/core/jet.hpp"
@@ -22,6 +23,37 @@ PYSHARP_HD Jet<T, N> tanh_(const Jet<T, N>& x) {
     T sq = T(0);
     for (int j = 0; j <= k; ++j) sq += y.c[j] * y.c[k - j];
     s[k] = -sq;
+  }
+  return y;
+}
+
+// exp on scalars and jets: y' = y x', so k y_k = sum_{j=1..k} j x_j y_{k-j}.
+PYSHARP_HD inline double exp_(double x) { return exp(x); }
+PYSHARP_HD inline float exp_(float x) { return expf(x); }
+template <class T, int N>
+PYSHARP_HD Jet<T, N> exp_(const Jet<T, N>& x) {
+  Jet<T, N> y;
+  y.c[0] = exp_(x.c[0]);
+  for (int k = 1; k <= N; ++k) {
+    T acc = T(0);
+    for (int j = 1; j <= k; ++j) acc += T(j) * x.c[j] * y.c[k - j];
+    y.c[k] = acc / T(k);
+  }
+  return y;
+}
+
+// log on scalars and jets: x y' = x', so k x_0 y_k = k x_k - sum_{j=1..k-1} j y_j x_{k-j}.
+// Defined for x > 0 only (NaN or -inf otherwise, as <cmath>).
+PYSHARP_HD inline double log_(double x) { return log(x); }
+PYSHARP_HD inline float log_(float x) { return logf(x); }
+template <class T, int N>
+PYSHARP_HD Jet<T, N> log_(const Jet<T, N>& x) {
+  Jet<T, N> y;
+  y.c[0] = log_(x.c[0]);
+  for (int k = 1; k <= N; ++k) {
+    T acc = T(k) * x.c[k];
+    for (int j = 1; j < k; ++j) acc -= T(j) * y.c[j] * x.c[k - j];
+    y.c[k] = acc / (T(k) * x.c[0]);
   }
   return y;
 }

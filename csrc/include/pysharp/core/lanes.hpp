@@ -165,12 +165,18 @@ template <class Real, int W>
     return r;
   }
 }
-template <class Real, int W>
-Lanes<Real, W> tanh_(const Lanes<Real, W>& a) {
-  Lanes<Real, W> r;
-  for (int l = 0; l < W; ++l) r.v[l] = std::tanh(a.v[l]);
-  return r;
-}
+// Elementary functions without a vector instruction: lane by lane through <cmath>.
+#define PYSHARP_LANEWISE(name, fn)                        \
+  template <class Real, int W>                            \
+  Lanes<Real, W> name(const Lanes<Real, W>& a) {          \
+    Lanes<Real, W> r;                                     \
+    for (int l = 0; l < W; ++l) r.v[l] = std::fn(a.v[l]); \
+    return r;                                             \
+  }
+PYSHARP_LANEWISE(tanh_, tanh)
+PYSHARP_LANEWISE(exp_, exp)
+PYSHARP_LANEWISE(log_, log)
+#undef PYSHARP_LANEWISE
 
 template <class Real, int W>
 Lanes<Real, W> value_of(const Lanes<Real, W>& a) {

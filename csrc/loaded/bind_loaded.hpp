@@ -1,0 +1,218 @@
+// A model declared with PYSHARP_MODEL (pysharp/model.hpp) as a Python class
+// whose constructor takes the model's fields by name: the one door through
+// which run-time compiled models (pysharp.models.load_model) reach every tool.
+//
+// The generated translation unit of a loaded model is three lines:
+//
+//   #include "/path/to/the/users/model.hpp"
+//   #include "loaded/bind_loaded.hpp"
+//   PYSHARP_LOADED_MODULE(_pysharp_model_<key>, PhaseRetrieval, double)
+//
+// so that the compiler's diagnostics point at the user's file and line.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cpu/bind_cpu.hpp"
+#include "pysharp/model.hpp"
+
+namespace pysharp::loaded {
+
+namespace py = pybind11;
+using module::require;
+
+// -- the model concept, checked with messages that name the missing member --
+template <class M, class = void>
+struct has_dim : std::false_type {};
+template <class M>
+struct has_dim<M, std::void_t<decltype(int(std::declval<const M&>().dim()))>> : std::true_type {};
+template <class M, class = void>
+struct has_work_size : std::false_type {};
+template <class M>
+struct has_work_size<M, std::void_t<decltype(int(std::declval<const M&>().work_size()))>>
+    : std::true_type {};
+template <class M, class S, class = void>
+struct has_loss_grad : std::false_type {};
+template <class M, class S>
+struct has_loss_grad<M, S,
+                     std::void_t<decltype(bool(std::declval<const M&>().loss_grad(
+                         std::declval<const S*>(), std::declval<S*>(), std::declval<S*>(),
+                         std::declval<S*>())))>> : std::true_type {};
+template <class M, class = void>
+struct has_fields : std::false_type {};
+struct NoVisitor {
+  template <class T>
+  void array(const char*, const T&, std::initializer_list<Extent>) {}
+  template <class T>
+  void scalar(const char*, const T&) {}
+};
+template <class M>
+struct has_fields<M, std::void_t<decltype(pysharp_fields(std::declval<M&>(),
+                                                         std::declval<NoVisitor&>()))>>
+    : std::true_type {};
+
+template <class M, class Real>
+constexpr bool check_concept() {
+  static_assert(std::is_default_constructible_v<M>,
+                "pysharp model: the struct must be default-constructible (plain fields, no "
+                "constructor taking arguments)");
+  static_assert(has_fields<M>::value,
+                "pysharp model: no PYSHARP_MODEL(Name, ...) declaration for this struct (put "
+                "it after the struct, in the same namespace)");
+  static_assert(has_dim<M>::value, "pysharp model: missing member `PYSHARP_HD int dim() const`");
+  static_assert(has_work_size<M>::value,
+                "pysharp model: missing member `PYSHARP_HD int work_size() const`");
+  static_assert(has_loss_grad<M, Real>::value,
+                "pysharp model: missing member `template <class S> PYSHARP_HD mask_t<S> "
+                "loss_grad(const S* w, S* loss, S* g, S* work) const`");
+  return true;
+}
+
+template <class T>
+const char* scalar_kind() {
+  if constexpr (std::is_floating_point_v<T>)
+    return "float";
+  else
+    return "int";
+}
+
+// The fields as Python sees them: a list of dicts {name, kind, dtype, extents}.
+struct Describer {
+  py::list fields;
+  template <class T>
+  void array(const char* name, const T* const&, std::initializer_list<Extent> extents) {
+    py::list axes;
+    for (const Extent& e : extents) axes.append(e.name);
+    py::dict f;
+    f["name"] = name;
+    f["kind"] = "array";
+    f["dtype"] = py::str(py::dtype::of<T>());
+    f["extents"] = axes;
+    fields.append(f);
+  }
+  template <class T>
+  void scalar(const char* name, const T&) {
+    static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>,
+                  "PYSHARP_SCALAR: the member must be a number or an enum");
+    py::dict f;
+    f["name"] = name;
+    f["kind"] = "scalar";
+    if constexpr (std::is_enum_v<T>)
+      f["dtype"] = "int";
+    else
+      f["dtype"] = scalar_kind<T>();
+    f["extents"] = py::list();
+    fields.append(f);
+  }
+};
+
+// Fills a model from a dict of NumPy arrays and numbers (already validated and
+// converted by pysharp/models/_loaded.py; the checks here guard a direct call).
+// Scalars first, then arrays, so an int scalar may also be an extent.
+struct Binder {
+  const py::dict& data;
+  std::vector<py::object>& keep;
+  bool arrays_pass = false;
+  std::map<const int*, std::string> set_by;  // extent -> the field that fixed it
+
+  template <class T>
+  void array(const char* name, const T*& field, std::initializer_list<Extent> extents) {
+    if (!arrays_pass) return;
+    require(data.contains(name), std::string("missing array '") + name + "'");
+    py::array a = py::reinterpret_borrow<py::array>(data[name]);
+    require(py::isinstance<py::array_t<T>>(a) && (a.flags() & py::array::c_style),
+            std::string(name) + " must be a C-contiguous " + std::string(py::str(py::dtype::of<T>())) +
+                " array");
+    require(a.ndim() == static_cast<py::ssize_t>(extents.size()),
+            std::string(name) + " must have " + std::to_string(extents.size()) + " axes");
+    int axis = 0;
+    for (const Extent& e : extents) {
+      const py::ssize_t n = a.shape(axis);
+      require(n <= std::numeric_limits<int>::max(), std::string(name) + " is too large");
+      auto it = set_by.find(e.value);
+      if (it == set_by.end()) {
+        *e.value = static_cast<int>(n);
+        set_by.emplace(e.value, name);
+      } else {
+        require(*e.value == n, std::string(name) + ": axis " + std::to_string(axis) + " (" +
+                                   e.name + ") has length " + std::to_string(n) + " but " +
+                                   e.name + " = " + std::to_string(*e.value) + " from " +
+                                   it->second);
+      }
+      ++axis;
+    }
+    keep.push_back(a);
+    field = static_cast<const T*>(a.data());
+  }
+  template <class T>
+  void array(const char* name, T*& field, std::initializer_list<Extent> extents) {
+    const T* p = nullptr;
+    array(name, p, extents);
+    field = const_cast<T*>(p);  // the model only reads it
+  }
+  template <class T>
+  void scalar(const char* name, T& field) {
+    if (arrays_pass) return;
+    require(data.contains(name), std::string("missing scalar '") + name + "'");
+    if constexpr (std::is_floating_point_v<T>) {
+      field = static_cast<T>(data[name].cast<double>());
+    } else {
+      const long long v = data[name].cast<long long>();
+      using I = std::conditional_t<std::is_enum_v<T>, int, T>;
+      require(v >= static_cast<long long>(std::numeric_limits<I>::min()) &&
+                  v <= static_cast<long long>(std::numeric_limits<I>::max()),
+              std::string(name) + " is out of range");
+      field = static_cast<T>(v);
+      if constexpr (std::is_same_v<T, int>) set_by.emplace(&field, name);
+    }
+  }
+};
+
+// The holder: the bound arrays stay alive as long as the model that views them.
+template <class Model>
+struct LoadedCore {
+  std::vector<py::object> keep;
+  Model model{};
+  explicit LoadedCore(const py::dict& data) {
+    Binder b{data, keep};
+    pysharp_fields(model, b);
+    b.arrays_pass = true;
+    pysharp_fields(model, b);
+    require(model.dim() >= 1, "the model's dim() must be >= 1 for this data");
+    require(model.work_size() >= 0, "the model's work_size() must be >= 0");
+  }
+  LoadedCore(const LoadedCore&) = delete;
+};
+
+template <class Model, class Real>
+void bind(py::module_& m) {
+  static_assert(check_concept<Model, Real>());
+  using Core = LoadedCore<Model>;
+  py::class_<Core> cls(m, "Model");
+  cls.def(py::init<const py::dict&>(), py::arg("data"));
+  cls.def_property_readonly("n_groups", [](const Core& c) { return n_groups(c.model); });
+  module::bind_cpu_model<Core, Real>(cls);
+  if constexpr (std::is_same_v<Real, double>) module::def_slq<Core>(m);
+  Model probe{};
+  Describer d;
+  pysharp_fields(probe, d);
+  m.attr("FIELDS") = d.fields;
+  m.attr("MODEL_NAME") = pysharp_model_name(static_cast<const Model*>(nullptr));
+  m.attr("DTYPE") = sizeof(Real) == 8 ? "float64" : "float32";
+}
+
+}  // namespace pysharp::loaded
+
+// The module of one loaded model and real type.
+#define PYSHARP_LOADED_MODULE(module_name, Model, Real) \
+  PYBIND11_MODULE(module_name, m) { ::pysharp::loaded::bind<Model<Real>, Real>(m); }

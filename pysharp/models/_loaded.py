@@ -1,0 +1,246 @@
+"""Your own model: a C++ header compiled at run time, with every tool of pysharp."""
+
+from __future__ import annotations
+
+import numbers
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._dispatch import BackendUnavailable
+from ._base import ScaleInvariantModel
+from ._compiler import ModelCompileError, compile_model, model_names
+from ._registry import ModelEntry, register
+
+_DTYPES = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32)}
+
+
+def _dtype_name(dtype) -> str:
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = str(dtype)
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    return name
+
+
+def _validated(fields: list[dict], data: dict[str, Any], header: Path) -> dict[str, Any]:
+    """The data checked against the model's declared fields: float arrays as float64,
+    int arrays as int32, scalars as Python numbers. ValueError naming the field."""
+    declared = {f["name"]: f for f in fields}
+    missing = [n for n in declared if n not in data]
+    extra = [n for n in data if n not in declared]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing {', '.join(missing)}")
+        if extra:
+            parts.append(f"unknown {', '.join(extra)}")
+        raise ValueError(f"{header.name}: {'; '.join(parts)}; its PYSHARP_MODEL declares "
+                         f"{', '.join(declared) or 'no fields'}")
+    out: dict[str, Any] = {}
+    extents: dict[str, tuple[int, str]] = {}
+    for name, f in declared.items():  # scalars first: an int scalar may be an extent
+        if f["kind"] != "scalar":
+            continue
+        value = data[name]
+        if isinstance(value, np.ndarray) and value.ndim == 0:
+            value = value.item()
+        if f["dtype"] == "int":
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+                    not float(value).is_integer():
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+            out[name] = int(value)
+            extents[name] = (int(value), name)
+        else:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+                    not np.isfinite(float(value)):
+                raise ValueError(f"{name} must be a finite real number, got {value!r}")
+            out[name] = float(value)
+    for name, f in declared.items():
+        if f["kind"] != "array":
+            continue
+        a = np.asarray(data[name])
+        integer = np.dtype(f["dtype"]).kind in "iu"
+        if integer:
+            if a.dtype.kind not in "iu":
+                raise ValueError(f"{name} must be an integer array, got dtype {a.dtype}")
+            if a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
+                raise ValueError(f"{name} has entries outside the int32 range")
+            a = np.ascontiguousarray(a, dtype=np.int32)
+        else:
+            if a.dtype.kind not in "fiu":
+                raise ValueError(f"{name} must be a real array, got dtype {a.dtype}")
+            a = np.ascontiguousarray(a, dtype=np.float64)
+            if not np.all(np.isfinite(a)):
+                raise ValueError(f"{name} has non-finite entries")
+        axes = f["extents"]
+        if a.ndim != len(axes):
+            shape = ", ".join(axes)
+            raise ValueError(f"{name} must have {len(axes)} axes ({shape}), got shape {a.shape}")
+        for axis, (extent, length) in enumerate(zip(axes, a.shape)):
+            if extent in extents and extents[extent][0] != length:
+                value, source = extents[extent]
+                raise ValueError(f"{name}: axis {axis} ({extent}) has length {length}, but "
+                                 f"{extent} = {value} from {source}")
+            extents.setdefault(extent, (length, name))
+        a.setflags(write=False)
+        out[name] = a
+    return out
+
+
+class LoadedModel(ScaleInvariantModel):
+    """A scale-invariant model compiled at run time from a C++ header.
+
+    Built by :func:`load_model`; the kernels, the trajectory engine, Lanczos
+    and SLQ run in the model's own extension module, compiled with the core's
+    flags, exactly as for a built-in model. Only ``backend="auto"`` or
+    ``"cpp"`` runs it.
+
+    Attributes
+    ----------
+    header : Path
+        The model's header.
+    model_name : str
+        The struct declared by its ``PYSHARP_MODEL``.
+    dtype : numpy.dtype
+        The precision compiled first; the other one is compiled at its first use.
+    fields : dict
+        The bound data: float arrays (float64 copies, read-only), int arrays
+        (int32) and scalars, by field name.
+    """
+
+    _undefined_reason = "the model's loss_grad reports the loss undefined there"
+
+    def __init__(self, header, *, fields: dict[str, Any], dtype="float64",
+                 model_name: str | None = None, include_dirs=()) -> None:
+        super().__init__()
+        header = Path(header).expanduser().resolve()
+        if not header.is_file():
+            raise FileNotFoundError(f"no model header at {header}")
+        names = model_names(header)
+        if model_name is None:
+            if len(names) != 1:
+                found = ", ".join(names) if names else "none"
+                raise ValueError(f"{header.name} must declare exactly one PYSHARP_MODEL(Name, "
+                                 f"...) (found: {found}); pass model_name= to choose")
+            model_name = names[0]
+        elif model_name not in names:
+            raise ValueError(f"{header.name} declares no PYSHARP_MODEL({model_name}, ...); "
+                             f"it declares {', '.join(names) or 'none'}")
+        self.header = header
+        self.model_name = model_name
+        self.include_dirs = tuple(Path(d).expanduser().resolve() for d in include_dirs)
+        self.dtype = _DTYPES[_dtype_name(dtype)]
+        self._modules: dict[np.dtype, Any] = {}
+        module = self._module(self.dtype)
+        self.fields = _validated(list(module.FIELDS), dict(fields), header)
+        self._dim = int(self._core(self.dtype).dim)
+
+    def _module(self, dtype: np.dtype):
+        dtype = np.dtype(dtype)
+        if dtype not in self._modules:
+            self._modules[dtype] = compile_model(self.header, self.model_name, dtype.name,
+                                                 self.include_dirs)
+        return self._modules[dtype]
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def _kernel_module(self):
+        """The module whose module-level functions (SLQ) take this model's float64 core."""
+        return self._module(np.float64)
+
+    def _core(self, dtype: np.dtype, backend: str = "cpp") -> Any:
+        if backend != "cpp":
+            raise BackendUnavailable(
+                f"backend {backend!r}: a loaded model runs in its compiled module only "
+                "(backend='auto' or 'cpp')")
+        dtype = np.dtype(dtype)
+        if dtype not in self._cores:
+            data = {k: (np.ascontiguousarray(v, dtype=dtype)
+                        if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v)
+                    for k, v in self.fields.items()}
+            try:
+                self._cores[dtype] = self._module(dtype).Model(data)
+            except ValueError as exc:
+                raise ValueError(f"{self.header.name}: {exc}") from None
+        return self._cores[dtype]
+
+    def _make_core(self, suffix, module):  # pragma: no cover - _core is overridden
+        raise NotImplementedError
+
+    def _numba_params(self) -> tuple:
+        raise BackendUnavailable("a loaded model has no Numba port; use backend='cpp'")
+
+    def _reference(self) -> Any:
+        raise BackendUnavailable("a loaded model has no NumPy oracle; check it against your "
+                                 "own with pysharp.models.check")
+
+    def spec(self) -> dict:
+        return {"model": "loaded", "header": str(self.header), "model_name": self.model_name,
+                "dtype": self.dtype.name, "include_dirs": [str(d) for d in self.include_dirs],
+                "fields": dict(self.fields)}
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}={v.shape}" if isinstance(v, np.ndarray) else f"{k}={v!r}"
+                           for k, v in self.fields.items())
+        return (f"LoadedModel({self.header.name}: {self.model_name}<{self.dtype.name}>, "
+                f"{shapes}, dim={self.dim})")
+
+
+def load_model(header, *, dtype="float64", model_name: str | None = None, include_dirs=(),
+               **data) -> LoadedModel:
+    """Compile (once, then cached) and load a model written as one C++ header.
+
+    The header defines a struct template with ``dim()``, ``work_size()`` and a
+    templated ``loss_grad`` and declares its data with ``PYSHARP_MODEL`` (see
+    ``pysharp/model.hpp`` under :func:`pysharp.include_dir` and the "Your own
+    model" tutorial). The first call compiles it with the compiler and flags of
+    pysharp's core (seconds); later calls, in any process of the same user,
+    load the cached module in milliseconds.
+
+    Parameters
+    ----------
+    header : str or Path
+        The model's header.
+    dtype : {"float64", "float32"}
+        Precision to compile now; the other is compiled when first used.
+    model_name : str, optional
+        Which ``PYSHARP_MODEL`` to load when the header declares several.
+    include_dirs : sequence of paths
+        Extra include folders for the header's own ``#include "..."``.
+    **data
+        One keyword per declared field: arrays (their shapes fill the declared
+        extents) and scalars.
+
+    Returns
+    -------
+    LoadedModel
+        A :class:`ScaleInvariantModel`: every kernel, run method, sharpness,
+        spectra, flow and sweep takes it.
+
+    Raises
+    ------
+    ModelCompileError
+        The compiler's diagnostics (pointing at the header), or no compiler.
+    ValueError
+        Data missing, unknown, of the wrong rank or dtype, or with inconsistent
+        extents, naming the field.
+
+    Examples
+    --------
+    >>> model = ps.models.load_model("phase_retrieval.hpp", X=X, y=y, c=1.0)  # doctest: +SKIP
+    >>> model.loss_and_grad(model.random_point(seed=0))                      # doctest: +SKIP
+    """
+    return LoadedModel(header, fields=data, dtype=dtype, model_name=model_name,
+                       include_dirs=include_dirs)
+
+
+register(ModelEntry("loaded", LoadedModel, LoadedModel))
+
+__all__ = ["LoadedModel", "load_model", "ModelCompileError"]
