@@ -198,7 +198,9 @@ template <class Model, class Real>
 void bind(py::module_& m) {
   static_assert(check_concept<Model, Real>());
   using Core = LoadedCore<Model>;
-  py::class_<Core> cls(m, "Model");
+  // module_local: two modules of one model name (an edited header, another dtype's
+  // holder type is distinct anyway) must not collide in pybind11's global type registry.
+  py::class_<Core> cls(m, "Model", py::module_local());
   cls.def(py::init<const py::dict&>(), py::arg("data"));
   cls.def_property_readonly("n_groups", [](const Core& c) { return n_groups(c.model); });
   module::bind_cpu_model<Core, Real>(cls);

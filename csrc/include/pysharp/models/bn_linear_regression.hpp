@@ -8,6 +8,7 @@
 #include "pysharp/core/bn_cosine.hpp"
 #include "pysharp/core/dense.hpp"
 #include "pysharp/models/derivatives.hpp"
+#include "pysharp/model.hpp"
 
 namespace pysharp {
 
@@ -113,5 +114,9 @@ struct BNLinearRegression {
 // a signature change that loses it would otherwise only show as a slowdown.
 static_assert(writes_top_coefficient<BNLinearRegression<double>, Jet<double, 1>, double>::value,
               "BNLinearRegression::loss_grad must accept a gradient of the jets' coefficient type");
+
+// The fields bound by name (pysharp/model.hpp): the header loads at run time too.
+PYSHARP_MODEL(BNLinearRegression, PYSHARP_ARRAY(Xc, n, d), PYSHARP_ARRAY(u, n), PYSHARP_SCALAR(scale),
+              PYSHARP_SCALAR(xc_fro2))
 
 }  // namespace pysharp

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "pysharp/core/bn_cosine.hpp"
+#include "pysharp/model.hpp"
 
 namespace pysharp {
 
@@ -96,5 +97,9 @@ PYSHARP_HD bool bn_mc_test_loss(const BNMatrixCompletion<Real>& m, const Real* w
   *loss = acc / Real(Nt);
   return true;
 }
+
+// The fields bound by name (pysharp/model.hpp): the header loads at run time too.
+PYSHARP_MODEL(BNMatrixCompletion, PYSHARP_ARRAY(rows, N), PYSHARP_ARRAY(cols, N), PYSHARP_ARRAY(u, N),
+              PYSHARP_SCALAR(scale), PYSHARP_SCALAR(m1), PYSHARP_SCALAR(m2), PYSHARP_SCALAR(r))
 
 }  // namespace pysharp

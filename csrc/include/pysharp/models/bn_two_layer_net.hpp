@@ -18,6 +18,7 @@
 #include "pysharp/core/activation.hpp"
 #include "pysharp/core/dense.hpp"
 #include "pysharp/models/derivatives.hpp"
+#include "pysharp/model.hpp"
 
 namespace pysharp {
 
@@ -119,5 +120,9 @@ struct BNTwoLayerNet {
 // a signature change that loses it would otherwise only show as a slowdown.
 static_assert(writes_top_coefficient<BNTwoLayerNet<double>, Jet<double, 1>, double>::value,
               "BNTwoLayerNet::loss_grad must accept a gradient of the jets' coefficient type");
+
+// The fields bound by name (pysharp/model.hpp): the header loads at run time too.
+PYSHARP_MODEL(BNTwoLayerNet, PYSHARP_ARRAY(Xc, n, d), PYSHARP_ARRAY(y, n), PYSHARP_SCALAR(xc_fro2),
+              PYSHARP_SCALAR(inv_sqrt_m), PYSHARP_SCALAR(m), PYSHARP_SCALAR(act))
 
 }  // namespace pysharp

@@ -3,7 +3,7 @@
 // sphere form the great circle x = y; spherical sharpness 4 (1 + c z^2) is least at z = 0.
 #pragma once
 
-#include "pysharp/core/jet.hpp"
+#include "pysharp/model.hpp"
 
 namespace pysharp {
 
@@ -34,5 +34,8 @@ struct Toy3D {
     return defined;
   }
 };
+
+// The fields bound by name (pysharp/model.hpp): the header loads at run time too.
+PYSHARP_MODEL(Toy3D, PYSHARP_SCALAR(c))
 
 }  // namespace pysharp
