@@ -273,3 +273,25 @@ def test_two_processes_compile_the_same_model_once(tmp_path):
     assert len(modules) == 1
     leftovers = [p for p in (cache / "models").iterdir() if p.is_dir() or p.suffix == ".tmp"]
     assert leftovers == []
+
+
+def test_layernorm_example_matches_its_reference():
+    sys.path.insert(0, str(ROOT / "examples" / "models"))
+    try:
+        import layernorm_net as ref
+    finally:
+        sys.path.pop(0)
+    rng = np.random.default_rng(0)
+    n, d, m = 16, 5, 6
+    X, y, a = rng.standard_normal((n, d)), rng.standard_normal(n), rng.standard_normal(m)
+    model = ps.load_model(ROOT / "examples" / "models" / "layernorm_net.hpp", X=X, y=y, a=a)
+    assert model.dim == m * d
+    W = model.random_point(batch=3, seed=1)
+    loss, G = model.loss_and_grad(W)
+    np.testing.assert_allclose(loss, [ref.loss(w, X, y, a) for w in W], rtol=1e-13)
+    h = 1e-6
+    fd = np.array([(ref.loss(W[0] + h * e, X, y, a) - ref.loss(W[0] - h * e, X, y, a)) / (2 * h)
+                   for e in np.eye(model.dim)])
+    np.testing.assert_allclose(G[0], fd, atol=1e-8 * np.abs(fd).max())
+    np.testing.assert_allclose(model.hvp(W, W), -G, atol=1e-12 * np.abs(G).max())
+    np.testing.assert_allclose(model.loss(2.5 * W), loss, rtol=1e-13)
