@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from concurrent.futures import FIRST_COMPLETED, Executor, wait
 from pathlib import Path
 from typing import Any
@@ -158,6 +161,30 @@ def _check_starts(model, grid: dict[str, np.ndarray]) -> None:
         except ValueError as exc:
             raise ValueError(f"seeds = {int(s)} with init_norm in [{norms[0]}, {norms[1]}] "
                              f"gives an unusable start: {exc}") from None
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold Ctrl-C (SIGINT) back while the store is read or written, then raise it.
+
+    Zarr runs its I/O on an event loop in another thread: a KeyboardInterrupt in this
+    thread while it waits for one leaves that loop's tasks pending (asyncio prints "Task
+    was destroyed but it is pending!" at exit) and a chunk half-written. Deferred, the
+    chunk in hand is written and marked (milliseconds), then the sweep stops. Only in the
+    main thread, and only where Python's own handler is installed.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 class _Progress:
@@ -390,23 +417,28 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
                 for name, (tail, dtype) in out_layout.items()}
     else:
         _need("zarr")
-        db = SweepStore(store, identity, variables(out_layout, docs, settings),
-                        coordinates(grid, settings),
-                        dims, chunk_size, attrs)
-        done = {k for k in db.marked() if db.read(k) is not None}  # verified, then dropped
+        with _sigint_deferred():
+            db = SweepStore(store, identity, variables(out_layout, docs, settings),
+                            coordinates(grid, settings),
+                            dims, chunk_size, attrs)
+        for k in db.marked():
+            with _sigint_deferred():
+                if db.read(k) is not None:  # verified, then dropped
+                    done.add(k)
     reused = len(done)
     todo = [k for k in range(n_chunks) if k not in done]
     bar = _Progress(progress, n_traj, sum(bounds[k][1] - bounds[k][0] for k in done))
 
     def finished(k: int, result: dict) -> None:
-        if db is not None:
-            db.write(k, result)
-        else:
-            start, stop = bounds[k]
-            for name, arr in data.items():
-                arr[start:stop] = result[name]
-        done.add(k)
-        bar.update(bounds[k][1] - bounds[k][0])
+        with _sigint_deferred():  # a chunk is kept and counted whole, or not at all
+            if db is not None:
+                db.write(k, result)
+            else:
+                start, stop = bounds[k]
+                for name, arr in data.items():
+                    arr[start:stop] = result[name]
+            done.add(k)
+            bar.update(bounds[k][1] - bounds[k][0])
 
     failed: dict[int, BaseException] = {}
     pending: dict = {}
