@@ -230,3 +230,31 @@ def test_trajectories_computed_counts_only_what_this_call_ran(tmp_path):
     again = ps.sweep("toy3d", **kw)
     assert again.attrs["chunks_computed"] == 1 and again.attrs["chunks_reused"] == 2
     assert again.attrs["trajectories_computed"] == 2
+
+
+def test_an_interrupted_sweep_keeps_its_finished_chunks_and_says_so(tmp_path, monkeypatch):
+    """Ctrl-C (a KeyboardInterrupt) in the third chunk: two chunks are kept and marked,
+    SweepInterrupted says so, and the same call then computes only the rest."""
+
+    store = tmp_path / "s.zarr"
+    kw = dict(lr=[0.1, 0.2, 0.3], wd=[1e-3, 2e-3], steps=50, sharpness_every=10,
+              chunk_size=2, store=store, progress=False)
+    real, calls = _sweep.compute_chunk, []
+
+    def third_is_interrupted(*args):
+        calls.append(args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(_sweep, "compute_chunk", third_is_interrupted)
+    with pytest.raises(ps.sweeps.SweepInterrupted) as stop:
+        ps.sweep("toy3d", **kw)
+    assert isinstance(stop.value, KeyboardInterrupt)
+    assert (stop.value.done, stop.value.n_chunks, stop.value.store) == (2, 3, store)
+    assert "2 of 3 chunks saved to" in str(stop.value)
+    assert sorted(p.name for p in (store / "_pysharp_done").glob("[0-9]*.json")) == [
+        "0.json", "1.json"]
+    monkeypatch.setattr(_sweep, "compute_chunk", real)
+    again = ps.sweep("toy3d", **kw)
+    assert again.attrs["chunks_reused"] == 2 and again.attrs["chunks_computed"] == 1
