@@ -39,7 +39,7 @@ def in_memory():
 
 def _without_call_attrs(ds):
     ds = ds.copy()
-    for key in ("chunks_computed", "chunks_reused"):
+    for key in ("chunks_computed", "chunks_reused", "trajectories_computed"):
         ds.attrs.pop(key, None)
     return ds
 

@@ -302,9 +302,10 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         diverged point is flagged (``diverged``), its later records NaN; the
         sweep still completes. ``attrs`` hold the sweep's identity as JSON
         (``pysharp_sweep``), ``pysharp_format``, ``backend`` and
-        ``chunks_computed`` / ``chunks_reused`` for this call. With ``store`` the
-        Dataset is lazy (dask-backed when dask is installed): values are read
-        from the store when used.
+        ``chunks_computed`` / ``chunks_reused`` / ``trajectories_computed`` for
+        this call (reused chunks are read from the store, not computed). With
+        ``store`` the Dataset is lazy (dask-backed when dask is installed):
+        values are read from the store when used.
 
         For ``"sgd"``: dimensions (lr, batch, wd, seed, init_norm) and ``step``;
         the recorded full-batch ``loss`` and ``final_loss``, ``diverged``,
