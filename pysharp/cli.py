@@ -367,6 +367,8 @@ def _run(args) -> int:
     import pysharp as ps
 
     params = _params(args.param, args.model)
+    if args.sharpness_every == 0:
+        raise ValueError("--sharpness-every must be >= 1: the table and plots show sharpness")
     ds = ps.sweep({"name": args.model, **params}, lr=args.lr, wd=args.wd, seeds=args.seeds,
                   init_norm=args.init_norm, steps=args.steps, record_every=args.record_every,
                   sharpness_every=args.sharpness_every, progress=False)

@@ -255,3 +255,8 @@ def test_ctrl_c_during_a_sweep_says_what_was_saved_and_exits_130(tmp_path):
     assert m, err
     saved = int(m[1])
     assert saved == sum(p.stem.isdigit() for p in done.glob("*.json")) and 1 <= saved < 64
+
+
+def test_run_without_sharpness_records_is_refused_before_any_work(capsys):
+    assert main(["run", "toy3d", "--sharpness-every", "0"]) == 2
+    assert "--sharpness-every must be >= 1" in capsys.readouterr().err
