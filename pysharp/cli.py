@@ -1,63 +1,137 @@
-"""The ``pysharp`` command line: ``demo``, ``sweep``, ``plot``, ``run``, ``reproduce``, ``info``."""
+"""The pysharp command line: demo, sweep, plot, run, reproduce, info."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+#: The demo's single run: the paper's BN linear regression setting.
+_DEMO = {"model": "bn_linear_regression", "d": 40, "n": 20, "lr": 0.5, "wd": 2e-4,
+         "init_norm": 10.0, "record_every": 10, "sharpness_every": 500, "eos_tol": 0.05}
+
+
+def _entry_text(entry: int, every: int, eos_tol: float) -> str:
+    """What an EoS entry step measures: the first sharpness record at the edge, known to
+    within the record spacing ``every``."""
+    edge = f"eff_lr * sharpness >= {2 * (1 - eos_tol):g} = 2 (1 - eos_tol)"
+    if entry < 0:
+        return f"no EoS entry (no sharpness record with {edge}; records every {every} steps)"
+    if entry == 0:
+        return f"EoS entry at step 0 (the first sharpness record already has {edge})"
+    return (f"EoS entry at step {entry} (first sharpness record with {edge}; records every "
+            f"{every} steps, so entry lies in ({entry - every}, {entry}])")
+
+
+def _model_parameters(name: str, params: dict) -> dict:
+    """A registered model's factory parameters, the defaults filled in (its sizes among them)."""
+    import inspect
+
+    from .models._registry import REGISTRY
+    from .sweeps._spec import factory_parameters
+
+    sig = inspect.signature(REGISTRY[name].factory).parameters
+    return {k: params.get(k, sig[k].default) for k in factory_parameters(name)}
+
+
+def _model_title(name: str, params: dict) -> str:
+    """``name (k=v, ...)`` with the factory's defaults filled in."""
+    full = _model_parameters(name, params)
+    return f"{name} ({', '.join(f'{k}={v}' for k, v in full.items())})"
+
+
+def _interrupted(command: str, stop, again: str) -> int:
+    """Say what an interrupted sweep kept and how to continue; the exit status 130."""
+    if stop.store is None:
+        print(f"\npysharp {command}: interrupted after {stop.done} of {stop.n_chunks} chunks; "
+              "without a store nothing was kept", file=sys.stderr)
+    else:
+        print(f"\npysharp {command}: interrupted: {stop.done} of {stop.n_chunks} chunks saved "
+              f"to {stop.store}; run `{again}` to compute only the missing ones",
+              file=sys.stderr)
+    return 130
+
 
 def _demo(args) -> int:
     import pysharp as ps
 
+    from .sweeps._sweep import SweepInterrupted
+
     steps = 20_000 if args.quick else 100_000
-    model = ps.BNLinearRegression.synthetic()  # the paper's setting: d = 40, n = 20
-    w0 = model.random_point(seed=args.seed, norm=10.0)
-    print(f"pysharp {ps.__version__}: GD+WD on BN linear regression (d=40, n=20), {steps} steps")
+    c = _DEMO
+    every = c["sharpness_every"]
+    model = ps.BNLinearRegression.synthetic(d=c["d"], n=c["n"])  # the paper's setting
+    w0 = model.random_point(seed=args.seed, norm=c["init_norm"])
+    print(f"pysharp {ps.__version__}: GD+WD on BN linear regression (d={c['d']}, n={c['n']}), "
+          f"{steps} steps")
 
     t0 = time.perf_counter()
-    tr = ps.run_gd_wd(model, w0, 0.5, 2e-4, steps, record_every=10, sharpness_every=500)
+    tr = ps.run_gd_wd(model, w0, c["lr"], c["wd"], steps, record_every=c["record_every"],
+                      sharpness_every=every, eos_tol=c["eos_tol"])
     t_single = time.perf_counter() - t0
     wt = ps.theory.min_norm_interpolant(model)
     cos = float(tr.w @ wt / (np.linalg.norm(tr.w) * np.linalg.norm(wt)))
-    after = tr.eos_ratio[tr.sharpness_steps >= max(tr.eos_entry_step, 0)]
-    print(f"  lr 0.5, wd 2e-4: EoS entry at step {tr.eos_entry_step}, "
-          f"eff_lr * sharpness after entry in [{after.min():.4f}, {after.max():.4f}] (edge: 2)")
+    entry_step = int(tr.eos_entry_step)
+    print(f"  lr {c['lr']}, wd {c['wd']:g}: {_entry_text(entry_step, every, c['eos_tol'])}")
+    after = tr.eos_ratio[tr.sharpness_steps >= max(entry_step, 0)]
+    print(f"  eff_lr * sharpness after entry in [{after.min():.4f}, {after.max():.4f}] (edge: 2)")
     # The theory's sharpness reduction starts at the edge: the peak reached at entry
     # (step 0 is a random start, far from the minimisers and their sharpness), and ends
     # at the mean over the two phases of the period-two oscillation.
     from .sweeps._compute import end_sharpness
-    entry = max(int(tr.eos_entry_step), 0)
+    entry = max(entry_step, 0)
     at_entry = float(tr.sharpness[tr.sharpness_steps <= entry].max())
-    at_end = float(end_sharpness(model, tr.w[None], 0.5, 2e-4)[0])
+    at_end = float(end_sharpness(model, tr.w[None], c["lr"], c["wd"])[0])
     print(f"  spherical sharpness {at_entry:.3f} at EoS entry -> {at_end:.3f} at the end "
           f"(step 0: {tr.sharpness[0]:.3f}, a random start), final loss {tr.loss[-1]:.3e}, "
           f"cosine to the min-norm interpolant {cos:.6f}")
-    print(f"  ({t_single * 1e3:.0f} ms for the run, sharpness by Lanczos every 500 steps)")
+    print(f"  ({t_single * 1e3:.0f} ms for the run, sharpness by Lanczos every {every} steps)")
 
-    out = Path(args.out)
+    out = Path(args.out if args.out else "pysharp-demo/quick" if args.quick else "pysharp-demo")
     out.mkdir(parents=True, exist_ok=True)
-    summary = {"steps": steps, "eos_entry_step": int(tr.eos_entry_step), "cosine_min_norm": cos,
+    summary = {"model": c["model"], "d": c["d"], "n": c["n"], "lr": c["lr"], "wd": c["wd"],
+               "steps": steps, "seed": args.seed, "init_norm": c["init_norm"],
+               "record_every": c["record_every"], "sharpness_every": every,
+               "eos_tol": c["eos_tol"], "eos_entry_step": entry_step,
+               "eos_entry_definition": "first sharpness record (every sharpness_every steps) "
+                                       "with eff_lr * sharpness >= 2 (1 - eos_tol); -1: never",
+               "eos_entry_resolution_steps": every, "cosine_min_norm": cos,
                "sharpness_start": float(tr.sharpness[0]), "sharpness_at_entry": at_entry,
                "sharpness_end": at_end}
 
     n_side, n_seeds = (12, 2) if args.quick else (32, 4)
-    grid = {"lr": np.geomspace(0.05, 2.0, n_side), "wd": np.geomspace(1e-5, 1e-3, n_side),
+    lr_range, wd_range = (0.05, 2.0), (1e-5, 1e-3)
+    grid = {"lr": np.geomspace(*lr_range, n_side), "wd": np.geomspace(*wd_range, n_side),
             "seeds": np.arange(n_seeds)}
+    sweep_every = steps // 50
     import importlib.util
     store = out / f"demo-sweep-{steps}.zarr" if importlib.util.find_spec("zarr") else None
     n = n_side * n_side * n_seeds
     print(f"\n  sweep: lr x wd = {n_side} x {n_side} (log-spaced) x {n_seeds} seeds = {n} "
           f"trajectories of {steps} steps" + (f" -> {store}" if store else ""))
     t0 = time.perf_counter()
-    ds = ps.sweep("bn_linear_regression", **grid, init_norm=10.0, steps=steps,
-                  sharpness_every=steps // 50, store=store)
+    try:
+        ds = ps.sweep(c["model"], **grid, init_norm=c["init_norm"], steps=steps,
+                      sharpness_every=sweep_every, store=store)
+    except SweepInterrupted as stop:
+        again = "pysharp demo" + (" --quick" if args.quick else "") + (
+            f" --seed {args.seed}" if args.seed else "") + (
+            f" --out {shlex.quote(args.out)}" if args.out else "")
+        return _interrupted("demo", stop, again)
     t_sweep = time.perf_counter() - t0
-    summary["sweep"] = _print_sweep(ds, t_sweep) | {"store": str(store) if store else None}
+    summary["sweep"] = _print_sweep(ds, t_sweep) | {
+        "store": str(store) if store else None,
+        "grid": {"lr": {"geomspace": [*lr_range, n_side]},
+                 "wd": {"geomspace": [*wd_range, n_side]},
+                 "seeds": {"range": n_seeds}, "init_norm": c["init_norm"]},
+        "steps": steps, "sharpness_every": sweep_every, "eos_tol": c["eos_tol"],
+        "eos_entry_resolution_steps": sweep_every}
     (out / "demo.json").write_text(json.dumps(summary, indent=2))
     try:
         import matplotlib
@@ -66,20 +140,37 @@ def _demo(args) -> int:
     except ImportError:
         print(f"\n  wrote {out / 'demo.json'} (install matplotlib for the figures)")
         return 0
-    fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, ax = plt.subplots(1, 3, figsize=(13, 4.0))
     ax[0].semilogy(tr.steps, tr.loss)
-    ax[0].set(title="training loss", xlabel="step")
+    ax[0].set(title="training loss", xlabel="step", ylabel="loss")
     ax[1].plot(tr.sharpness_steps, tr.eos_ratio, ".-")
-    ax[1].axhline(2, color="k", lw=0.8, ls="--")
-    ax[1].set(title="eff. LR x spherical sharpness", xlabel="step")
+    ax[1].axhline(2, color="k", lw=0.8, ls="--", label="edge: 2")
+    ax[1].set(title="eff. LR x spherical sharpness", xlabel="step",
+              ylabel=r"$\eta_{\mathrm{eff}}\,\lambda_1$")
     ax[2].plot(tr.sharpness_steps, tr.sharpness, ".-")
-    ax[2].set(title="spherical sharpness", xlabel="step")
+    ax[2].set(title="spherical sharpness", xlabel="step", ylabel=r"$\lambda_1$ of $H(w/\|w\|)$")
+    if entry_step >= 0:
+        for a in ax:
+            a.axvline(entry_step, color="C3", lw=0.9, ls=":",
+                      label=f"EoS entry: record at step {entry_step}\n"
+                            f"(entry in ({entry_step - every}, {entry_step}])")
+    ax[1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"GD+WD on BN linear regression (d = {c['d']}, n = {c['n']}): lr {c['lr']}, "
+                 f"wd {c['wd']:g}, {steps} steps, seed {args.seed}, "
+                 f"||w0|| = {c['init_norm']:g}; sharpness every {every} steps", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / "demo.png", dpi=110)
     plt.close(fig)
     from .models._registry import entry_of
     from .sweeps import plot
-    plot(ds, x="lr", y="wd", out=out / "demo-sweep.png", metric=list(entry_of(model).plot_metrics))
+    fig = plot(ds, x="lr", y="wd", metric=list(entry_of(model).plot_metrics))
+    fig.suptitle(f"GD+WD on BN linear regression (d = {c['d']}, n = {c['n']}): "
+                 f"{n_side} x {n_side} log-spaced lr x wd, mean over {n_seeds} seeds, "
+                 f"||w0|| = {c['init_norm']:g}, {steps} steps, sharpness every {sweep_every} "
+                 "steps", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "demo-sweep.png", dpi=110)
+    plt.close(fig)
     print(f"\n  wrote {out / 'demo.png'}, {out / 'demo-sweep.png'} and {out / 'demo.json'}")
     return 0
 
@@ -97,6 +188,8 @@ def _sweep_summary(ds, seconds: float) -> dict:
     summary = {"trajectories": n, "seconds": round(seconds, 3),
                "chunks_computed": int(ds.attrs["chunks_computed"]),
                "chunks_reused": int(ds.attrs["chunks_reused"]),
+               "trajectories_computed": int(ds.attrs.get(
+                   "trajectories_computed", n if ds.attrs["chunks_computed"] else 0)),
                "diverged": int(ds.diverged.values.sum())}
     if "eos_entry_step" in ds:
         summary["entered_eos"] = int(eos.sum())
@@ -110,12 +203,23 @@ def _sweep_summary(ds, seconds: float) -> dict:
 
 
 def _print_sweep(ds, seconds: float) -> dict:
-    """Print the summary of a sweep's Dataset; returns it."""
+    """Print the summary of a sweep's Dataset; returns it.
+
+    The rate counts only the trajectories this call computed (not those reused from a
+    store); a call that computed nothing says so instead of printing a rate.
+    """
     s = _sweep_summary(ds, seconds)
     steps = int(ds.step.values[-1])
-    rate = s["trajectories"] * steps / seconds if s["chunks_computed"] else float("nan")
-    print(f"  {s['trajectories']} trajectories in {seconds:.2f} s ({rate:.3g} trajectory-steps/s; "
-          f"{s['chunks_computed']} chunks computed, {s['chunks_reused']} reused from the store)")
+    if not s["chunks_computed"]:
+        print(f"  {s['trajectories']} trajectories: all {s['chunks_reused']} chunks reused from "
+              f"the store; nothing computed ({seconds:.2f} s to check and open them)")
+    else:
+        computed = s["trajectories_computed"]
+        rate = computed * steps / seconds
+        s["trajectory_steps_per_s"] = rate
+        print(f"  {s['trajectories']} trajectories, {computed} computed in {seconds:.2f} s "
+              f"({rate:.3g} trajectory-steps/s; {s['chunks_computed']} chunks computed, "
+              f"{s['chunks_reused']} reused from the store)")
     print((f"  entered EoS: {s['entered_eos']}, " if "entered_eos" in s else
            f"  linearly stable (rho(T_2) <= 1): {s['linearly_stable']}, "
            if "linearly_stable" in s else "  ")
@@ -127,8 +231,15 @@ def _print_sweep(ds, seconds: float) -> dict:
     return s
 
 
+def _ignore_sigint() -> None:
+    """Worker processes leave Ctrl-C to the parent, which stops the sweep and says so."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _executor(args):
-    """The executor of --scheduler / --workers (None: in-process) and how to close it."""
+    """The executor of --scheduler / --workers (None: in-process) and how to close it
+    (``close(interrupted=True)`` stops at once, dropping the chunks in flight)."""
     if args.scheduler and args.workers:
         raise ValueError("give --scheduler or --workers, not both")
     if args.scheduler:
@@ -138,7 +249,7 @@ def _executor(args):
             raise ImportError("--scheduler needs dask.distributed: "
                               "pip install 'pysharp[distributed]'") from None
         client = Client(args.scheduler)
-        return client.get_executor(), client.close
+        return client.get_executor(), lambda interrupted=False: client.close()
     if args.workers:
         import multiprocessing
         import os
@@ -149,22 +260,29 @@ def _executor(args):
         # which is on demand: the variable is restored only once the pool is shut down)
         saved = os.environ.get("OMP_NUM_THREADS")
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.workers))
-        pool = ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_ignore_sigint)
 
-        def close():
-            pool.shutdown()
+        def close(interrupted: bool = False):
+            if interrupted:  # the running chunks' results would be dropped anyway
+                for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                    proc.terminate()
+                pool.shutdown(wait=True, cancel_futures=True)
+            else:
+                pool.shutdown()
             if saved is None:
                 os.environ.pop("OMP_NUM_THREADS", None)
             else:
                 os.environ["OMP_NUM_THREADS"] = saved
         return pool, close
-    return None, lambda: None
+    return None, lambda interrupted=False: None
 
 
 def _sweep(args) -> int:
     import pysharp as ps
 
     from .sweeps._config import load_config
+    from .sweeps._sweep import SweepInterrupted
 
     kwargs = load_config(args.config)
     if args.method:
@@ -178,12 +296,18 @@ def _sweep(args) -> int:
         raise ValueError(f"{store} exists; pass --resume to continue it, or choose another "
                          "store (output.store or --store)")
     executor, close = _executor(args)
+    interrupted = False
     try:
         t0 = time.perf_counter()
         ds = ps.sweep(**kwargs, executor=executor, progress=not args.no_progress)
         seconds = time.perf_counter() - t0
+    except SweepInterrupted as stop:
+        interrupted = True
+        again = " ".join(["pysharp"] + [shlex.quote(a) for a in args.argv]
+                         + ([] if args.resume else ["--resume"]))
+        return _interrupted("sweep", stop, again)
     finally:
-        close()
+        close(interrupted=interrupted)
     _print_sweep(ds, seconds)
     grid = [d for d in ("lr", "batch", "wd", "init_norm", "seed") if d in ds.dims]
     varied = [d for d in grid if ds.sizes[d] > 1] or ["lr"]
@@ -226,54 +350,109 @@ def _method_names() -> list[str]:
     return list(METHOD_DIMS)
 
 
+def _params(items: list[str] | None, model: str) -> dict:
+    """``--param KEY=VALUE`` items as the model factory's typed parameters."""
+    from .sweeps._config import model_parameters
+
+    raw = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param takes KEY=VALUE, got {item!r}")
+        raw[key] = value
+    return model_parameters(model, raw, "--param")
+
+
 def _run(args) -> int:
     import pysharp as ps
 
-    params = {}
-    for item in args.param or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--param takes KEY=VALUE, got {item!r}")
-        params[key] = json.loads(value) if value[:1] in "-0123456789[{tn" else value
+    params = _params(args.param, args.model)
+    if args.sharpness_every == 0:
+        raise ValueError("--sharpness-every must be >= 1: the table and plots show sharpness")
     ds = ps.sweep({"name": args.model, **params}, lr=args.lr, wd=args.wd, seeds=args.seeds,
-                  init_norm=args.init_norm, steps=args.steps,
+                  init_norm=args.init_norm, steps=args.steps, record_every=args.record_every,
                   sharpness_every=args.sharpness_every, progress=False)
+    identity = json.loads(ds.attrs["pysharp_sweep"])
+    settings = identity["settings"]
+    every, eos_tol = int(settings["sharpness_every"]), float(settings["eos_tol"])
+    # the smallest sharpness from the EoS entry record on (NaN: never entered)
+    after = (ds.sharpness_step >= ds.eos_entry_step) & (ds.eos_entry_step >= 0)
+    ds["min_sharpness_after_entry"] = ds.sharpness.where(after).min("sharpness_step")
     flat = ds.stack(trajectory=("lr", "wd", "seed", "init_norm"))
     from .models._registry import REGISTRY
     extra = [m for m in REGISTRY[args.model].summaries if m in ds]
-    cols = ["lr", "wd", "seed", "init_norm", "eos_entry_step", "final_sharpness", "min_sharpness",
-            "final_loss", "final_eff_lr", "diverged"] + extra
-    print("  ".join(f"{c:>15s}" for c in cols))
+    cols = ["lr", "wd", "seed", "init_norm", "eos_entry_step", "final_sharpness",
+            "min_sharpness_after_entry", "final_loss", "final_eff_lr", "diverged"] + extra
+    width = {c: max(15, len(c)) for c in cols}
+    print("  ".join(f"{c:>{width[c]}s}" for c in cols))
+    rows = []
     for t in range(flat.sizes["trajectory"]):
         row = flat.isel(trajectory=t)
-        cells = []
+        cells, values = [], {}
         for c in cols:
             v = row[c].values.item()
-            cells.append(f"{v!s:>15s}" if isinstance(v, (bool, int)) else f"{v:>15.6g}")
+            values[c] = v if isinstance(v, (bool, int)) or np.isfinite(v) else None
+            cells.append(f"{v!s:>{width[c]}s}" if isinstance(v, (bool, int))
+                         else f"{v:>{width[c]}.6g}")
+        rows.append(values)
         print("  ".join(cells))
+    print(f"  eos_entry_step: first sharpness record with eff_lr * sharpness >= "
+          f"{2 * (1 - eos_tol):g} = 2 (1 - eos_tol), -1: never; sharpness is recorded every "
+          f"{every} steps, so entry lies up to {every} steps before it. "
+          "min_sharpness_after_entry: the smallest sharpness record from entry on.")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    title = _model_title(args.model, params)
+    summary = {"model": args.model, "model_parameters": _model_parameters(args.model, params),
+               "title": title,
+               "lr": list(args.lr), "wd": list(args.wd), "seeds": list(args.seeds),
+               "init_norm": list(args.init_norm), "steps": int(settings["steps"]),
+               "record_every": int(settings["record_every"]), "sharpness_every": every,
+               "eos_tol": eos_tol,
+               "eos_entry_definition": "first sharpness record (every sharpness_every steps) "
+                                       "with eff_lr * sharpness >= 2 (1 - eos_tol); -1: never",
+               "eos_entry_resolution_steps": every, "trajectories": rows}
+    (out / "run.json").write_text(json.dumps(summary, indent=2))
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        print(f"wrote {out / 'run.json'} (install matplotlib for the figure)")
         return 0
-    fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
-    for t in range(min(flat.sizes["trajectory"], 12)):
+    fig, ax = plt.subplots(1, 3, figsize=(14, 4.2), layout="constrained")
+    shown = min(flat.sizes["trajectory"], 12)
+    for t in range(shown):
         row = flat.isel(trajectory=t)
-        name = f"lr {float(row.lr):.3g}, wd {float(row.wd):.2g}"
-        ax[0].semilogy(ds.step, row.loss, label=name)
-        ax[1].plot(ds.sharpness_step, row.eos_ratio, ".-")
-        ax[2].plot(ds.sharpness_step, row.sharpness, ".-")
-    ax[0].legend(fontsize=7)
+        name = f"lr {float(row.lr):.3g}, wd {float(row.wd):.2g}" + (
+            f", seed {int(row.seed)}" if ds.sizes["seed"] > 1 else "") + (
+            f", |w0| {float(row.init_norm):.3g}" if ds.sizes["init_norm"] > 1 else "")
+        ax[0].semilogy(ds.step, row.loss, label=name, color=f"C{t % 10}")
+        ax[1].plot(ds.sharpness_step, row.eos_ratio, ".-", color=f"C{t % 10}")
+        ax[2].plot(ds.sharpness_step, row.sharpness, ".-", color=f"C{t % 10}")
+        entry = int(row.eos_entry_step)
+        if entry >= 0:
+            for a in ax[1:]:
+                a.axvline(entry, color=f"C{t % 10}", lw=0.8, ls=":")
     ax[1].axhline(2, color="k", lw=0.8, ls="--")
-    ax[0].set(title="training loss", xlabel="step")
-    ax[1].set(title="eff. LR x spherical sharpness", xlabel="step")
-    ax[2].set(title="spherical sharpness", xlabel="step")
-    fig.tight_layout()
+    ax[0].set(title="training loss", xlabel="step", ylabel="loss")
+    ax[1].set(title="eff. LR x spherical sharpness", xlabel="step",
+              ylabel=r"$\eta_{\mathrm{eff}}\,\lambda_1$")
+    ax[2].set(title="spherical sharpness", xlabel="step", ylabel=r"$\lambda_1$ of $H(w/\|w\|)$")
+    from matplotlib.lines import Line2D
+    handles, labels = ax[0].get_legend_handles_labels()
+    handles.append(Line2D([], [], color="0.4", lw=0.8, ls=":"))
+    labels.append(f"EoS entry: first record\nat the edge (entry up to\n{every} steps earlier)")
+    fig.legend(handles, labels, loc="outside right upper", fontsize=7)
+    more = (f" (first {shown} of {flat.sizes['trajectory']} trajectories)"
+            if flat.sizes["trajectory"] > shown else "")
+    values = ", ".join(f"{label} {' '.join(f'{v:g}' for v in vs)}" for label, vs in (
+        ("lr", args.lr), ("wd", args.wd), ("seed", args.seeds), ("||w0||", args.init_norm)))
+    fig.suptitle(f"GD+WD on {title}\n{values}; {int(settings['steps'])} steps, sharpness every "
+                 f"{every} steps{more}", fontsize=10)
     fig.savefig(out / "run.png", dpi=110)
-    print(f"wrote {out / 'run.png'}")
+    plt.close(fig)
+    print(f"wrote {out / 'run.png'} and {out / 'run.json'}")
     return 0
 
 
@@ -294,6 +473,21 @@ def _reproduce(args) -> int:
     return 0
 
 
+def _experiments() -> str:
+    """The experiments of ``pysharp reproduce``, one line each (for its --help)."""
+    import importlib
+    import textwrap
+
+    from . import reproduce
+
+    lines = ["experiments:"]
+    for name in reproduce.names():
+        module = importlib.import_module(f"pysharp.reproduce.{reproduce.REGISTRY[name]}")
+        lines.append(f"  {name:19s}{textwrap.shorten(module.DESCRIPTION, 60, placeholder=' ...')}")
+    lines.append(f"  {'all':19s}every experiment, and OUT/index.md linking their figures")
+    return "\n".join(lines)
+
+
 def _info(args) -> int:
     import pysharp as ps
 
@@ -305,17 +499,54 @@ def _info(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with negative numbers in any notation (``-2e-4``, ``-.5``) read as values."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def _whole(text: str) -> int:
+    """argparse type of counts: a whole number, also written as an integral float (1e5)."""
+    from .sweeps._config import whole_number
+
+    try:
+        return whole_number(text, "value")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pysharp", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    """Run the ``pysharp`` command line on ``argv`` (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0, 2 for a bad argument or missing extra (its message on
+        stderr, no traceback), 130 when interrupted (Ctrl-C).
+    """
+    from . import __version__
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _Parser(prog="pysharp", description="pysharp: sharpness and the Edge of Stability "
+                     "of GD with weight decay, from the command line.",
+                     epilog="Run 'pysharp COMMAND --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=f"pysharp {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser("demo", help="GD+WD in the paper's BN linear regression setting, "
                                        "and a small lr x wd grid")
-    demo.add_argument("--quick", action="store_true", help="20k steps instead of 100k")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--out", default="pysharp-demo", help="folder for demo.json / demo.png")
+    demo.add_argument("--quick", action="store_true",
+                      help="20k steps instead of 100k (default folder pysharp-demo/quick)")
+    demo.add_argument("--seed", type=_whole, default=0)
+    demo.add_argument("--out", help="folder for demo.json, demo.png, demo-sweep.png and the "
+                                    "sweep's store (default pysharp-demo, or pysharp-demo/quick "
+                                    "with --quick)")
     demo.set_defaults(func=_demo)
-    rep = sub.add_parser("reproduce", help="the theory's predictions as figures and numbers")
-    rep.add_argument("name", help="experiment name, or 'all'")
+    rep = sub.add_parser("reproduce", help="the theory's predictions as figures and numbers",
+                         epilog=_experiments(),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    rep.add_argument("name", help="an experiment (listed below), or 'all'")
     rep.add_argument("--out", default="pysharp-figures", help="output folder")
     rep.add_argument("--quick", action="store_true", help="seconds instead of minutes")
     rep.set_defaults(func=_reproduce)
@@ -324,11 +555,12 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument("config", help="TOML file (see examples/)")
     sw.add_argument("--method", choices=_method_names(),
                     help="the optimiser (overrides run.method; default gd_wd)")
-    sw.add_argument("--batch", type=int, nargs="+", metavar="B",
+    sw.add_argument("--batch", type=_whole, nargs="+", metavar="B",
                     help="SGD batch sizes (overrides grid.batch)")
-    sw.add_argument("--resume", action="store_true", help="continue an existing store")
+    sw.add_argument("--resume", action="store_true",
+                    help="continue an existing store: compute only its missing chunks")
     sw.add_argument("--store", help="store path (default: output.store, else CONFIG.zarr)")
-    sw.add_argument("--workers", type=int, help="run chunks on N local worker processes")
+    sw.add_argument("--workers", type=_whole, help="run chunks on N local worker processes")
     sw.add_argument("--scheduler", help="dask.distributed scheduler address")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     sw.set_defaults(func=_sweep)
@@ -344,25 +576,33 @@ def main(argv: list[str] | None = None) -> int:
                     help="fix a grid axis (nearest value) before reducing")
     pl.add_argument("--out", help="PNG path")
     pl.set_defaults(func=_plot)
-    rn = sub.add_parser("run", help="one batch of GD+WD trajectories: a table and plots")
+    rn = sub.add_parser("run", help="one batch of GD+WD trajectories: a table, run.png and "
+                                    "run.json")
     rn.add_argument("model", help="a registered model name: " + ", ".join(_model_names()))
     rn.add_argument("--param", action="append", metavar="KEY=VALUE",
                     help="model parameter, e.g. d=40 (repeatable)")
     rn.add_argument("--lr", type=float, nargs="+", default=[0.5])
     rn.add_argument("--wd", type=float, nargs="+", default=[2e-4])
-    rn.add_argument("--seeds", type=int, nargs="+", default=[0])
+    rn.add_argument("--seeds", type=_whole, nargs="+", default=[0])
     rn.add_argument("--init-norm", type=float, nargs="+", default=[10.0])
-    rn.add_argument("--steps", type=int, default=20_000)
-    rn.add_argument("--sharpness-every", type=int)
-    rn.add_argument("--out", default="pysharp-run", help="folder for run.png")
+    rn.add_argument("--steps", type=_whole, default=20_000, help="e.g. 20000 or 2e4")
+    rn.add_argument("--record-every", type=_whole, help="loss records (default steps // 100)")
+    rn.add_argument("--sharpness-every", type=_whole,
+                    help="sharpness records (default steps // 20); EoS entry is known to within "
+                         "this many steps")
+    rn.add_argument("--out", default="pysharp-run", help="folder for run.png and run.json")
     rn.set_defaults(func=_run)
     info = sub.add_parser("info", help="how the compiled core was built and which backends run")
     info.set_defaults(func=_info)
     args = parser.parse_args(argv)
+    args.argv = argv
     try:
         return args.func(args)
-    except (ImportError, ValueError) as exc:  # missing extra or bad argument: no traceback
-        print(f"pysharp {args.command}: error: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"\npysharp {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (ImportError, ValueError, MemoryError) as exc:  # bad argument, missing extra,
+        print(f"pysharp {args.command}: error: {exc}", file=sys.stderr)  # too large: no traceback
         return 2
 
 

@@ -330,7 +330,7 @@ def test_cli_sweep_resume_and_plot(tmp_path, capsys, monkeypatch):
     assert main(["sweep", str(cfg)]) == 2  # exists: needs --resume
     assert "--resume" in capsys.readouterr().err
     assert main(["sweep", str(cfg), "--resume", "--workers", "2"]) == 0
-    assert "0 chunks computed, 4 reused" in capsys.readouterr().out
+    assert "all 4 chunks reused from the store; nothing computed" in capsys.readouterr().out
     assert main(["plot", "tiny.zarr", "--x", "lr", "--y", "wd", "--metric",
                  "eos_entry_step,final_sharpness", "--out", "map.png"]) == 0
     assert main(["plot", "tiny.zarr", "--x", "sharpness_step", "--hue", "lr", "--metric",

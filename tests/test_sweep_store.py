@@ -39,7 +39,7 @@ def in_memory():
 
 def _without_call_attrs(ds):
     ds = ds.copy()
-    for key in ("chunks_computed", "chunks_reused"):
+    for key in ("chunks_computed", "chunks_reused", "trajectories_computed"):
         ds.attrs.pop(key, None)
     return ds
 
@@ -181,3 +181,80 @@ def test_chunks_are_contiguous_grid_blocks(shape, chunk_size):
     j = next(i for i, n in enumerate(block) if n != 1 or i == len(shape) - 1)
     if block[j] < shape[j]:
         assert (block[j] + 1) * math.prod(shape[j + 1:]) > chunk_size
+
+
+def test_a_store_larger_than_the_free_disk_is_refused_before_any_work(tmp_path, monkeypatch):
+    """Oracle: the byte count of the outputs by hand (8-byte floats on the record axes)."""
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**6, 0, 10**4))
+    store = tmp_path / "big.zarr"
+    with pytest.raises(ValueError, match=r"need about .* on disk .* only 9.77 KiB are free"):
+        ps.sweep("toy3d", lr=[0.1, 0.2], wd=1e-3, steps=1000, record_every=1,
+                 store=store, progress=False)
+    assert not store.exists()  # refused before the store was made
+    layout = {"loss": ((1001,), "float64"), "flag": ((), "bool")}
+    assert _sweep.store_bytes(layout, (3, 2)) == 6 * (1001 * 8 + 1)
+    _sweep.check_disk(layout, (3, 2), store, free=6 * (1001 * 8 + 1))  # exactly fits
+    with pytest.raises(ValueError, match="46.9 KiB on disk"):
+        _sweep.check_disk(layout, (3, 2), store, free=1000)
+
+
+def test_record_every_beyond_steps_is_refused():
+    with pytest.raises(ValueError, match=r"record_every = 200 is larger than steps = 100"):
+        ps.sweep("toy3d", lr=0.1, wd=1e-3, steps=100, record_every=200, progress=False)
+
+
+def test_a_store_mismatch_names_each_differing_entry_readably(tmp_path):
+    store = tmp_path / "s.zarr"
+    ps.sweep("toy3d", lr=np.geomspace(0.05, 1, 8), wd=1e-3, steps=100, sharpness_every=20,
+             store=store, progress=False)
+    with pytest.raises(ps.sweeps.StoreMismatch) as err:
+        ps.sweep("toy3d", lr=np.geomspace(0.05, 1, 12), wd=1e-3, steps=200, sharpness_every=20,
+                 store=store, progress=False)
+    text = str(err.value)
+    assert "grid.lr: stored 8 values from 0.05 to 1, requested 12 values from 0.05 to 1" in text
+    assert "settings.steps: stored 100, requested 200" in text
+    assert ", , " not in text
+
+
+def test_trajectories_computed_counts_only_what_this_call_ran(tmp_path):
+    store = tmp_path / "s.zarr"
+    kw = dict(lr=[0.1, 0.2, 0.3], wd=[1e-3, 2e-3], steps=50, sharpness_every=10,
+              chunk_size=2, store=store, progress=False)
+    first = ps.sweep("toy3d", **kw)
+    assert first.attrs["trajectories_computed"] == 6 and first.attrs["chunks_computed"] == 3
+    (store / "_pysharp_done" / "0.json").unlink()
+    again = ps.sweep("toy3d", **kw)
+    assert again.attrs["chunks_computed"] == 1 and again.attrs["chunks_reused"] == 2
+    assert again.attrs["trajectories_computed"] == 2
+
+
+def test_an_interrupted_sweep_keeps_its_finished_chunks_and_says_so(tmp_path, monkeypatch):
+    """Ctrl-C (a KeyboardInterrupt) in the third chunk: two chunks are kept and marked,
+    SweepInterrupted says so, and the same call then computes only the rest."""
+
+    store = tmp_path / "s.zarr"
+    kw = dict(lr=[0.1, 0.2, 0.3], wd=[1e-3, 2e-3], steps=50, sharpness_every=10,
+              chunk_size=2, store=store, progress=False)
+    real, calls = _sweep.compute_chunk, []
+
+    def third_is_interrupted(*args):
+        calls.append(args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(_sweep, "compute_chunk", third_is_interrupted)
+    with pytest.raises(ps.sweeps.SweepInterrupted) as stop:
+        ps.sweep("toy3d", **kw)
+    assert isinstance(stop.value, KeyboardInterrupt)
+    assert (stop.value.done, stop.value.n_chunks, stop.value.store) == (2, 3, store)
+    assert "2 of 3 chunks saved to" in str(stop.value)
+    assert sorted(p.name for p in (store / "_pysharp_done").glob("[0-9]*.json")) == [
+        "0.json", "1.json"]
+    monkeypatch.setattr(_sweep, "compute_chunk", real)
+    again = ps.sweep("toy3d", **kw)
+    assert again.attrs["chunks_reused"] == 2 and again.attrs["chunks_computed"] == 1

@@ -72,6 +72,92 @@ def _toml():
     return tomli
 
 
+#: ``[run]`` keys that take whole numbers (an integral float such as 1e5 is accepted).
+_INTEGER_RUN_KEYS = ("steps", "record_every", "sharpness_every", "chunk_size")
+
+
+def whole_number(value: Any, name: str) -> int:
+    """``value`` as an int: an int, an integral float (``1e5``) or such a number's text.
+
+    Raises ValueError naming ``name`` for anything else (``1.5``, ``"forty"``, ``true``).
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"{name} must be a whole number, got {text!r}") from None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                      np.floating)):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if isinstance(value, (float, np.floating)):
+        if not (np.isfinite(value) and float(value).is_integer()):
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+        if abs(value) >= 2**63:
+            raise ValueError(f"{name} is too large: {value!r}")
+    return int(value)
+
+
+def model_parameters(name: str, params: dict, source: str = "model") -> dict:
+    """A registered model's factory parameters, each converted to the type its factory takes.
+
+    Values may be text (from ``--param KEY=VALUE``) or TOML values. Whole-number
+    parameters accept integral floats (``d = 4e1``); ``int | None`` parameters also
+    ``none``. Unknown models and parameters are left to ``_spec.normalise``.
+
+    Raises
+    ------
+    ValueError
+        Naming the parameter, its value and the type expected.
+    """
+    import inspect
+
+    from ..models._registry import REGISTRY
+
+    if name not in REGISTRY:
+        return dict(params)
+    signature = inspect.signature(REGISTRY[name].factory).parameters
+    out = {}
+    for key, value in params.items():
+        param = signature.get(key)
+        note = param.annotation if param is not None else ""
+        kind = note if isinstance(note, str) else getattr(note, "__name__", str(note))
+        types = {t.strip() for t in kind.split("|")}
+        where = f"--param {key}" if source == "--param" else f"{source}.{key}"
+        if param is None or not types & {"int", "float", "bool", "str"}:
+            out[key] = value
+        elif "None" in types and isinstance(value, str) and value.lower() in ("none", "null"):
+            out[key] = None
+        elif "int" in types:
+            try:
+                out[key] = whole_number(value, where)
+            except ValueError:
+                raise ValueError(f"{where} must be a whole number (default "
+                                 f"{param.default!r}), got {value!r}") from None
+        elif "float" in types:
+            try:
+                if isinstance(value, (bool, np.bool_)):
+                    raise ValueError
+                out[key] = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{where} must be a number (default {param.default!r}), "
+                                 f"got {value!r}") from None
+        elif "bool" in types:
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                value = value.lower() == "true"
+            if not isinstance(value, bool):
+                raise ValueError(f"{where} must be true or false, got {value!r}")
+            out[key] = value
+        else:  # str
+            if not isinstance(value, str):
+                raise ValueError(f"{where} must be a string, got {value!r}")
+            out[key] = value
+    return out
+
+
 def grid_values(value: Any, key: str) -> np.ndarray:
     """A grid axis from a number, a list, or {linspace|geomspace = [a, b, n]} /
     {range = n | [a, b]}."""
@@ -129,7 +215,11 @@ def parse(config: dict, source: str = "config") -> dict:
         raise ValueError(f"{source}: missing grid.wd (method {method!r})")
     if method == "sgd" and "batch" not in config["grid"]:
         raise ValueError(f"{source}: missing grid.batch (method 'sgd')")
-    kwargs: dict[str, Any] = {"model": _spec.normalise(dict(config["model"]))}
+    model = dict(config["model"])
+    if isinstance(model.get("name"), str):
+        rest = {k: v for k, v in model.items() if k != "name"}
+        model = {"name": model["name"], **model_parameters(model["name"], rest, "model")}
+    kwargs: dict[str, Any] = {"model": _spec.normalise(model)}
     for key, value in config["grid"].items():
         kwargs[key] = grid_values(value, f"grid.{key}")
     for key, value in config.get("run", {}).items():
@@ -141,6 +231,8 @@ def parse(config: dict, source: str = "config") -> dict:
                 raise ValueError("run.replacement must be true or false")
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"run.{key} must be a number")
+        elif key in _INTEGER_RUN_KEYS:
+            value = whole_number(value, f"run.{key}")
         kwargs[key] = value
     store = config.get("output", {}).get("store")
     if store is not None:

@@ -78,6 +78,31 @@ def chunk_bounds(shape: tuple[int, ...], chunk_size: int) -> list[tuple[int, int
     return [(int(a), int(a + s)) for a, s in zip(starts, sizes)]
 
 
+_MISSING = object()
+
+
+def _differences(stored, requested, key: str = ""):
+    """(dotted key, stored value, requested value) of every entry where two identities differ;
+    a missing entry is ``_MISSING``."""
+    if isinstance(stored, dict) and isinstance(requested, dict):
+        for k in sorted(set(stored) | set(requested)):
+            yield from _differences(stored.get(k, _MISSING), requested.get(k, _MISSING),
+                                    f"{key}.{k}" if key else str(k))
+    elif stored != requested:
+        yield key, stored, requested
+
+
+def _show(value) -> str:
+    """A short readable form of an identity entry: long lists by their length and range."""
+    if value is _MISSING:
+        return "(absent)"
+    if (isinstance(value, list) and len(value) > 6
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+        return f"{len(value)} values from {value[0]:.6g} to {value[-1]:.6g}"
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 class StoreMismatch(ValueError):
     """The store at a path was made by a different sweep (or is not a sweep store)."""
 
@@ -183,13 +208,12 @@ class SweepStore:
     def _check_same(self, stored: dict, identity: dict) -> None:
         if stored == identity:
             return
-        keys = sorted(set(stored) | set(identity))
-        diff = [k for k in keys if stored.get(k) != identity.get(k)]
-        lines = []
-        for k in diff[:4]:
-            a, b = json.dumps(stored.get(k)), json.dumps(identity.get(k))
-            lines.append(f"  {k}: stored {a[:120]}, requested {b[:120]}")
-        raise StoreMismatch(f"{self.path} holds a different sweep ({', '.join(diff)} differ):\n"
+        diff = list(_differences(stored, identity))
+        top = sorted({key.split(".")[0].split("[")[0] for key, _, _ in diff})
+        lines = [f"  {key}: stored {_show(a)}, requested {_show(b)}" for key, a, b in diff[:8]]
+        if len(diff) > 8:
+            lines.append(f"  ... and {len(diff) - 8} more")
+        raise StoreMismatch(f"{self.path} holds a different sweep ({', '.join(top)} differ):\n"
                             + "\n".join(lines)
                             + "\nIt is left untouched: use a new store path, or delete this one "
                               "to start over.")

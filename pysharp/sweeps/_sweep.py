@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from concurrent.futures import FIRST_COMPLETED, Executor, wait
 from pathlib import Path
 from typing import Any
@@ -160,6 +163,30 @@ def _check_starts(model, grid: dict[str, np.ndarray]) -> None:
                              f"gives an unusable start: {exc}") from None
 
 
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold Ctrl-C (SIGINT) back while the store is read or written, then raise it.
+
+    Zarr runs its I/O on an event loop in another thread: a KeyboardInterrupt in this
+    thread while it waits for one leaves that loop's tasks pending (asyncio prints "Task
+    was destroyed but it is pending!" at exit) and a chunk half-written. Deferred, the
+    chunk in hand is written and marked (milliseconds), then the sweep stops. Only in the
+    main thread, and only where Python's own handler is installed.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
 class _Progress:
     """tqdm bar in trajectories (with rate and ETA) on a terminal, else nothing."""
 
@@ -275,9 +302,10 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         diverged point is flagged (``diverged``), its later records NaN; the
         sweep still completes. ``attrs`` hold the sweep's identity as JSON
         (``pysharp_sweep``), ``pysharp_format``, ``backend`` and
-        ``chunks_computed`` / ``chunks_reused`` for this call. With ``store`` the
-        Dataset is lazy (dask-backed when dask is installed): values are read
-        from the store when used.
+        ``chunks_computed`` / ``chunks_reused`` / ``trajectories_computed`` for
+        this call (reused chunks are read from the store, not computed). With
+        ``store`` the Dataset is lazy (dask-backed when dask is installed):
+        values are read from the store when used.
 
         For ``"sgd"``: dimensions (lr, batch, wd, seed, init_norm) and ``step``;
         the recorded full-batch ``loss`` and ``final_loss``, ``diverged``,
@@ -293,8 +321,15 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
     MemoryError
         Before any work, when the results (without ``store``) or one chunk would
         not fit in the memory available.
+    ValueError
+        Naming the argument, before any work: among others when ``record_every >
+        steps``, and when the store's estimated size (its arrays' shapes and dtypes,
+        uncompressed) exceeds the free space on its disk (both numbers named).
     StoreMismatch
         When ``store`` holds a different sweep.
+    SweepInterrupted
+        On Ctrl-C (a ``KeyboardInterrupt``): how many chunks were finished, and kept
+        in ``store``, of how many.
 
     Notes
     -----
@@ -319,6 +354,9 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
     steps = as_positive_int(steps, "steps")
     record_every = as_positive_int(record_every if record_every is not None
                                    else _default_record_every(steps, method), "record_every")
+    if record_every > steps:
+        raise ValueError(f"record_every = {record_every} is larger than steps = {steps}: only "
+                         "step 0 would be recorded; choose record_every <= steps")
     extra: dict[str, Any] = {}
     if method == "scalar_rmsprop":
         if steps % record_every:
@@ -360,6 +398,8 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
     shape = tuple(len(grid[d]) for d in dims)
     n_traj = math.prod(shape)
     room_for = check_memory(out_layout, shape, chunk_size, in_memory=store is None)
+    if store is not None:
+        check_disk(out_layout, shape, store)
     bounds = chunk_bounds(shape, chunk_size)
     n_chunks = len(bounds)
     from .. import __version__
@@ -378,25 +418,31 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
                 for name, (tail, dtype) in out_layout.items()}
     else:
         _need("zarr")
-        db = SweepStore(store, identity, variables(out_layout, docs, settings),
-                        coordinates(grid, settings),
-                        dims, chunk_size, attrs)
-        done = {k for k in db.marked() if db.read(k) is not None}  # verified, then dropped
+        with _sigint_deferred():
+            db = SweepStore(store, identity, variables(out_layout, docs, settings),
+                            coordinates(grid, settings),
+                            dims, chunk_size, attrs)
+        for k in db.marked():
+            with _sigint_deferred():
+                if db.read(k) is not None:  # verified, then dropped
+                    done.add(k)
     reused = len(done)
     todo = [k for k in range(n_chunks) if k not in done]
     bar = _Progress(progress, n_traj, sum(bounds[k][1] - bounds[k][0] for k in done))
 
     def finished(k: int, result: dict) -> None:
-        if db is not None:
-            db.write(k, result)
-        else:
-            start, stop = bounds[k]
-            for name, arr in data.items():
-                arr[start:stop] = result[name]
-        done.add(k)
-        bar.update(bounds[k][1] - bounds[k][0])
+        with _sigint_deferred():  # a chunk is kept and counted whole, or not at all
+            if db is not None:
+                db.write(k, result)
+            else:
+                start, stop = bounds[k]
+                for name, arr in data.items():
+                    arr[start:stop] = result[name]
+            done.add(k)
+            bar.update(bounds[k][1] - bounds[k][0])
 
     failed: dict[int, BaseException] = {}
+    pending: dict = {}
     try:
         if executor is None:
             for k in todo:
@@ -404,7 +450,7 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         else:
             # at most `window` results wait in this process at once
             window = len(todo) if room_for is None else max(1, min(len(todo), room_for))
-            queue, pending = list(reversed(todo)), {}
+            queue = list(reversed(todo))
             while queue or pending:
                 while queue and len(pending) < window:
                     k = queue.pop()
@@ -416,6 +462,10 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
                         finished(k, fut.result())
                     except Exception as exc:  # noqa: BLE001 - others still finish and are kept
                         failed[k] = exc
+    except KeyboardInterrupt:
+        for fut in pending:
+            fut.cancel()
+        raise SweepInterrupted(len(done), n_chunks, store, reused) from None
     finally:
         bar.close()
     if failed:
@@ -429,8 +479,39 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         ds = open_lazy(xr, store)
     else:
         ds = to_dataset(xr, data, grid, settings, attrs, docs)
-    ds.attrs.update(chunks_computed=len(todo), chunks_reused=reused)
+    ds.attrs.update(chunks_computed=len(todo), chunks_reused=reused,
+                    trajectories_computed=sum(bounds[k][1] - bounds[k][0] for k in todo))
     return ds
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by Ctrl-C (SIGINT); says what was kept.
+
+    A ``KeyboardInterrupt``, so code that does not know it still stops as before.
+
+    Attributes
+    ----------
+    done : int
+        Chunks finished (kept in ``store``, if any), reused ones included.
+    n_chunks : int
+        Chunks of the whole sweep.
+    store : str, Path or None
+        The store holding the finished chunks (None: nothing was kept).
+    reused : int
+        Of ``done``, the chunks already in the store when the call began.
+    """
+
+    def __init__(self, done: int, n_chunks: int, store, reused: int = 0) -> None:
+        self.done, self.n_chunks, self.store, self.reused = done, n_chunks, store, reused
+        super().__init__(self.message())
+
+    def message(self) -> str:
+        """One line: what was saved and how to continue."""
+        if self.store is None:
+            return (f"interrupted after {self.done} of {self.n_chunks} chunks; without a store "
+                    "nothing was kept")
+        return (f"interrupted: {self.done} of {self.n_chunks} chunks saved to {self.store}; "
+                "the same call (same arguments and store) computes only the missing ones")
 
 
 #: Memory needed while one chunk runs, in units of the chunk's outputs: the engine's
@@ -538,6 +619,60 @@ def check_memory(out_layout: dict, shape: tuple[int, ...], chunk_size: int, *,
             f"{_bytes(available)} available{' besides the results' if in_memory else ''}: "
             "lower chunk_size or record less often (record_every, sharpness_every)")
     return int((room - total) // chunk)
+
+
+def store_bytes(out_layout: dict, shape: tuple[int, ...]) -> int:
+    """Bytes of a sweep's results on the grid ``shape``, uncompressed (``out_layout`` as in
+    :func:`check_memory`): an upper estimate of its store's size on disk."""
+    per_traj = sum(math.prod(tail) * np.dtype(dtype).itemsize
+                   for tail, dtype in out_layout.values())
+    return math.prod(shape) * per_traj
+
+
+def _dir_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (0 when it does not exist)."""
+    if not path.is_dir():
+        return 0
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def check_disk(out_layout: dict, shape: tuple[int, ...], store, *,
+               free: int | None = None) -> None:
+    """Refuse, before any work, a store that would not fit on its disk.
+
+    Parameters
+    ----------
+    out_layout : dict
+        name -> (shape after the trajectory axis, dtype), see ``_compute.layout``.
+    shape : tuple of int
+        The grid's shape.
+    store : str or Path
+        The store's directory (need not exist yet: its nearest existing parent is
+        measured).
+    free : int, optional
+        Bytes free on that disk (default: ``shutil.disk_usage``).
+
+    Raises
+    ------
+    ValueError
+        Naming the store's estimated size (uncompressed, less what the store
+        already holds) and the free space, when the first exceeds the second.
+    """
+    import shutil
+
+    path = Path(store).absolute()
+    need = store_bytes(out_layout, shape) - _dir_bytes(path)
+    if free is None:
+        where = path
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        free = shutil.disk_usage(where).free
+    if need > free:
+        raise ValueError(
+            f"store {store}: the sweep's results need about {_bytes(need)} on disk "
+            f"({math.prod(shape)} trajectories, uncompressed), but only {_bytes(free)} are free "
+            "there: record less often (record_every, sharpness_every), shrink the grid, or "
+            "choose a store on a larger disk")
 
 
 def variables(out_layout: dict, docs: dict | None = None, settings: Settings | None = None
