@@ -342,7 +342,7 @@ def _plot(args) -> int:
 
 def _model_names() -> list[str]:
     from .models._registry import REGISTRY
-    return list(REGISTRY)
+    return [name for name in REGISTRY if name != "loaded"]  # loaded: a header path instead
 
 
 def _method_names() -> list[str]:
@@ -354,22 +354,52 @@ def _params(items: list[str] | None, model: str) -> dict:
     """``--param KEY=VALUE`` items as the model factory's typed parameters."""
     from .sweeps._config import model_parameters
 
+    return model_parameters(model, _key_values(items), "--param")
+
+
+def _key_values(items: list[str] | None) -> dict[str, str]:
+    """``--param KEY=VALUE`` items as a dict of text values."""
     raw = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--param takes KEY=VALUE, got {item!r}")
         raw[key] = value
-    return model_parameters(model, raw, "--param")
+    return raw
+
+
+def _is_header(model: str) -> bool:
+    return model.endswith((".hpp", ".h", ".hh", ".hxx")) or Path(model).is_file()
+
+
+def _run_model(args) -> tuple:
+    """(model or spec, registry name, title, parameters) of ``pysharp run``'s MODEL argument:
+    a registered name with ``--param`` factory parameters, or a model header with
+    ``--data`` arrays and ``--param`` scalar fields."""
+    if not _is_header(args.model):
+        if args.data is not None:
+            raise ValueError("--data is for a model header; a registered model takes --param")
+        params = _params(args.param, args.model)
+        return ({"name": args.model, **params}, args.model, _model_title(args.model, params),
+                _model_parameters(args.model, params))
+    from .models import load_model_files
+
+    model = load_model_files(args.model, args.data, _key_values(args.param))
+    scalars = {k: v for k, v in model.fields.items() if not isinstance(v, np.ndarray)}
+    shapes = {k: list(v.shape) for k, v in model.fields.items() if isinstance(v, np.ndarray)}
+    title = (f"{model.model_name} ({model.header.name}, D={model.dim}"
+             + "".join(f", {k}={v}" for k, v in scalars.items()) + ")")
+    return model, "loaded", title, {"header": str(model.header), "data": args.data,
+                                    "scalars": scalars, "shapes": shapes}
 
 
 def _run(args) -> int:
     import pysharp as ps
 
-    params = _params(args.param, args.model)
+    model, name, title, parameters = _run_model(args)
     if args.sharpness_every == 0:
         raise ValueError("--sharpness-every must be >= 1: the table and plots show sharpness")
-    ds = ps.sweep({"name": args.model, **params}, lr=args.lr, wd=args.wd, seeds=args.seeds,
+    ds = ps.sweep(model, lr=args.lr, wd=args.wd, seeds=args.seeds,
                   init_norm=args.init_norm, steps=args.steps, record_every=args.record_every,
                   sharpness_every=args.sharpness_every, progress=False)
     identity = json.loads(ds.attrs["pysharp_sweep"])
@@ -380,7 +410,7 @@ def _run(args) -> int:
     ds["min_sharpness_after_entry"] = ds.sharpness.where(after).min("sharpness_step")
     flat = ds.stack(trajectory=("lr", "wd", "seed", "init_norm"))
     from .models._registry import REGISTRY
-    extra = [m for m in REGISTRY[args.model].summaries if m in ds]
+    extra = [m for m in REGISTRY[name].summaries if m in ds]
     cols = ["lr", "wd", "seed", "init_norm", "eos_entry_step", "final_sharpness",
             "min_sharpness_after_entry", "final_loss", "final_eff_lr", "diverged"] + extra
     width = {c: max(15, len(c)) for c in cols}
@@ -402,9 +432,7 @@ def _run(args) -> int:
           "min_sharpness_after_entry: the smallest sharpness record from entry on.")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    title = _model_title(args.model, params)
-    summary = {"model": args.model, "model_parameters": _model_parameters(args.model, params),
-               "title": title,
+    summary = {"model": name, "model_parameters": parameters, "title": title,
                "lr": list(args.lr), "wd": list(args.wd), "seeds": list(args.seeds),
                "init_norm": list(args.init_norm), "steps": int(settings["steps"]),
                "record_every": int(settings["record_every"]), "sharpness_every": every,
@@ -578,7 +606,10 @@ def main(argv: list[str] | None = None) -> int:
     pl.set_defaults(func=_plot)
     rn = sub.add_parser("run", help="one batch of GD+WD trajectories: a table, run.png and "
                                     "run.json")
-    rn.add_argument("model", help="a registered model name: " + ", ".join(_model_names()))
+    rn.add_argument("model", help="a registered model name (" + ", ".join(_model_names())
+                    + ") or your model's C++ header (see the 'Your own model' tutorial)")
+    rn.add_argument("--data", metavar="FILE.npz",
+                    help="a model header's arrays (numpy.savez), by field name")
     rn.add_argument("--param", action="append", metavar="KEY=VALUE",
                     help="model parameter, e.g. d=40 (repeatable)")
     rn.add_argument("--lr", type=float, nargs="+", default=[0.5])

@@ -295,3 +295,76 @@ def test_layernorm_example_matches_its_reference():
     np.testing.assert_allclose(G[0], fd, atol=1e-8 * np.abs(fd).max())
     np.testing.assert_allclose(model.hvp(W, W), -G, atol=1e-12 * np.abs(G).max())
     np.testing.assert_allclose(model.loss(2.5 * W), loss, rtol=1e-13)
+
+
+# -- sweeps and the command line -----------------------------------------------------------
+
+def test_a_sweep_of_a_loaded_model_is_bit_equal_to_lone_runs(phase):
+    model, _, _ = phase
+    grid = {"lr": [0.2, 0.6], "wd": [1e-3], "seeds": [0, 1], "init_norm": 3.0}
+    run = {"steps": 600, "sharpness_every": 50}
+    ds = ps.sweep(model, **grid, **run, chunk_size=3)
+    for i, lr in enumerate(grid["lr"]):
+        for seed in range(2):
+            lone = ps.sweep(model, lr=[lr], wd=[1e-3], seeds=[seed], init_norm=3.0, **run)
+            got = ds.isel(lr=i, wd=0, seed=seed, init_norm=0)
+            assert np.array_equal(got.loss.values, lone.loss.values[0, 0, 0, 0]), (lr, seed)
+
+
+def test_a_sweep_spec_names_the_header_and_its_data(phase):
+    model, X, y = phase
+    spec = {"name": "loaded", "header": str(PHASE), "fields": {"X": X, "y": y, "c": 1.5}}
+    a = ps.sweep(spec, lr=[0.5], wd=[1e-3], seeds=1, steps=300, sharpness_every=50)
+    b = ps.sweep(model, lr=[0.5], wd=[1e-3], seeds=1, steps=300, sharpness_every=50)
+    assert np.array_equal(a.loss.values, b.loss.values)
+
+
+@pytest.mark.slow
+def test_dask_workers_rebuild_a_loaded_model_from_its_spec(phase):
+    distributed = pytest.importorskip("distributed")
+    model, _, _ = phase
+    run = {"lr": [0.2, 0.5], "wd": [1e-3], "seeds": [0, 1], "steps": 300, "sharpness_every": 50}
+    local = ps.sweep(model, **run, chunk_size=2)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        remote = ps.sweep(model, **run, chunk_size=2, executor=client.get_executor())
+    assert np.array_equal(local.loss.values, remote.loss.values)
+
+
+def test_pysharp_run_and_sweep_take_a_model_header(tmp_path):
+    X, y = phase_data()
+    np.savez(tmp_path / "phase.npz", X=X, y=y)
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    cmd = [sys.executable, "-m", "pysharp"]
+    done = subprocess.run(cmd + ["run", str(PHASE), "--data", "phase.npz", "--param", "c=1.5",
+                                 "--lr", "0.5", "--wd", "1e-3", "--steps", "400",
+                                 "--sharpness-every", "50", "--init-norm", "3"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    import json
+    summary = json.loads((tmp_path / "pysharp-run" / "run.json").read_text())
+    assert summary["model"] == "loaded" and summary["model_parameters"]["scalars"] == {"c": 1.5}
+    model = ps.load_model(PHASE, X=X, y=y, c=1.5)
+    lone = ps.sweep(model, lr=[0.5], wd=[1e-3], seeds=[0], init_norm=3.0, steps=400,
+                    sharpness_every=50)
+    assert summary["trajectories"][0]["final_loss"] == float(lone.final_loss.values.ravel()[0])
+
+    (tmp_path / "phase.toml").write_text(
+        f'[model]\nheader = "{PHASE}"\ndata = "phase.npz"\nc = 1.5\n\n'
+        '[grid]\nlr = [0.2, 0.5]\nwd = [1e-3]\n\n[run]\nsteps = 300\nsharpness_every = 50\n')
+    done = subprocess.run(cmd + ["sweep", "phase.toml", "--no-progress"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "2 trajectories" in done.stdout
+    bad = subprocess.run(cmd + ["run", str(PHASE), "--data", "phase.npz", "--param", "c=big"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--param c must be a number" in bad.stderr
+
+
+def test_loading_leaves_the_callers_arrays_writable(phase):
+    X, y = phase_data()
+    model = ps.load_model(PHASE, X=X, y=y, c=1.5)
+    assert X.flags.writeable and y.flags.writeable
+    X[0, 0] += 1.0                     # the model keeps its own copy
+    assert model.fields["X"][0, 0] == X[0, 0] - 1.0

@@ -10,7 +10,7 @@ from ._bn_linear_regression import BNLinearRegression
 from ._bn_matrix_completion import BNMatrixCompletion
 from ._bn_two_layer_net import BNTwoLayerNet
 from ._compiler import ModelCompileError, include_dir
-from ._loaded import LoadedModel, load_model
+from ._loaded import LoadedModel, load_model, load_model_files
 from ._registry import REGISTRY, ModelEntry, Summary, entry_of, register
 from ._square_loss import LinearRegression, SquareLossModel, TwoLayerNet  # SGD stability
 from ._toy3d import Toy3D
@@ -18,5 +18,5 @@ from ._toy3d import Toy3D
 __all__ = ["ScaleInvariantModel", "BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet",
            "Toy3D"]
 __all__ += ["SquareLossModel", "LinearRegression", "TwoLayerNet"]
-__all__ += ["LoadedModel", "load_model", "ModelCompileError", "include_dir"]
+__all__ += ["LoadedModel", "load_model", "load_model_files", "ModelCompileError", "include_dir"]
 __all__ += ["REGISTRY", "ModelEntry", "Summary", "entry_of", "register"]

@@ -86,6 +86,8 @@ def _validated(fields: list[dict], data: dict[str, Any], header: Path) -> dict[s
                 raise ValueError(f"{name}: axis {axis} ({extent}) has length {length}, but "
                                  f"{extent} = {value} from {source}")
             extents.setdefault(extent, (length, name))
+        if np.shares_memory(a, data[name]) if isinstance(data[name], np.ndarray) else False:
+            a = a.copy()  # the model's own copy: freezing it must not freeze the caller's
         a.setflags(write=False)
         out[name] = a
     return out
@@ -241,6 +243,49 @@ def load_model(header, *, dtype="float64", model_name: str | None = None, includ
                        include_dirs=include_dirs)
 
 
+def load_model_files(header, data=None, params: dict | None = None, *, base=None,
+                     source: str = "--param", **options) -> LoadedModel:
+    """A loaded model described by files, for the command line and sweep configs.
+
+    Parameters
+    ----------
+    header : str or Path
+        The model's header; relative to ``base`` when relative.
+    data : str or Path, optional
+        An ``.npz`` file (``numpy.savez``) of the model's arrays (and 0-d scalars),
+        relative to ``base``.
+    params : dict, optional
+        Scalar fields, as numbers or text (``--param c=1.5``).
+    base : str or Path, optional
+        Folder that relative paths are taken from (a config's own folder); default
+        the working directory.
+    source : str
+        How a bad parameter is named in errors (``--param`` or ``model``).
+    **options
+        ``dtype``, ``model_name``, ``include_dirs`` of :func:`load_model`.
+    """
+    base = Path(base) if base is not None else Path.cwd()
+    fields: dict[str, Any] = {}
+    if data is not None:
+        path = base / Path(data).expanduser()
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                fields.update({k: npz[k] for k in npz.files})
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read the model data {path}: {exc}") from None
+    for key, value in (params or {}).items():
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                try:
+                    value = float(value)
+                except ValueError:
+                    raise ValueError(f"{source} {key} must be a number, got {value!r}") from None
+        fields[key] = value
+    return load_model(base / Path(header).expanduser(), **options, **fields)
+
+
 register(ModelEntry("loaded", LoadedModel, LoadedModel))
 
-__all__ = ["LoadedModel", "load_model", "ModelCompileError"]
+__all__ = ["LoadedModel", "load_model", "load_model_files", "ModelCompileError"]

@@ -185,8 +185,12 @@ def grid_values(value: Any, key: str) -> np.ndarray:
     return np.asarray(value)
 
 
-def parse(config: dict, source: str = "config") -> dict:
+def parse(config: dict, source: str = "config", base: Path | None = None) -> dict:
     """Validated keyword arguments of ``pysharp.sweep`` from a config's tables.
+
+    A ``[model]`` table names a registered model (``name``) or a model header
+    (``header``, with ``data``: an ``.npz`` of its arrays, and its scalar fields as
+    keys; paths relative to ``base``, the config's folder).
 
     Raises ValueError naming the offending key (``section.key``).
     """
@@ -200,6 +204,8 @@ def parse(config: dict, source: str = "config") -> dict:
             raise ValueError(f"{source}: [{section}] must be a table")
     for section, keys in _REQUIRED.items():
         for key in keys:
+            if section == "model" and "header" in config.get("model", {}):
+                continue  # a model header instead of a registered name
             if key not in config.get(section, {}):
                 raise ValueError(f"{source}: missing {section}.{key}")
     for section, allowed in _SECTIONS.items():
@@ -216,7 +222,15 @@ def parse(config: dict, source: str = "config") -> dict:
     if method == "sgd" and "batch" not in config["grid"]:
         raise ValueError(f"{source}: missing grid.batch (method 'sgd')")
     model = dict(config["model"])
-    if isinstance(model.get("name"), str):
+    if "header" in model:
+        from ..models import load_model_files
+
+        if "name" in model:
+            raise ValueError(f"{source}: [model] takes a name or a header, not both")
+        options = {k: model.pop(k) for k in ("dtype", "model_name") if k in model}
+        model = load_model_files(model.pop("header"), model.pop("data", None), model,
+                                 base=base, source="model", **options)
+    elif isinstance(model.get("name"), str):
         rest = {k: v for k, v in model.items() if k != "name"}
         model = {"name": model["name"], **model_parameters(model["name"], rest, "model")}
     kwargs: dict[str, Any] = {"model": _spec.normalise(model)}
@@ -252,4 +266,4 @@ def load_config(path: str | Path) -> dict:
             config = _toml().load(f)
     except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
         raise ValueError(f"{path}: not valid TOML: {exc}") from None
-    return parse(config, str(path))
+    return parse(config, str(path), path.resolve().parent)

@@ -48,6 +48,9 @@ def normalise(model: Any) -> dict:
         raise TypeError("model must be a registered name, a spec dict {'name': ..., ...} "
                         f"or a pysharp model, got {type(model).__name__}")
     spec = dict(model)
+    if isinstance(spec.get("data"), dict) and set(spec) <= {"name", "data", "truth"} \
+            and spec.get("name") in REGISTRY:
+        return spec  # already normalised from a model instance (a parsed config)
     name = spec.pop("name", None)
     if name not in REGISTRY:
         raise ValueError(f"model: unknown model {name!r}; choose one of {sorted(REGISTRY)}")
@@ -56,6 +59,10 @@ def normalise(model: Any) -> dict:
         if key not in allowed:
             raise ValueError(f"model.{key}: unknown parameter of {name!r}; "
                              f"it takes {allowed}")
+    try:
+        json.dumps(spec)
+    except TypeError:  # data arrays (a loaded model's fields): ship the instance's spec
+        return normalise(REGISTRY[name].factory(**spec))
     spec = {"name": name, **spec}
     cached(spec)  # bad values fail here, before any chunk runs
     return spec
