@@ -20,3 +20,5 @@ __all__ = ["ScaleInvariantModel", "BNLinearRegression", "BNMatrixCompletion", "B
 __all__ += ["SquareLossModel", "LinearRegression", "TwoLayerNet"]
 __all__ += ["LoadedModel", "load_model", "ModelCompileError", "include_dir"]
 __all__ += ["REGISTRY", "ModelEntry", "Summary", "entry_of", "register"]
+from ._check import CheckReport, check  # noqa: E402
+__all__ += ["check", "CheckReport"]
