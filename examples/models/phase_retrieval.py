@@ -31,8 +31,8 @@ def loss_jax(w, X, y, c=1.0):
 
 def loss_torch(w, X, y, c=1.0):
     import torch
-    q = (torch.as_tensor(X, dtype=w.dtype) @ w) ** 2 / (w @ w)
-    return c / (2 * len(y)) * torch.sum((q - torch.as_tensor(y, dtype=w.dtype)) ** 2)
+    q = (torch.tensor(X, dtype=w.dtype) @ w) ** 2 / (w @ w)
+    return c / (2 * len(y)) * torch.sum((q - torch.tensor(y, dtype=w.dtype)) ** 2)
 
 
 def synthetic(n: int = 24, d: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
