@@ -316,3 +316,15 @@ def test_rtol_overrides_the_derived_tolerances(phase, pr):
     assert strict.tolerances["third"] == 1e-14 and not strict.passed["third"]
     assert all(good for k, good in strict.passed.items() if k != "third")
     assert set(check(model, ref, points=2, rtol=0.5).tolerances.values()) == {0.5}
+
+
+def test_jax_reference_over_float32_data_gets_a_hint(phase):
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    model, X, y = phase
+    if jax.config.read("jax_enable_x64"):
+        pytest.skip("64-bit mode is on globally: jnp.asarray keeps float64")
+    Xj, yj = jnp.asarray(X), jnp.asarray(y)  # float32, made outside 64-bit mode
+    report = check(model, lambda w: 0.5 / len(y) * jnp.sum(((Xj @ w) ** 2 / (w @ w) - yj) ** 2),
+                   points=2)
+    assert not report.ok and any("float32 rounding" in n for n in report.notes)

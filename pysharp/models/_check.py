@@ -727,9 +727,17 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
             else:
                 messages[key] = (f"not scale-invariant in {block}: <g_k, w_k> = "
                                  f"{table[k, b]:.1e} ||g_k|| ||w_k|| at w[{b}] ({where})")
+    notes = list(ref.notes)
+    off = [errors[k] for k, _ in _COMPARED if not passed[k]]
+    if ref.name in ("jax", "torch") and dtype == np.float64 and off and \
+            all(1e-9 < e < 1e-5 for e in off):
+        notes.append("the derivatives are off by about float32 rounding: does the reference "
+                     "close over float32 data (in JAX, jnp.asarray(X) made while 64-bit mode "
+                     "is off)? Keep data as NumPy float64 arrays, or convert it inside the "
+                     "function")
     return CheckReport(framework=ref.name, method=ref.method, dtype=dtype.name, points=points,
                        groups=G, errors=errors, tolerances=tolerances, passed=passed,
-                       failing=failing, messages=messages, notes=list(ref.notes))
+                       failing=failing, messages=messages, notes=notes)
 
 
 __all__ = ["check", "CheckReport"]
