@@ -9,6 +9,7 @@ from ._base import ScaleInvariantModel
 from ._bn_linear_regression import BNLinearRegression
 from ._bn_matrix_completion import BNMatrixCompletion
 from ._bn_two_layer_net import BNTwoLayerNet
+from ._check import CheckReport, check
 from ._compiler import ModelCompileError, include_dir
 from ._loaded import LoadedModel, load_model, load_model_files
 from ._registry import REGISTRY, ModelEntry, Summary, entry_of, register
@@ -20,3 +21,4 @@ __all__ = ["ScaleInvariantModel", "BNLinearRegression", "BNMatrixCompletion", "B
 __all__ += ["SquareLossModel", "LinearRegression", "TwoLayerNet"]
 __all__ += ["LoadedModel", "load_model", "load_model_files", "ModelCompileError", "include_dir"]
 __all__ += ["REGISTRY", "ModelEntry", "Summary", "entry_of", "register"]
+__all__ += ["check", "CheckReport"]
