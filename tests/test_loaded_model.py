@@ -366,5 +366,6 @@ def test_loading_leaves_the_callers_arrays_writable(phase):
     X, y = phase_data()
     model = ps.load_model(PHASE, X=X, y=y, c=1.5)
     assert X.flags.writeable and y.flags.writeable
-    X[0, 0] += 1.0                     # the model keeps its own copy
-    assert model.fields["X"][0, 0] == X[0, 0] - 1.0
+    before = X[0, 0]
+    X[0, 0] = before + 1.0             # the model keeps its own copy
+    assert model.fields["X"][0, 0] == before
