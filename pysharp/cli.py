@@ -520,6 +520,13 @@ def _info(args) -> int:
     import pysharp as ps
 
     print(json.dumps({"version": ps.__version__, "core": ps.build_info()}, indent=2))
+    from .models import _compiler
+    try:
+        flags = _compiler.build_flags()
+        print(f"run-time models (load_model): {flags['compiler']} {' '.join(flags['flags'])}\n"
+              f"  headers: {_compiler.include_dir()}; cache: {_compiler.cache_dir()}")
+    except (_compiler.ModelCompileError, PermissionError) as exc:
+        print(f"run-time models (load_model): unavailable: {exc}")
     print("backends:")
     for name, entry in ps.backends().items():
         state = "available" if entry["available"] else f"missing: {entry['reason']}"

@@ -2,7 +2,7 @@
 
 Sweeps, the command line, the dynamics and the reproduce layer ask the registry
 instead of testing ``isinstance``; a new model registers one :class:`ModelEntry`
-next to its class (see docs/adding_a_model.rst) and is then sweepable by name,
+next to its class (see docs/tutorials/adding_a_model.rst) and is then sweepable by name,
 rebuildable from its spec, and summarised with its own metrics.
 """
 
