@@ -78,6 +78,13 @@ def as_positive_int(x, name: str, minimum: int = 1) -> int:
     return int(x)
 
 
+def check_record_every(record_every: int, steps: int) -> None:
+    """Refuse a record spacing beyond the run, which would record step 0 alone."""
+    if steps and record_every > steps:
+        raise ValueError(f"record_every = {record_every} is larger than steps = {steps}: only "
+                         "step 0 would be recorded; choose record_every <= steps")
+
+
 def as_real(x, name: str, *, minimum: float | None = None, strict: bool = False) -> float:
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(x).__name__}")

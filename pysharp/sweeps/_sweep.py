@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._dispatch import resolve
-from .._validation import as_positive_int, as_real, check_nonzero_rows
+from .._validation import as_positive_int, as_real, check_nonzero_rows, check_record_every
 from ..models import BNLinearRegression, ScaleInvariantModel, SquareLossModel
 from ..models._registry import REGISTRY, entry_of
 from . import _spec
@@ -354,9 +354,7 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
     steps = as_positive_int(steps, "steps")
     record_every = as_positive_int(record_every if record_every is not None
                                    else _default_record_every(steps, method), "record_every")
-    if record_every > steps:
-        raise ValueError(f"record_every = {record_every} is larger than steps = {steps}: only "
-                         "step 0 would be recorded; choose record_every <= steps")
+    check_record_every(record_every, steps)
     extra: dict[str, Any] = {}
     if method == "scalar_rmsprop":
         if steps % record_every:
