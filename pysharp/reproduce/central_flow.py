@@ -125,7 +125,7 @@ def run(out, quick: bool) -> dict:
                          "flow's predicted average| / average; settled: records from "
                          "settled_from_step on, transient: from 500 steps after the flow's "
                          "start up to there, first_500: the first 500 steps"),
-            "settled_from_step": t0 + settle, **err,
+            "settle_steps": settle, "settled_from_step": t0 + settle, **err,
             "final_order2_central_sharpness": float(sol2.sharpness[-1, 0]),
             "order2_flow_success": sol2.success,
             "max_edge_error": edge,

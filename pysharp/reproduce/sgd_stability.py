@@ -89,7 +89,13 @@ def run(out, quick: bool) -> dict:
             "all_linearly_stable": len(stable) == len(rows),
             "linearly_unstable": [{k: r[k] for k in ("lr", "batch", "seed", "loss", "rho_T2")}
                                   for r in rows if not r["stable"]],
+            "linearly_stable_count": len(stable),
+            "linearly_unstable_count": len(rows) - len(stable),
             "max_rho_T2": max((r["rho_T2"] for r in rows), default=float("nan")),
+            "max_lr_over_critical_lr_for_lr_le_1": max(
+                (r["lr_over_critical"] for r in rows if r["lr"] <= 1), default=float("nan")),
+            "max_moment_ratio": max((max(r["moment_ratio_k2"], r["moment_ratio_k3"])
+                                     for r in rows), default=float("nan")),
             "max_lr_over_critical_lr": max((r["lr_over_critical"] for r in rows),
                                            default=float("nan")),
             "stable_meeting_sufficient_criterion": sum(r["sufficient"] for r in stable),

@@ -112,6 +112,8 @@ def run(out, quick: bool) -> dict:
             "lr": lr, "wd": wd, "steps": steps, "dim": D,
             "eos_entry_step": entry, "slq_top_node_max_rel_err": worst,
             "sharpness_at_entry": snapshots["EoS entry"]["lambda_1"],
+            "outliers_at_entry": snapshots["EoS entry"]["rank"],
+            "null_bulk_at_entry": D - snapshots["EoS entry"]["rank"],
             "sharpness_end": snapshots["end"]["lambda_1"],
             "snapshots": snapshots}
 
