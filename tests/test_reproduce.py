@@ -15,9 +15,15 @@ from pysharp.cli import main  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("figures")
-    return out, reproduce.run_all(out, quick=True)
+def results():
+    """The quick runs of every experiment, shared with test_figures.py (run once)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        from test_figures import quick_all
+    finally:
+        sys.path.pop(0)
+    out, res, _ = quick_all()
+    return out, res
 
 
 def test_all_experiments_write_figures_and_numbers(results):
