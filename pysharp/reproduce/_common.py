@@ -78,9 +78,9 @@ def log_ticks(ax, axis: str = "y") -> None:
     Matplotlib labels the minor ticks of a short log axis (2x10^-2, 3x10^-2, ...), which
     then overlap.
     """
-    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    target.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False))
+    target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=30))
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     target.set_minor_formatter(NullFormatter())

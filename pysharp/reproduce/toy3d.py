@@ -35,7 +35,7 @@ def run(out, quick: bool) -> dict:
     track = compare_to_flow(tr, sol, t_eos=0)
 
     pyplot = plt()
-    fig = pyplot.figure(figsize=(12, 4.6), layout="constrained")
+    fig = pyplot.figure(figsize=(13.5, 4.8), layout="constrained")
     ax = fig.add_subplot(1, 3, 1, projection="3d")
     u, v = np.mgrid[0:2 * np.pi:40j, 0:np.pi:20j]
     ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.85", lw=0.4)
@@ -47,6 +47,10 @@ def run(out, quick: bool) -> dict:
     ax.set(xlabel="x", ylabel="y", zlabel="z", title="theta_t on the sphere")
     ax.legend(loc="upper left", fontsize=7)
     ax.view_init(elev=15, azim=-30)
+    try:  # matplotlib >= 3.7: leave room for the z tick labels inside the panel
+        ax.set_box_aspect(None, zoom=0.85)
+    except TypeError:
+        pass
     tau = lr * wd * tr.theta_steps
     ax = fig.add_subplot(1, 3, 2)
     ax.plot(tau, _phi(th), color="C3", lw=0.8, label="GD+WD")

@@ -42,7 +42,7 @@ def run(out, quick: bool) -> dict:
     log_ticks(ax, "y")
     ax.legend(fontsize=8)
     settings = {"model": f"BNLinearRegression(d={model.dim}, n={model.n})", "lr": lr,
-                "wd": " ".join(f"{w:g}" for w in wds), "tau_end": tau_end,
+                "wd": ", ".join(f"{w:.0e}" for w in wds), "tau_end": tau_end,
                 "steps": "tau_end / (lr wd)"}
     figure = save(fig, out, "tracking", "Tracking error of GD+WD around the flow", settings)
     return {"figures": [figure], "settings": settings, "model": settings["model"],
