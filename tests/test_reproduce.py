@@ -135,3 +135,23 @@ def test_readme_numbers_all_rows(tmp_path):
     for name in tool.ROWS:
         reproduce.run(name, tmp_path, quick=False)
     assert tool.main([str(tmp_path), "--check"]) == 0
+
+
+def test_readme_covers_every_experiment_and_its_prose_numbers(results):
+    """Every row of README's table has a template; the central flow's accuracy quoted in the
+    feature list is checked against (and rewritten from) the same JSON, keeping its wrapping."""
+    tool = _readme_numbers()
+    assert set(tool.ROWS) == set(reproduce.names())
+    _, res = results
+    text = tool.README.read_text()
+    a, b = tool._table(text)
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \|", text[a:b], flags=re.M)
+    assert sorted(rows) == reproduce.names()
+    quick = {"central-flow": res["central-flow"]}     # quick numbers differ from README's
+    assert any("loss_avg_rel_err_max_settled" in p for p in tool.check(text, quick))
+    rewritten = tool.update(text, quick)
+    assert not tool.check(rewritten, quick)
+    assert rewritten.count("\n") == text.count("\n")  # numbers replaced in place
+    for name, entries in tool.SENTENCES.items():
+        for entry in entries:
+            tool.render(name, res[name], entry)          # every path exists in the JSON
