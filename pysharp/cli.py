@@ -334,9 +334,12 @@ def _plot(args) -> int:
     metrics = args.metric.split(",")
     out = Path(args.out) if args.out else Path(args.store).with_name(
         f"{Path(args.store).stem}-{'-'.join(metrics)}-{args.x}{'-' + args.y if args.y else ''}.png")
+    sel = _parse_sel(args.sel)
     plot(ds, x=args.x, y=args.y, hue=args.hue, metric=metrics, reduce=args.reduce,
-         sel=_parse_sel(args.sel), out=out)
-    print(f"wrote {out}")
+         sel=sel, out=out)
+    from .sweeps._plot import selection_text
+    at = selection_text(ds, sel)
+    print(f"wrote {out}" + (f" (at {at})" if at else ""))
     return 0
 
 

@@ -15,9 +15,15 @@ from pysharp.cli import main  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("figures")
-    return out, reproduce.run_all(out, quick=True)
+def results():
+    """The quick runs of every experiment, shared with test_figures.py (run once)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        from test_figures import quick_all
+    finally:
+        sys.path.pop(0)
+    out, res, _ = quick_all()
+    return out, res
 
 
 def test_all_experiments_write_figures_and_numbers(results):
@@ -129,3 +135,23 @@ def test_readme_numbers_all_rows(tmp_path):
     for name in tool.ROWS:
         reproduce.run(name, tmp_path, quick=False)
     assert tool.main([str(tmp_path), "--check"]) == 0
+
+
+def test_readme_covers_every_experiment_and_its_prose_numbers(results):
+    """Every row of README's table has a template; the central flow's accuracy quoted in the
+    feature list is checked against (and rewritten from) the same JSON, keeping its wrapping."""
+    tool = _readme_numbers()
+    assert set(tool.ROWS) == set(reproduce.names())
+    _, res = results
+    text = tool.README.read_text()
+    a, b = tool._table(text)
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \|", text[a:b], flags=re.M)
+    assert sorted(rows) == reproduce.names()
+    quick = {"central-flow": res["central-flow"]}     # quick numbers differ from README's
+    assert any("loss_avg_rel_err_max_settled" in p for p in tool.check(text, quick))
+    rewritten = tool.update(text, quick)
+    assert not tool.check(rewritten, quick)
+    assert rewritten.count("\n") == text.count("\n")  # numbers replaced in place
+    for name, entries in tool.SENTENCES.items():
+        for entry in entries:
+            tool.render(name, res[name], entry)          # every path exists in the JSON

@@ -7,6 +7,10 @@
 Rows live between ``<!-- readme-numbers:begin -->`` and ``<!-- readme-numbers:end -->``;
 a row is regenerated only for an experiment with a template here and a JSON file in
 the folder, other rows are left as they are (``--check`` checks those experiments only).
+Every row of the table has a template. ``SENTENCES`` are numbers quoted in the README's
+prose (e.g. the central flow's accuracy in the feature list): they are found anywhere in
+the README (line breaks and indentation allowed between words), checked the same way,
+and rewritten number by number, keeping the text's wrapping.
 
 Numbers measured after EoS entry differ between machines (AVX2 and AVX-512 round
 differently, and the period-two dynamics amplify it), so ``--check`` compares each
@@ -26,7 +30,8 @@ BEGIN, END = "<!-- readme-numbers:begin -->", "<!-- readme-numbers:end -->"
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 # experiment -> (template, {field: (json path, relative tolerance)}). Fields are
-# {name:format}; a json path is a key, or keys joined by "." into nested dicts.
+# {name:format}; a json path is a key, or keys joined by "." into nested dicts and lists
+# (an integer indexes a list: "lr.-1"); a path ending in "%" is shown in per cent.
 ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
     "toy3d": (
         "GD+WD on (1 + c z²)(x − y)² drifts along Γ with the flow to the flattest point: "
@@ -41,9 +46,9 @@ ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
         "[1.9, 2.1], the transient just after entry spans {lo:.2f}–{hi:.2f}) and a sign flip "
         "of ⟨v₁, ∇L(θ)⟩ in {flips:.0f} % of the last 60 steps",
         {"entry": ("eos_entry_step", 0), "median": ("eos_ratio_median_after_entry", 0.002),
-         "inside": ("eos_ratio_fraction_in_band", 0.02), "samples": ("eos_ratio_samples", 0),
+         "inside": ("eos_ratio_fraction_in_band%", 0.02), "samples": ("eos_ratio_samples", 0),
          "lo": ("eos_ratio_min_after_entry", 0.05), "hi": ("eos_ratio_max_after_entry", 0.05),
-         "flips": ("sign_flip_fraction_last_60_steps", 0.05)}),
+         "flips": ("sign_flip_fraction_last_60_steps%", 0.05)}),
     "bn-linreg-minnorm": (
         "cosine to the min-norm interpolant: GD+WD {gd:.5f}, the flow 1 − {flow:.0e}, GD "
         "without WD {plain:.3f}",
@@ -83,6 +88,62 @@ ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
         "{t1:.2f}",
         {"s0": ("mc_sharpness_end_wd_0", 0), "t0": ("mc_test_loss_end_wd_0", 0),
          "s1": ("mc_sharpness_end_wd_0.001", 0.1), "t1": ("mc_test_loss_end_wd_0.001", 0.1)}),
+    "sgd-stability": (
+        "TwoLayerNet (tanh, width {width:d}) trained by SGD on {n:d} points on a circle in R⁸, "
+        "lr {lr0:g}–{lr1:g} × batch {b0:d}–{b1:d} × {inits:d} initialisations: {interp:d} of "
+        "{runs:d} runs interpolate ({diverged:d} diverge); {stable:d} minima have ρ(T₂) ≤ 1 "
+        "(lr / exact critical lr ≤ {crit:.2f} for lr ≤ 1) and {unstable:d} have ρ(T₂) > 1, up "
+        "to {rho:.3f}: SGD converged to minima unstable in the second moment; k = 2, 3 "
+        "moment-bound ratios ≤ {moment:.1e}; g_W {gw0:.2f} → {gw1:.2f}, g_x {gx0:.2f} → "
+        "{gx1:.2f} from (lr 0.1, full batch) to (lr 1, batch 1)",
+        # SGD after convergence: the counts are exact, the measured values move with
+        # rounding (not yet measured across machines: tolerances are estimates)
+        {"width": ("width", 0), "n": ("n", 0), "lr0": ("lr.0", 0), "lr1": ("lr.-1", 0),
+         "b0": ("batch.0", 0), "b1": ("batch.-1", 0), "inits": ("initialisations", 0),
+         "interp": ("interpolated", 0), "runs": ("runs", 0), "diverged": ("diverged", 0),
+         "stable": ("linearly_stable_count", 0), "crit": ("max_lr_over_critical_lr_for_lr_le_1",
+                                                          0.02),
+         "unstable": ("linearly_unstable_count", 0), "rho": ("max_rho_T2", 0.02),
+         "moment": ("max_moment_ratio", 0.5),
+         "gw0": ("g_W_small_lr_full_batch", 0.02), "gw1": ("g_W_large_lr_batch_1", 0.02),
+         "gx0": ("g_x_small_lr_full_batch", 0.02), "gx1": ("g_x_large_lr_batch_1", 0.02)}),
+    "spectra": (
+        "SLQ density (32 probes × 12 steps) along the paper's GD+WD run: the top node equals "
+        "the exact sharpness (rel. err {err:.0e}); a null bulk of {null:d}/{dim:d} and n − 2 = "
+        "{out:d} outliers, frozen at the interpolating minimum until EoS entry (step {entry:d}), "
+        "then shrinking together: sharpness {s0:.2f} → {s1:.2f}",
+        # the top node's error is rounding (1e-15): any value up to 4x passes
+        {"err": ("slq_top_node_max_rel_err", 3.0), "null": ("null_bulk_at_entry", 0),
+         "dim": ("dim", 0), "out": ("outliers_at_entry", 0), "entry": ("eos_entry_step", 0),
+         "s0": ("sharpness_at_entry", 0), "s1": ("sharpness_end", 0.01)}),
+    "central-flow": (
+        "GD+WD on BN linear regression (d {d:d}, n {n:d}), its central flow and the "
+        "sharpness-reduction flow on one figure: the flow keeps eff. LR × sharpness at 2 to "
+        "{edge:.0e} and predicts GD+WD's {window:d}-step averages of the loss and ‖w‖² to "
+        "{loss:.1e} and {norm2:.1e} (order 2: {loss2:.0e} and {norm22:.0e}; max rel. error "
+        "from {settle:d} steps after the flow's start; up to {transient:.0e} in the start's "
+        "transient before)",
+        # measured after EoS entry; the order-2 residuals are 1e-7..1e-5 and move most
+        {"d": ("d", 0), "n": ("n", 0), "edge": ("max_edge_error", 5.0),
+         "window": ("average_window_steps", 0), "loss": ("loss_avg_rel_err_max_settled", 0.05),
+         "norm2": ("norm2_avg_rel_err_max_settled", 0.05),
+         "loss2": ("loss_avg_rel_err_max_settled_order2", 0.5),
+         "norm22": ("norm2_avg_rel_err_max_settled_order2", 0.3),
+         "settle": ("settle_steps", 0), "transient": ("loss_avg_rel_err_max_transient", 0.3)}),
+}
+
+# Numbers quoted in the README's prose: experiment -> [(template, fields)], as ROWS.
+SENTENCES: dict[str, list[tuple[str, dict[str, tuple[str, float]]]]] = {
+    "central-flow": [(
+        "on BN linear regression (`pysharp reproduce central-flow`), once the start's "
+        "transient has passed, it matches GD+WD's {window:d}-step averages of the loss to "
+        "{loss:.2f} % and of ‖w‖² to {norm2:.2f} % (max rel. error); the residual is the next "
+        "order in the oscillation (the period-two orbit's fourth-order terms), which "
+        "`order=2` adds: {loss2:.0e} and {norm22:.0e}.",
+        {"window": ("average_window_steps", 0), "loss": ("loss_avg_rel_err_max_settled%", 0.05),
+         "norm2": ("norm2_avg_rel_err_max_settled%", 0.05),
+         "loss2": ("loss_avg_rel_err_max_settled_order2", 0.5),
+         "norm22": ("norm2_avg_rel_err_max_settled_order2", 0.3)})],
 }
 
 _FIELD = re.compile(r"\{(\w+):([^}]*)\}")
@@ -91,17 +152,17 @@ _FIELD = re.compile(r"\{(\w+):([^}]*)\}")
 def _value(summary: dict, path: str) -> float:
     if path == "one_minus_cosine_flow":
         return 1.0 - summary["cosine_flow"]
+    percent = path.endswith("%")
+    path = path.rstrip("%")
     value = summary
     for key in [path] if path in summary else path.split("."):
-        value = value[key]
-    if path in ("eos_ratio_fraction_in_band", "sign_flip_fraction_last_60_steps"):
-        return 100.0 * value
-    return value
+        value = value[int(key)] if isinstance(value, list) else value[key]
+    return 100.0 * value if percent else value
 
 
-def render(name: str, summary: dict) -> str:
-    """The README cell of experiment ``name`` from its JSON summary."""
-    template, fields = ROWS[name]
+def render(name: str, summary: dict, entry: tuple | None = None) -> str:
+    """The README cell of experiment ``name`` from its JSON summary (or ``entry``'s text)."""
+    template, fields = entry or ROWS[name]
     formats = dict(_FIELD.findall(template))
     values = {}
     for field, (path, _) in fields.items():
@@ -110,12 +171,16 @@ def render(name: str, summary: dict) -> str:
     return template.format(**values)
 
 
-def _pattern(template: str) -> re.Pattern:
+def _pattern(template: str, wrapped: bool = False) -> re.Pattern:
+    """The template as a regex; ``wrapped``: any whitespace (a line break) between words."""
+    def text(s):
+        return r"\s+".join(re.escape(w) for w in s.split(" ")) if wrapped else re.escape(s)
+
     parts, last = [], 0
     for m in _FIELD.finditer(template):
-        parts += [re.escape(template[last:m.start()]), rf"(?P<{m[1]}>[-+0-9.e]+)"]
+        parts += [text(template[last:m.start()]), rf"(?P<{m[1]}>[-+0-9.e]+)"]
         last = m.end()
-    parts.append(re.escape(template[last:]))
+    parts.append(text(template[last:]))
     return re.compile("".join(parts))
 
 
@@ -133,6 +198,10 @@ def compare(name: str, cell: str, summary: dict) -> list[str]:
     if m is None:
         return [f"{name}: the README text is not the template's; "
                 f"expected\n  {render(name, summary)}"]
+    return _compare_fields(name, m, fields, summary)
+
+
+def _compare_fields(name: str, m: re.Match, fields: dict, summary: dict) -> list[str]:
     problems = []
     for field, (path, rtol) in fields.items():
         shown, actual = float(m[field]), float(_value(summary, path))
@@ -165,8 +234,15 @@ def _row_re(name: str) -> re.Pattern:
     return re.compile(rf"^\| `{re.escape(name)}` \| (.*) \|$", re.M)
 
 
+def _sentence(text: str, name: str, entry: tuple) -> re.Match | None:
+    found = list(_pattern(entry[0], wrapped=True).finditer(text))
+    if len(found) > 1:
+        raise SystemExit(f"README quotes a sentence of `{name}` {len(found)} times, expected 1")
+    return found[0] if found else None
+
+
 def update(text: str, summaries: dict[str, dict]) -> str:
-    """README text with the rows of these experiments regenerated."""
+    """README text with the rows (and quoted sentences) of these experiments regenerated."""
     a, b = _table(text)
     block = text[a:b]
     for name, summary in summaries.items():
@@ -174,7 +250,19 @@ def update(text: str, summaries: dict[str, dict]) -> str:
         block, n = _row_re(name).subn(f"| `{name}` | {cell} |", block)
         if n != 1:
             raise SystemExit(f"README's block has {n} rows for `{name}`, expected 1")
-    return text[:a] + block + text[b:]
+    text = text[:a] + block + text[b:]
+    for name, summary in summaries.items():
+        for entry in SENTENCES.get(name, []):
+            m = _sentence(text, name, entry)
+            if m is None:
+                raise SystemExit(f"README does not quote this sentence of `{name}` (fix the "
+                                 f"text by hand, then rerun):\n  {render(name, summary, entry)}")
+            formats = dict(_FIELD.findall(entry[0]))
+            for field in sorted(entry[1], key=m.start, reverse=True):
+                value = _value(summary, entry[1][field][0])
+                value = int(value) if formats[field].endswith("d") else float(value)
+                text = text[:m.start(field)] + format(value, formats[field]) + text[m.end(field):]
+    return text
 
 
 def check(text: str, summaries: dict[str, dict]) -> list[str]:
@@ -184,6 +272,11 @@ def check(text: str, summaries: dict[str, dict]) -> list[str]:
         m = _row_re(name).search(text[a:b])
         problems += [f"README's block has no row for `{name}`"] if m is None else \
             compare(name, m[1], summary)
+        for entry in SENTENCES.get(name, []):
+            s = _sentence(text, name, entry)
+            problems += [f"{name}: README does not quote the sentence; expected\n  "
+                         f"{render(name, summary, entry)}"] if s is None else \
+                _compare_fields(name, s, entry[1], summary)
     return problems
 
 

@@ -7,8 +7,7 @@ import numpy as np
 from .. import BNLinearRegression, run_gd_wd
 from ..flow import SharpnessReductionFlow
 from ..theory import min_norm_interpolant
-from . import plt
-from ._common import cosine
+from ._common import cosine, save, subplots
 
 DESCRIPTION = ("Cosine between the direction of w and the min-norm interpolant "
                "pinv(Xc)(y - mean y): GD+WD (lr 0.5, wd 2e-4) and the sharpness-reduction flow "
@@ -34,24 +33,25 @@ def run(out, quick: bool) -> dict:
     cos_flow = cosine(sol.zeta, wt)
     flow_steps = entry + sol.tau / (lr * wd)
 
-    pyplot = plt()
-    fig, ax = pyplot.subplots(1, 2, figsize=(11, 3.8))
+    fig, ax = subplots(1, 2, figsize=(11, 4.4))
     ax[0].plot(gd.theta_steps, 1 - cos_gd, label="GD+WD (EoS)")
     ax[0].plot(flow_steps, 1 - cos_flow, "k--", label="flow from EoS entry")
     ax[0].plot(plain.theta_steps, 1 - cos_plain, label="GD, wd = 0 (no EoS)")
     ax[0].set_yscale("log")
-    ax[0].axvline(entry, color="C3", ls=":", lw=0.8)
+    ax[0].axvline(entry, color="C3", ls=":", lw=0.8, label=f"EoS entry (step {entry})")
     ax[0].set(xlabel="step", ylabel="1 - cosine to min-norm interpolant",
               title="implicit bias towards the min-norm interpolant")
     ax[0].legend()
     ax[1].plot(gd.sharpness_steps, gd.sharpness, label="GD+WD")
     ax[1].plot(flow_steps, sol.sharpness, "k--", label="flow")
-    ax[1].set(xlabel="step", title="spherical sharpness")
+    ax[1].set(xlabel="step", ylabel="spherical sharpness lambda_1", title="spherical sharpness")
     ax[1].legend()
-    fig.tight_layout()
-    fig.savefig(out / "bn_linreg_minnorm.png", dpi=110)
-    pyplot.close(fig)
-    return {"figures": ["bn_linreg_minnorm.png"], "lr": lr, "wd": wd, "steps": steps,
+    settings = {"model": f"BNLinearRegression(d={model.dim}, n={model.n})", "lr": lr, "wd": wd,
+                "steps": steps, "init": "random, ||w0|| = 10"}
+    figure = save(fig, out, "bn-linreg-minnorm", "BN linear regression: GD+WD at EoS goes to "
+                  "the min-norm interpolant, GD without WD does not", settings)
+    return {"figures": [figure], "settings": settings, "model": settings["model"],
+            "lr": lr, "wd": wd, "steps": steps,
             "eos_entry_step": entry, "cosine_gd_wd": float(cos_gd[-1]),
             "cosine_flow": float(cos_flow[-1]), "cosine_gd_no_wd": float(cos_plain[-1]),
             "flow_success": sol.success}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import BNLinearRegression, run_gd_wd
-from . import plt
+from ._common import save, subplots
 
 DESCRIPTION = ("The paper's setting (d 40, n 20, lr 0.5, wd 2e-4): the effective LR grows until it "
                "meets 2 / sharpness, then stays there while the top-eigenvector component of the "
@@ -28,23 +28,26 @@ def run(out, quick: bool) -> dict:
     signal = tr.top_grad[window]
     flips = float(np.mean(np.sign(signal[1:]) * np.sign(signal[:-1]) < 0))
 
-    pyplot = plt()
-    fig, ax = pyplot.subplots(1, 3, figsize=(13, 3.8))
+    fig, ax = subplots(1, 3, figsize=(13, 4.4))
     ax[0].semilogy(tr.steps, tr.loss, lw=0.6)
     ax[0].axvline(entry, color="C3", ls=":", label=f"EoS entry (step {entry})")
-    ax[0].set(xlabel="step", title="training loss")
+    ax[0].set(xlabel="step", ylabel="training loss", title="training loss")
     ax[0].legend()
     ax[1].semilogy(tr.steps, tr.eff_lr, lw=0.8, label="effective LR")
     ax[1].semilogy(tr.sharpness_steps, 2 / tr.sharpness, "k--", lw=0.8, label="2 / sharpness")
-    ax[1].set(xlabel="step", title="effective LR meets 2 / sharpness")
+    ax[1].set(xlabel="step", ylabel="effective LR, 2 / sharpness",
+              title="effective LR meets 2 / sharpness")
     ax[1].legend()
-    ax[2].plot(tr.steps[window], signal, ".-", lw=0.6)
+    ax[2].plot(tr.steps[window] - steps, signal, ".-", lw=0.6)
     ax[2].axhline(0, color="k", lw=0.6)
-    ax[2].set(xlabel="step", title="<v1, grad L(theta)>: period two")
-    fig.tight_layout()
-    fig.savefig(out / "bn_linreg_periodic.png", dpi=110)
-    pyplot.close(fig)
-    return {"figures": ["bn_linreg_periodic.png"], "lr": lr, "wd": wd, "steps": steps,
+    ax[2].set(xlabel=f"step - {steps}", ylabel="<v1, grad L(theta)>",
+              title="the last 60 steps: period two")
+    settings = {"model": f"BNLinearRegression(d={model.dim}, n={model.n})", "lr": lr, "wd": wd,
+                "steps": steps, "init": "random, ||w0|| = 10", "sharpness every": 250}
+    figure = save(fig, out, "bn-linreg-periodic", "BN linear regression at EoS: "
+                  "eff. LR x sharpness held at 2, period-two oscillation", settings)
+    return {"figures": [figure], "settings": settings, "model": settings["model"],
+            "lr": lr, "wd": wd, "steps": steps,
             "eos_entry_step": entry, "eos_ratio_min_after_entry": float(after.min()),
             "eos_ratio_max_after_entry": float(after.max()),
             "eos_ratio_median_after_entry": float(np.median(after)),

@@ -7,8 +7,7 @@ import numpy as np
 from .. import BNLinearRegression, Toy3D, run_gd_wd
 from ..flow import SharpnessReductionFlow
 from ..period_two import period_two_diagnostics
-from . import plt
-from ._common import loglog_slope, theory_start
+from ._common import loglog_slope, save, subplots, theory_start
 
 DESCRIPTION = ("GD+WD from the theory's start near Gamma (Toy3D c = 10 and BN linear regression): "
                "h_t = <theta_t - phi_t, v_1> flips sign every step with |h_t| ~ sqrt(lr wd), "
@@ -68,8 +67,7 @@ def run(out, quick: bool) -> dict:
                        sharpness_every=10, theta_every=1)
         bn_diags[eta] = period_two_diagnostics(bn, tr, window=bn_window, flow=bn_flow)
 
-    pyplot = plt()
-    fig, axes = pyplot.subplots(2, 2, figsize=(11, 8))
+    fig, axes = subplots(2, 2, figsize=(12, 9))
     ax = axes[0, 0]
     for i, (eta, d) in enumerate(diags.items()):
         k = d.steps - d.entry_step
@@ -109,9 +107,11 @@ def run(out, quick: bool) -> dict:
     ax.table(cellText=rows, colLabels=["lr wd", "entry ratio"], loc="lower right",
              colWidths=[0.18, 0.22], fontsize=8)
     ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "period_two.png", dpi=110)
-    pyplot.close(fig)
+    settings = {"Toy3D": "c 10, lr 0.1, lr wd " + " ".join(f"{e:.0e}" for e in entry_etas),
+                "BN lin. reg.": "d 20, n 12, lr 0.5, lr wd 5e-4 and 5e-5",
+                "start": "theory's, eff. LR 0.98 x 2 / lambda_1", "window": window}
+    figure = save(fig, out, "period-two", "Period two at the edge, the drift along Gamma, "
+                  "Theorem 4.4", settings)
 
     # Where h_t fails to flip, |h_t| is at the jitter level (1e-9): the troughs of the
     # slow cycle of the oscillation's amplitude.
@@ -121,7 +121,7 @@ def run(out, quick: bool) -> dict:
     def pack(ds):
         return {f"{eta:.0e}": d.summary() for eta, d in ds.items()}
 
-    return {"figures": ["period_two.png"], "model": "Toy3D(c=10), lr = 0.1",
+    return {"figures": [figure], "settings": settings, "model": "Toy3D(c=10), lr = 0.1",
             "window": window, "toy3d": pack(diags), "bn_linear_regression": pack(bn_diags),
             "entry_lr_times_wd": entry_etas,
             "entry_ratio": [d.entry_ratio for d in entry],

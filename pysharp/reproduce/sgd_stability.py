@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import TwoLayerNet, run_sgd, stability
-from . import plt
+from ._common import save, subplots
 
 DESCRIPTION = ("TwoLayerNet (tanh) trained by SGD to interpolation on 8 points on a circle in "
                "R^8, over lr (up to past the stability edge) x batch size x initialisation: each "
@@ -68,7 +68,10 @@ def run(out, quick: bool) -> dict:
             continue
         rows.append(where | _analyse(model, res.w[j], lr, batch))
 
-    _figure(out, rows, lrs, batches, n)
+    settings = {"model": f"TwoLayerNet(tanh, d {d}, width {m}), {n} points on a circle",
+                "lr": " ".join(f"{x:g}" for x in lrs), "batch": " ".join(str(b) for b in batches),
+                "initialisations": seeds, "steps": steps}
+    figure = _figure(out, rows, lrs, batches, settings)
 
     def mean_of(key, **where):
         vals = [r[key] for r in rows if all(r[k] == v for k, v in where.items())]
@@ -76,7 +79,9 @@ def run(out, quick: bool) -> dict:
 
     stable = [r for r in rows if r["stable"]]
     small, large = dict(lr=float(lrs.min()), batch=int(n)), dict(lr=1.0, batch=int(batches.min()))
-    return {"figures": ["sgd_stability.png"], "n": n, "d": d, "width": m, "steps": steps,
+    return {"figures": [figure], "settings": settings, "model": settings["model"],
+            "lr": lrs.tolist(), "batch": batches.tolist(),
+            "n": n, "d": d, "width": m, "steps": steps,
             "runs": int(LR.size), "initialisations": seeds,
             "interpolation_loss": INTERPOLATION_LOSS, "interpolated": len(rows),
             "not_interpolated": missed,
@@ -84,7 +89,13 @@ def run(out, quick: bool) -> dict:
             "all_linearly_stable": len(stable) == len(rows),
             "linearly_unstable": [{k: r[k] for k in ("lr", "batch", "seed", "loss", "rho_T2")}
                                   for r in rows if not r["stable"]],
+            "linearly_stable_count": len(stable),
+            "linearly_unstable_count": len(rows) - len(stable),
             "max_rho_T2": max((r["rho_T2"] for r in rows), default=float("nan")),
+            "max_lr_over_critical_lr_for_lr_le_1": max(
+                (r["lr_over_critical"] for r in rows if r["lr"] <= 1), default=float("nan")),
+            "max_moment_ratio": max((max(r["moment_ratio_k2"], r["moment_ratio_k3"])
+                                     for r in rows), default=float("nan")),
             "max_lr_over_critical_lr": max((r["lr_over_critical"] for r in rows),
                                            default=float("nan")),
             "stable_meeting_sufficient_criterion": sum(r["sufficient"] for r in stable),
@@ -101,10 +112,11 @@ def run(out, quick: bool) -> dict:
             "table": rows}
 
 
-def _figure(out, rows, lrs, batches, n) -> None:
-    pyplot = plt()
-    fig, ax = pyplot.subplots(1, 3, figsize=(15, 4.2))
-    cmap = pyplot.get_cmap("viridis")
+def _figure(out, rows, lrs, batches, settings) -> str:
+    from matplotlib import colormaps
+
+    fig, ax = subplots(1, 3, figsize=(15, 4.8))
+    cmap = colormaps["viridis"]
     colour = {lr: cmap(i / max(1, len(lrs) - 1)) for i, lr in enumerate(lrs)}
     marker = {b: "os^D"[i % 4] for i, b in enumerate(batches)}
     for r in rows:
@@ -135,6 +147,5 @@ def _figure(out, rows, lrs, batches, n) -> None:
               title="distance to the exact stability edge", ylim=(0, 1.2))
     ax[2].set_xticks(batches, [str(b) for b in batches])
     ax[2].minorticks_off()
-    fig.tight_layout()
-    fig.savefig(out / "sgd_stability.png", dpi=110)
-    pyplot.close(fig)
+    return save(fig, out, "sgd-stability", "SGD on a two-layer net: linear stability of the "
+                "minima found", settings)

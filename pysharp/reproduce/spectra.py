@@ -12,7 +12,7 @@ from .. import (
     run_gd_wd,
     spectral_density,
 )
-from . import plt
+from ._common import save, subplots
 
 DESCRIPTION = ("BN linear regression in the paper's setting (d 40, n 20, lr 0.5, wd 2e-4): the "
                "spherical Hessian's SLQ density (32 probes x 12 Lanczos steps) at the start, in "
@@ -73,13 +73,14 @@ def run(out, quick: bool) -> dict:
     after = index["after EoS"]
     slc = loss_slice(model, tr.theta[after], grid=np.linspace(-0.15, 0.15, 61))
 
-    pyplot = plt()
-    fig, ax = pyplot.subplots(1, 4, figsize=(19, 4.2))
+    fig, axes = subplots(2, 2, figsize=(13, 9))
+    ax = axes.ravel()
     ax[0].semilogy(tr.sharpness_steps, tr.eos_ratio, lw=0.8, label="eff. LR x sharpness")
     ax[0].axhline(2, color="k", ls="--", lw=0.6)
     for j, (name, i) in enumerate(index.items()):
         ax[0].plot(tr.theta_steps[i], tr.eos_ratio[i], "o", color=f"C{j + 1}", label=name)
-    ax[0].set(xlabel="step", title="EoS: eff. LR x sharpness reaches 2")
+    ax[0].set(xlabel="step", ylabel="eff. LR x sharpness",
+              title="EoS: eff. LR x sharpness reaches 2")
     ax[0].legend(fontsize=7)
     floor = 1e-4
     for j, name in enumerate(index):
@@ -87,26 +88,32 @@ def run(out, quick: bool) -> dict:
                        label=name)
     ax[1].plot(exact[index_pos(index, "after EoS")], np.full(D, 1.5 * floor), "|", color="k",
                ms=10, label="exact, after EoS")
-    ax[1].set(xlabel="eigenvalue of H(theta)", ylim=(floor, None),
+    ax[1].set(xlabel="eigenvalue of H(theta)", ylabel="spectral density", ylim=(floor, None),
               title="SLQ density (32 probes x 12 steps)")
     ax[1].legend(fontsize=7)
     for k in range(6):
         ax[2].plot(tr.theta_steps, exact_all[:, k], lw=0.8, color="C0" if k else "C3")
     ax[2].plot(tr.theta_steps, exact_all[:, -1], lw=0.8, color="C2", label="lambda_min")
     ax[2].axvline(entry, color="k", ls=":", lw=0.8, label=f"EoS entry ({entry})")
-    ax[2].set(xlabel="step", title="exact top 6 eigenvalues (red: sharpness)")
+    ax[2].set(xlabel="step", ylabel="eigenvalue of H(theta)",
+              title="exact top 6 eigenvalues (red: sharpness)")
     ax[2].legend(fontsize=7)
     cs = ax[3].contourf(slc.a, slc.b, np.log10(slc.loss.T + 1e-12), levels=30, cmap="viridis")
     fig.colorbar(cs, ax=ax[3], label="log10 loss")
     ax[3].set(xlabel="a (top eigenvector)", ylabel="b (second eigenvector)",
               title=f"loss at theta + a u1 + b u2, step {int(tr.theta_steps[after])}")
-    fig.tight_layout()
-    fig.savefig(out / "spectra.png", dpi=110)
-    pyplot.close(fig)
+    settings = {"model": f"BNLinearRegression(d={D}, n={model.n})", "lr": lr, "wd": wd,
+                "steps": steps, "init": "random, ||w0|| = 10",
+                "SLQ": "32 probes x 12 Lanczos steps"}
+    figure = save(fig, out, "spectra", "Hessian spectra along GD+WD: bulk and outliers "
+                  "before, at and after EoS entry", settings)
     worst = max(s["slq_top_rel_err"] for s in snapshots.values())
-    return {"figures": ["spectra.png"], "lr": lr, "wd": wd, "steps": steps, "dim": D,
+    return {"figures": [figure], "settings": settings, "model": settings["model"],
+            "lr": lr, "wd": wd, "steps": steps, "dim": D,
             "eos_entry_step": entry, "slq_top_node_max_rel_err": worst,
             "sharpness_at_entry": snapshots["EoS entry"]["lambda_1"],
+            "outliers_at_entry": snapshots["EoS entry"]["rank"],
+            "null_bulk_at_entry": D - snapshots["EoS entry"]["rank"],
             "sharpness_end": snapshots["end"]["lambda_1"],
             "snapshots": snapshots}
 

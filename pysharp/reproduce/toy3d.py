@@ -7,7 +7,7 @@ import numpy as np
 from .. import Toy3D, run_gd_wd
 from ..flow import SharpnessReductionFlow, compare_to_flow
 from . import plt
-from ._common import theory_start
+from ._common import save, theory_start
 
 DESCRIPTION = ("GD+WD on L = (1 + c z^2)(x - y)^2 on the sphere, started near Gamma at phi = 1, "
                "against the sharpness-reduction flow d phi / d tau = -2 G / (4 + G^2).")
@@ -35,7 +35,7 @@ def run(out, quick: bool) -> dict:
     track = compare_to_flow(tr, sol, t_eos=0)
 
     pyplot = plt()
-    fig = pyplot.figure(figsize=(12, 4.2))
+    fig = pyplot.figure(figsize=(13.5, 4.8), layout="constrained")
     ax = fig.add_subplot(1, 3, 1, projection="3d")
     u, v = np.mgrid[0:2 * np.pi:40j, 0:np.pi:20j]
     ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.85", lw=0.4)
@@ -44,9 +44,13 @@ def run(out, quick: bool) -> dict:
     th = tr.theta
     ax.plot(th[:, 0], th[:, 1], th[:, 2], color="C3", lw=1.5, label="GD+WD theta_t")
     ax.scatter([1 / np.sqrt(2)], [1 / np.sqrt(2)], [0], color="C2", s=40, label="flattest point")
-    ax.set_title("theta_t on the sphere")
+    ax.set(xlabel="x", ylabel="y", zlabel="z", title="theta_t on the sphere")
     ax.legend(loc="upper left", fontsize=7)
     ax.view_init(elev=15, azim=-30)
+    try:  # matplotlib >= 3.7: leave room for the z tick labels inside the panel
+        ax.set_box_aspect(None, zoom=0.85)
+    except TypeError:
+        pass
     tau = lr * wd * tr.theta_steps
     ax = fig.add_subplot(1, 3, 2)
     ax.plot(tau, _phi(th), color="C3", lw=0.8, label="GD+WD")
@@ -56,11 +60,14 @@ def run(out, quick: bool) -> dict:
     ax = fig.add_subplot(1, 3, 3)
     ax.plot(tr.sharpness_steps * lr * wd, tr.eos_ratio, ".", ms=3)
     ax.axhline(2, color="k", lw=0.8, ls="--")
-    ax.set(xlabel="tau", title="eff. LR x spherical sharpness")
-    fig.tight_layout()
-    fig.savefig(out / "toy3d.png", dpi=110)
-    pyplot.close(fig)
-    return {"figures": ["toy3d.png"], "c": c, "lr": lr, "wd": wd, "steps": steps,
+    ax.set(xlabel="tau = lr wd t", ylabel="eff. LR x spherical sharpness",
+           title="at the edge: eff. LR x sharpness ~ 2")
+    settings = {"model": f"Toy3D(c={c:g})", "lr": lr, "wd": wd, "steps": steps,
+                "start": f"near Gamma at phi = {phi0:g}"}
+    figure = save(fig, out, "toy3d", "Toy 3-D loss: GD+WD drifts along Gamma with the "
+                  "sharpness-reduction flow", settings)
+    return {"figures": [figure], "settings": settings, "model": settings["model"],
+            "c": c, "lr": lr, "wd": wd, "steps": steps,
             "phi_start": phi0, "phi_end_gd": float(_phi(th[-1])),
             "phi_end_flow": float(_phi(sol.zeta[-1])),
             "sharpness_start": float(sol.sharpness[0]),

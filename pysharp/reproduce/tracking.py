@@ -6,8 +6,7 @@ import numpy as np
 
 from .. import BNLinearRegression, run_gd_wd
 from ..flow import SharpnessReductionFlow, compare_to_flow
-from . import plt
-from ._common import loglog_slope, theory_start
+from ._common import log_ticks, loglog_slope, save, subplots, theory_start
 
 DESCRIPTION = ("BN linear regression from the theory's initialisation (near Gamma, effective LR "
                "0.98 x 2 / lambda_1): max_t ||theta_t - zeta(lr wd t)|| over tau in [0, 2] shrinks "
@@ -33,17 +32,21 @@ def run(out, quick: bool) -> dict:
     eta_lam = lr * wds
     slope = loglog_slope(eta_lam, errors)
 
-    pyplot = plt()
-    fig, ax = pyplot.subplots(figsize=(5.2, 4))
+    fig, ax = subplots(1, 1, figsize=(5.6, 4.6))
     ax.loglog(eta_lam, errors, "o-", label=f"max error (slope {slope:.2f})")
     ax.loglog(eta_lam, finals, "s--", label="error at tau = 2")
     ref = errors[0] * (eta_lam / eta_lam[0]) ** 0.25
     ax.loglog(eta_lam, ref, "k:", label="slope 1/4")
-    ax.set(xlabel="lr x wd", ylabel="||theta_t - zeta(tau)||", title="GD+WD tracks the flow")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "tracking.png", dpi=110)
-    pyplot.close(fig)
-    return {"figures": ["tracking.png"], "lr": lr, "tau_end": tau_end,
+    ax.set(xlabel="lr x wd", ylabel="||theta_t - zeta(tau)||, tau <= 2",
+           title="GD+WD tracks the flow")
+    log_ticks(ax, "y")
+    ax.legend(fontsize=8)
+    settings = {"model": f"BNLinearRegression(d={model.dim}, n={model.n})", "lr": lr,
+                "wd": ", ".join(f"{w:.0e}" for w in wds), "tau_end": tau_end,
+                "steps": "tau_end / (lr wd)"}
+    figure = save(fig, out, "tracking", "Tracking error of GD+WD around the flow", settings)
+    return {"figures": [figure], "settings": settings, "model": settings["model"],
+            "lr": lr, "wd": wds.tolist(), "tau_end": tau_end,
+            "steps": [int(round(tau_end / (lr * w))) for w in wds],
             "lr_times_wd": eta_lam.tolist(), "max_error": errors, "final_error": finals,
             "fitted_slope": slope, "flow_success": sol.success}
