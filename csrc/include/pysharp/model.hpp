@@ -60,7 +60,6 @@ struct Extent {
 
 // The names above, for models written outside namespace pysharp (a user's
 // header): arguments of scalar type find no overload by argument-dependent lookup.
-using pysharp::any;
 using pysharp::bn_cosine_loss_grad;
 using pysharp::dot_split;
 using pysharp::exp_;
