@@ -2,10 +2,8 @@
 pysharp compiled core: batched model kernels (see pysharp.models).
 """
 
-# Generated from the built module by pybind11-stubgen, then `ruff format`; regenerate
-# after changing csrc/bindings.cpp (docs/architecture.rst, "Type stubs"):
-#   PYTHONPATH=. python -m pybind11_stubgen pysharp._core -o /tmp/stubs \
-#       --numpy-array-wrap-with-annotated && cp /tmp/stubs/pysharp/_core.pyi pysharp/
+# Generated from the built module by pybind11-stubgen, then `ruff format`: do not edit.
+# Regenerate after changing the bindings: python tools/stubs.py (--check in CI).
 
 from __future__ import annotations
 
@@ -81,8 +79,7 @@ class BNLinearRegression_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -155,8 +152,7 @@ class BNMatrixCompletion_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -235,8 +231,7 @@ class BNTwoLayerNet_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -300,8 +295,7 @@ class Toy3D_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -374,8 +368,7 @@ class BNLinearRegression_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -448,8 +441,7 @@ class BNMatrixCompletion_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -528,8 +520,7 @@ class BNTwoLayerNet_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -593,8 +584,7 @@ class Toy3D_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -890,6 +880,28 @@ class TwoLayerNet_f32:
     @property
     def dim(self) -> int: ...
 
+def _tridiagonal_eigenvectors(
+    d: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    e: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    theta: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+) -> numpy.typing.NDArray[numpy.float64]: ...
+def _tridiagonal_eigh(
+    d: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    e: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    first_row: typing.SupportsInt | typing.SupportsIndex,
+    rows: typing.SupportsInt | typing.SupportsIndex,
+    lanes: bool,
+) -> tuple: ...
+def _tridiagonal_top_test(
+    d: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    e: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    lanes: bool,
+) -> tuple: ...
+def _tridiagonal_top_test_f32(
+    d: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    e: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    lanes: bool,
+) -> tuple: ...
 @typing.overload
 def bn_linreg_batch_loss_grad(
     core: BNLinearRegression_f64,
@@ -978,18 +990,6 @@ def bn_linreg_sgd(
     Mini-batch SGD+WD with ghost BN (each batch's own statistics) on BN linear regression
     """
 
-def _tridiagonal_eigenvectors(
-    d: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-    e: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-    theta: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-) -> numpy.typing.NDArray[numpy.float64]: ...
-def _tridiagonal_eigh(
-    d: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-    e: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-    first_row: typing.SupportsInt | typing.SupportsIndex,
-    rows: typing.SupportsInt | typing.SupportsIndex,
-    lanes: bool,
-) -> tuple: ...
 def build_info() -> dict: ...
 def lanczos_callable(
     matvec: collections.abc.Callable,
@@ -1009,8 +1009,7 @@ def linear_sgd(
     steps: typing.SupportsInt | typing.SupportsIndex,
 ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
     """
-    Linearised SGD x <- x - (lr/B) sum_I a_i a_i.x for steps t0.. of each run: (unit final
-    states (runs, D), log growth (runs,))
+    Linearised SGD x <- x - (lr/B) sum_I a_i a_i.x for steps t0.. of each run: (unit final states (runs, D), log growth (runs,))
     """
 
 def max_threads() -> int: ...
@@ -1036,8 +1035,7 @@ def slq(
     seed: typing.SupportsInt | typing.SupportsIndex,
 ) -> dict:
     """
-    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta,
-    nodes, weights (B, P, steps), count (B, P), ok (B,)
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta, nodes, weights (B, P, steps), count (B, P), ok (B,)
     """
 
 @typing.overload
@@ -1049,8 +1047,19 @@ def slq(
     seed: typing.SupportsInt | typing.SupportsIndex,
 ) -> dict:
     """
-    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta,
-    nodes, weights (B, P, steps), count (B, P), ok (B,)
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta, nodes, weights (B, P, steps), count (B, P), ok (B,)
+    """
+
+@typing.overload
+def slq(
+    model: BNTwoLayerNet_f64,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    n_probes: typing.SupportsInt | typing.SupportsIndex,
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+) -> dict:
+    """
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta, nodes, weights (B, P, steps), count (B, P), ok (B,)
     """
 
 @typing.overload
@@ -1062,8 +1071,7 @@ def slq(
     seed: typing.SupportsInt | typing.SupportsIndex,
 ) -> dict:
     """
-    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta,
-    nodes, weights (B, P, steps), count (B, P), ok (B,)
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta, nodes, weights (B, P, steps), count (B, P), ok (B,)
     """
 
 @typing.overload
@@ -1075,8 +1083,7 @@ def slq(
     seed: typing.SupportsInt | typing.SupportsIndex,
 ) -> dict:
     """
-    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta,
-    nodes, weights (B, P, steps), count (B, P), ok (B,)
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta, nodes, weights (B, P, steps), count (B, P), ok (B,)
     """
 
 @typing.overload
@@ -1088,8 +1095,7 @@ def slq(
     seed: typing.SupportsInt | typing.SupportsIndex,
 ) -> dict:
     """
-    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta,
-    nodes, weights (B, P, steps), count (B, P), ok (B,)
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta, nodes, weights (B, P, steps), count (B, P), ok (B,)
     """
 
 METHODS: dict = {
