@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
-#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -20,105 +19,14 @@
 #include <omp.h>
 #endif
 
-#include "cpu/bind_cpu.hpp"
-#include "pysharp/models/bn_linear_regression.hpp"
-#include "pysharp/models/bn_matrix_completion.hpp"
-#include "pysharp/models/bn_two_layer_net.hpp"
-#include "pysharp/models/toy3d.hpp"
+#include "holders.hpp"
 
 namespace py = pybind11;
 using namespace pysharp;
-
-using module::carray;
-using module::flags;
+using namespace pysharp::module;
 
 namespace {
 
-template <class T>
-std::vector<T> to_vector(const carray<T>& a) {
-  return std::vector<T>(a.data(), a.data() + a.size());
-}
-
-using module::checked_batch;
-using module::require;
-
-// Owners keep the model's arrays alive; the model itself is a view of them
-// (the same POD struct a CUDA kernel receives).
-template <class Real>
-struct BNLinRegCore {
-  std::vector<Real> Xc, u, sigma, inv_sigma, sigma2, ut, V;
-  BNLinearRegression<Real> model;
-  BNLinRegSpectral<Real> spectral;  // the reduced form used by the engine
-  BNLinRegCore(const carray<Real>& Xc_, const carray<Real>& u_, double scale,
-               const carray<Real>& sigma_, const carray<Real>& ut_, const carray<Real>& V_,
-               double uperp2)
-      : Xc(to_vector(Xc_)), u(to_vector(u_)), sigma(to_vector(sigma_)), ut(to_vector(ut_)),
-        V(to_vector(V_)) {
-    require(Xc_.ndim() == 2 && u_.ndim() == 1 && u_.shape(0) == Xc_.shape(0),
-            "Xc must be (n, d) and u (n,)");
-    const int n = static_cast<int>(Xc_.shape(0)), d = static_cast<int>(Xc_.shape(1));
-    const int r = static_cast<int>(sigma.size());
-    require(r >= 1 && ut.size() == sigma.size() && V_.ndim() == 2 && V_.shape(0) == d &&
-                V_.shape(1) == r,
-            "sigma and ut must be (r,), V (d, r)");
-    for (Real sv : sigma) {
-      require(sv > Real(0), "sigma must be positive");
-      inv_sigma.push_back(Real(1) / sv);
-      sigma2.push_back(sv * sv);
-    }
-    double fro2 = 0;
-    for (Real x : Xc) fro2 += double(x) * double(x);
-    model = {Xc.data(), u.data(), static_cast<Real>(scale), static_cast<Real>(fro2), n, d};
-    spectral = {sigma.data(), inv_sigma.data(), sigma2.data(), ut.data(), V.data(),
-                static_cast<Real>(uperp2), static_cast<Real>(fro2),
-                static_cast<Real>(scale), r, d};
-  }
-  BNLinRegCore(const BNLinRegCore&) = delete;
-};
-
-template <class Real>
-struct BNMatrixCompletionCore {
-  std::vector<int> rows, cols;
-  std::vector<Real> u;
-  BNMatrixCompletion<Real> model;
-  BNMatrixCompletionCore(const carray<int>& rows_, const carray<int>& cols_,
-                         const carray<Real>& u_, double scale, int m1, int m2, int r)
-      : rows(to_vector(rows_)), cols(to_vector(cols_)), u(to_vector(u_)) {
-    require(rows.size() == u.size() && cols.size() == u.size(),
-            "rows, cols and u must have one entry per observation");
-    for (std::size_t k = 0; k < rows.size(); ++k)
-      require(rows[k] >= 0 && rows[k] < m1 && cols[k] >= 0 && cols[k] < m2,
-              "observation index out of range");
-    model = {rows.data(), cols.data(), u.data(), static_cast<Real>(scale),
-             static_cast<int>(u.size()), m1, m2, r};
-  }
-  BNMatrixCompletionCore(const BNMatrixCompletionCore&) = delete;
-};
-
-template <class Real>
-struct BNTwoLayerNetCore {
-  std::vector<Real> Xc, y;
-  BNTwoLayerNet<Real> model;
-  BNTwoLayerNetCore(const carray<Real>& Xc_, const carray<Real>& y_, int width, int activation)
-      : Xc(to_vector(Xc_)), y(to_vector(y_)) {
-    require(Xc_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == Xc_.shape(0),
-            "Xc must be (n, d) and y (n,)");
-    require(width >= 1 && (activation == 0 || activation == 1),
-            "width must be >= 1 and activation 0 (tanh) or 1 (relu)");
-    double fro2 = 0;
-    for (Real x : Xc) fro2 += double(x) * double(x);
-    model = {Xc.data(), y.data(), static_cast<Real>(fro2),
-             static_cast<Real>(1 / std::sqrt(double(width))), static_cast<int>(Xc_.shape(0)),
-             static_cast<int>(Xc_.shape(1)), width, static_cast<Activation>(activation)};
-  }
-  BNTwoLayerNetCore(const BNTwoLayerNetCore&) = delete;
-};
-
-template <class Real>
-struct Toy3DCore {
-  Toy3D<Real> model;
-  explicit Toy3DCore(double c) : model{static_cast<Real>(c)} {}
-};
 
 // Lanczos on a Python callable: the same C++ recurrence, the GIL held while
 // the callable runs. Its result is anything numpy.asarray accepts.
@@ -255,69 +163,17 @@ py::tuple tridiagonal_top_test_rows(const carray<Real>& d, const carray<Real>& e
   return py::make_tuple(theta, z, norm, ok);
 }
 
-template <class Real>
-void bind_dtype(py::module_& m, const std::string& suffix) {
-  py::class_<BNLinRegCore<Real>> linreg(m, ("BNLinearRegression" + suffix).c_str());
-  module::def_init_BNLinearRegression<Real>(linreg);
-  module::bind_cpu_model<BNLinRegCore<Real>, Real>(linreg);
-
-  using MC = BNMatrixCompletionCore<Real>;
-  py::class_<MC> mc(m, ("BNMatrixCompletion" + suffix).c_str());
-  module::def_init_BNMatrixCompletion<Real>(mc);
-  module::bind_cpu_model<MC, Real>(mc);
-  mc.def(
-      "test_loss",
-      [](const MC& c, const carray<Real>& W, const carray<int>& rows,
-         const carray<int>& cols, const carray<Real>& values, double value_mean,
-         double value_std) {
-        const std::int64_t B = checked_batch(c, W, "W");
-        const int Nt = static_cast<int>(values.size());
-        require(rows.size() == Nt && cols.size() == Nt,
-                "rows, cols and values must have one entry per held-out observation");
-        for (int k = 0; k < Nt; ++k)
-          require(rows.data()[k] >= 0 && rows.data()[k] < c.model.m1 &&
-                      cols.data()[k] >= 0 && cols.data()[k] < c.model.m2,
-                  "held-out index out of range");
-        carray<Real> loss(B);
-        flags ok(B);
-        {
-          py::gil_scoped_release nogil;
-          const std::int64_t D = c.model.dim();
-#pragma omp parallel
-          {
-            std::vector<Real> work(std::max(c.model.N, Nt) + 1);
-#pragma omp for schedule(static)
-            for (std::int64_t b = 0; b < B; ++b)
-              ok.mutable_data()[b] = bn_mc_test_loss(
-                  c.model, W.data() + b * D, rows.data(), cols.data(), values.data(), Nt,
-                  static_cast<Real>(value_mean), static_cast<Real>(value_std),
-                  loss.mutable_data() + b, work.data());
-          }
-        }
-        return py::make_tuple(loss, ok);
-      },
-      py::arg("W"), py::arg("rows"), py::arg("cols"), py::arg("values"),
-      py::arg("value_mean"), py::arg("value_std"));
-
-  using BN2 = BNTwoLayerNetCore<Real>;
-  py::class_<BN2> bn2(m, ("BNTwoLayerNet" + suffix).c_str());
-  module::def_init_BNTwoLayerNet<Real>(bn2);
-  module::bind_cpu_model<BN2, Real>(bn2);
-
-  py::class_<Toy3DCore<Real>> toy(m, ("Toy3D" + suffix).c_str());
-  module::def_init_Toy3D<Real>(toy);
-  module::bind_cpu_model<Toy3DCore<Real>, Real>(toy);
-}
-
 }  // namespace
-
-#include "bindings_stability.hpp"  // SGD linear stability (issue 7)
-#include "bindings_spectra.hpp"    // Hessian spectra: SLQ (issue 14)
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "pysharp compiled core: batched model kernels (see pysharp.models).";
-  bind_dtype<double>(m, "_f64");
-  bind_dtype<float>(m, "_f32");
+#ifdef PYSHARP_VERSION
+  m.attr("__version__") = PYSHARP_VERSION;  // the build's (SKBUILD_PROJECT_VERSION)
+#else
+  m.attr("__version__") = "0+unknown";
+#endif
+  bind_models_f64(m);  // the units of holders.hpp, compiled in parallel
+  bind_models_f32(m);
   m.def("lanczos_callable", &lanczos_callable, py::arg("matvec"), py::arg("dim"),
         py::arg("options"), py::arg("start") = py::none());
   m.def("_tridiagonal_eigh", &tridiagonal_eigh_rows, py::arg("d"), py::arg("e"),
@@ -374,5 +230,5 @@ PYBIND11_MODULE(_core, m) {
 
   // -- SGD linear stability: square-loss models, SGD engine, linearised SGD --
   bind_stability(m);
-  bind_spectra(m);  // Hessian spectra (issue 14)
+  bind_spectra(m);  // Hessian spectra
 }

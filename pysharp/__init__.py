@@ -5,14 +5,15 @@ A compiled C++ core (pysharp._core) with a thin Python layer. See README.md.
 
 from . import stability, theory
 from ._backend import build_info
+from ._version import __version__
 from ._dispatch import BackendUnavailable, backends
 from .dynamics import QuasiRMSprop, Trajectory, run_gd_wd, run_pgd, run_scalar_rmsprop
 from .models import (
     BNLinearRegression,
-    LoadedModel,
     BNMatrixCompletion,
     BNTwoLayerNet,
     LinearRegression,
+    LoadedModel,
     ScaleInvariantModel,
     Toy3D,
     TwoLayerNet,
@@ -35,23 +36,6 @@ from .spectra import (
 from .sweeps import open_sweep, sweep
 
 
-def _version() -> str:
-    """The installed distribution's version; from a source tree, pyproject.toml's."""
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("pysharp")
-    except PackageNotFoundError:  # imported from a source tree (PYTHONPATH), not installed
-        import re
-        from pathlib import Path
-        try:
-            text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
-        except OSError:
-            return "0+unknown"
-        found = re.search(r'^version\s*=\s*"([^"]+)"', text, flags=re.MULTILINE)
-        return found.group(1) if found else "0+unknown"
-
-
-__version__ = _version()
 
 __all__ = ["BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet", "ScaleInvariantModel",
            "Toy3D",

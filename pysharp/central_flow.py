@@ -91,6 +91,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._dispatch import resolve
+from ._dormand_prince import B4 as _B4
+from ._dormand_prince import B5 as _B5
+from ._dormand_prince import A as _A
 from ._validation import as_batch, as_positive_int, as_real
 from .models import ScaleInvariantModel, TwoLayerNet
 from .models._square_loss import SquareLossModel
@@ -510,8 +513,6 @@ class CentralFlow:
             On a failure ``success`` is False, ``message`` says why and the
             solution holds the records so far.
         """
-        from .flow import _A, _B4, _B5  # Dormand-Prince 5(4); flow.py re-exports this module
-
         steps = as_real(steps, "steps", minimum=0.0, strict=True)
         if substeps is not None and max_step is not None:
             raise ValueError("give substeps or max_step, not both (max_step = 1 / substeps)")

@@ -564,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         The exit status: 0, 2 for a bad argument or missing extra (its message on
         stderr, no traceback), 130 when interrupted (Ctrl-C).
     """
-    from . import __version__
+    from ._version import __version__
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _Parser(prog="pysharp", description="pysharp: sharpness and the Edge of Stability "

@@ -30,21 +30,16 @@ from typing import Callable
 
 import numpy as np
 
+from ._dormand_prince import B4 as _B4
+from ._dormand_prince import B5 as _B5
+from ._dormand_prince import A as _A
 from ._validation import as_batch, as_positive_int, as_real
+from .central_flow import (  # noqa: F401 (re-exported: pysharp.flow.CentralFlow)
+    CentralFlow,
+    CentralFlowSolution,
+    compare_to_central,
+)
 from .models import ScaleInvariantModel
-
-# Dormand-Prince 5(4) tableau.
-_C = np.array([0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0])
-_A = [
-    [],
-    [1 / 5],
-    [3 / 40, 9 / 40],
-    [44 / 45, -56 / 15, 32 / 9],
-    [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729],
-    [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656],
-]
-_B5 = np.array([35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0])
-_B4 = np.array([5179 / 57600, 0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2100, 1 / 40])
 
 
 class FlowError(RuntimeError):
@@ -402,6 +397,3 @@ def compare_to_flow(trajectory, flow: FlowSolution, *, t_eos: int | None = None,
     zeta = flow.sol(tau[keep])
     error = np.linalg.norm(theta[keep] - zeta, axis=1)
     return TrackingResult(steps[keep], tau[keep], error)
-
-# The central flow (Cohen, Damian et al. 2024) lives in its own module.
-from .central_flow import CentralFlow, CentralFlowSolution, compare_to_central  # noqa: E402,F401

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validation import as_batch, as_real
+from .models import BNLinearRegression, BNMatrixCompletion, Toy3D
 
 
 def effective_lr(lr, wd, norm2):
@@ -38,11 +39,9 @@ def min_norm_interpolant(model) -> np.ndarray:
     The sharpness-reduction flow converges to the direction of this
     effective predictor (the minimum-norm interpolant on centred data).
     """
-    from .models import BNLinearRegression
-
     if not isinstance(model, BNLinearRegression):
         raise TypeError("min_norm_interpolant is defined for BNLinearRegression")
-    return np.linalg.pinv(model._Xc) @ (model.y - model.y.mean())
+    return model.min_norm_interpolant()
 
 
 def smoothness_bound(model) -> tuple[float | None, str]:
@@ -68,8 +67,6 @@ def smoothness_bound(model) -> tuple[float | None, str]:
     the sphere holds points with U = 0, where every observed score is 0 and
     sd = 0; ||H|| grows like 1 / sd^2 near them: rho_2 is infinite.
     """
-    from .models import BNLinearRegression, BNMatrixCompletion, Toy3D
-
     if isinstance(model, BNLinearRegression):
         sv = np.linalg.svd(model._Xc, compute_uv=False)
         d = model.dim

@@ -80,6 +80,12 @@ class BNLinearRegression(ScaleInvariantModel):
     def spec(self) -> dict:
         return {"model": "bn_linear_regression", "X": self.X, "y": self.y}
 
+    def min_norm_interpolant(self) -> np.ndarray:
+        """wt* = pinv(Xc) (y - mean y), shape (d,): the minimum-norm interpolant on centred
+        data, whose direction the sharpness-reduction flow converges to
+        (:func:`pysharp.theory.min_norm_interpolant`)."""
+        return np.linalg.pinv(self._Xc) @ (self.y - self.y.mean())
+
     def effective_predictor(self, w) -> tuple[np.ndarray, np.ndarray]:
         """The affine predictor x -> wt . x + bt that the BN network computes.
 
@@ -208,8 +214,7 @@ class BNLinearRegression(ScaleInvariantModel):
 
 
 def _cosine_min_norm(model: BNLinearRegression, w: np.ndarray) -> np.ndarray:
-    from ..theory import min_norm_interpolant
-    wt = min_norm_interpolant(model)
+    wt = model.min_norm_interpolant()
     # a row-wise sum, not a BLAS product: a row's value must not depend on the chunk
     return (w * wt).sum(axis=1) / (np.linalg.norm(w, axis=1) * np.linalg.norm(wt))
 

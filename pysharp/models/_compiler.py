@@ -39,6 +39,8 @@ from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
+from .._version import __version__
+
 
 class ModelCompileError(RuntimeError):
     """A model header could not be compiled or loaded; the message says why."""
@@ -193,7 +195,6 @@ def _headers_digest() -> str:
 
 def _key(header: Path, name: str, dtype: str,
          include_dirs: tuple[Path, ...]) -> tuple[str, dict]:
-    from .. import __version__
     cxx = compiler()
     st = os.stat(cxx)
     sources = hashlib.sha256()

@@ -1,44 +1,11 @@
-// Bindings for the SGD linear-stability part (square-loss models, SGD engine,
-// linearised-SGD moment runs). Included by bindings.cpp after its shared
-// helpers (carray, require, checked_batch, add_kernels, BNLinRegCore), and
-// registered by one call, bind_stability(m), at the end of the module body.
-#pragma once
-
+// Bindings for the SGD linear-stability part of pysharp._core: square-loss
+// models, the SGD engine, linearised-SGD moment runs.
 #include "cpu/sgd.hpp"
-#include "pysharp/models/square_loss.hpp"
+#include "holders.hpp"
 
+namespace pysharp::module {
 namespace {
 
-template <class Real>
-struct LinearRegressionCore {
-  std::vector<Real> X, y;
-  LinearRegression<Real> model;
-  LinearRegressionCore(const carray<Real>& X_, const carray<Real>& y_, bool bias)
-      : X(to_vector(X_)), y(to_vector(y_)) {
-    require(X_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == X_.shape(0),
-            "X must be (n, d) and y (n,)");
-    model = {X.data(), y.data(), static_cast<int>(X_.shape(0)), static_cast<int>(X_.shape(1)),
-             bias ? 1 : 0};
-  }
-  LinearRegressionCore(const LinearRegressionCore&) = delete;
-};
-
-template <class Real>
-struct TwoLayerNetCore {
-  std::vector<Real> X, y;
-  TwoLayerNet<Real> model;
-  TwoLayerNetCore(const carray<Real>& X_, const carray<Real>& y_, int width, int activation)
-      : X(to_vector(X_)), y(to_vector(y_)) {
-    require(X_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == X_.shape(0),
-            "X must be (n, d) and y (n,)");
-    require(width >= 1, "width must be >= 1");
-    require(activation == 0 || activation == 1, "unknown activation");
-    model = {X.data(), y.data(), static_cast<int>(X_.shape(0)), static_cast<int>(X_.shape(1)),
-             width, static_cast<Activation>(activation),
-             static_cast<Real>(1.0 / std::sqrt(double(width)))};
-  }
-  TwoLayerNetCore(const TwoLayerNetCore&) = delete;
-};
 
 // The SGD runner on any model run_sgd takes (square-loss models; BN linear
 // regression, whose batches get ghost BN): checks, then one GIL-free call.
@@ -179,6 +146,8 @@ void bind_stability_dtype(py::module_& m, const std::string& suffix) {
       "Ghost-BN loss and gradient of batch idx (B,): (L_I (P,), grad L_I (P, d), ok (P,))");
 }
 
+}  // namespace
+
 void bind_stability(py::module_& m) {
   bind_stability_dtype<double>(m, "_f64");
   bind_stability_dtype<float>(m, "_f32");
@@ -225,4 +194,4 @@ void bind_stability(py::module_& m) {
       "The SGD engine's batches of one trajectory, (steps, batch) indices: for oracles and peers");
 }
 
-}  // namespace
+}  // namespace pysharp::module

@@ -1,0 +1,146 @@
+// The holders of pysharp._core's built-in models: each owns its model's arrays
+// and builds the model view (the same POD struct a CUDA kernel receives), and
+// the entry points of the module's translation units (bindings.cpp registers
+// them; each unit compiles on its own, in parallel).
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpu/bind_cpu.hpp"
+#include "pysharp/models/bn_linear_regression.hpp"
+#include "pysharp/models/bn_matrix_completion.hpp"
+#include "pysharp/models/bn_two_layer_net.hpp"
+#include "pysharp/models/square_loss.hpp"
+#include "pysharp/models/toy3d.hpp"
+
+namespace pysharp::module {
+
+template <class T>
+std::vector<T> to_vector(const carray<T>& a) {
+  return std::vector<T>(a.data(), a.data() + a.size());
+}
+
+
+// Owners keep the model's arrays alive; the model itself is a view of them
+// (the same POD struct a CUDA kernel receives).
+template <class Real>
+struct BNLinRegCore {
+  std::vector<Real> Xc, u, sigma, inv_sigma, sigma2, ut, V;
+  BNLinearRegression<Real> model;
+  BNLinRegSpectral<Real> spectral;  // the reduced form used by the engine
+  BNLinRegCore(const carray<Real>& Xc_, const carray<Real>& u_, double scale,
+               const carray<Real>& sigma_, const carray<Real>& ut_, const carray<Real>& V_,
+               double uperp2)
+      : Xc(to_vector(Xc_)), u(to_vector(u_)), sigma(to_vector(sigma_)), ut(to_vector(ut_)),
+        V(to_vector(V_)) {
+    require(Xc_.ndim() == 2 && u_.ndim() == 1 && u_.shape(0) == Xc_.shape(0),
+            "Xc must be (n, d) and u (n,)");
+    const int n = static_cast<int>(Xc_.shape(0)), d = static_cast<int>(Xc_.shape(1));
+    const int r = static_cast<int>(sigma.size());
+    require(r >= 1 && ut.size() == sigma.size() && V_.ndim() == 2 && V_.shape(0) == d &&
+                V_.shape(1) == r,
+            "sigma and ut must be (r,), V (d, r)");
+    for (Real sv : sigma) {
+      require(sv > Real(0), "sigma must be positive");
+      inv_sigma.push_back(Real(1) / sv);
+      sigma2.push_back(sv * sv);
+    }
+    double fro2 = 0;
+    for (Real x : Xc) fro2 += double(x) * double(x);
+    model = {Xc.data(), u.data(), static_cast<Real>(scale), static_cast<Real>(fro2), n, d};
+    spectral = {sigma.data(), inv_sigma.data(), sigma2.data(), ut.data(), V.data(),
+                static_cast<Real>(uperp2), static_cast<Real>(fro2),
+                static_cast<Real>(scale), r, d};
+  }
+  BNLinRegCore(const BNLinRegCore&) = delete;
+};
+
+template <class Real>
+struct BNMatrixCompletionCore {
+  std::vector<int> rows, cols;
+  std::vector<Real> u;
+  BNMatrixCompletion<Real> model;
+  BNMatrixCompletionCore(const carray<int>& rows_, const carray<int>& cols_,
+                         const carray<Real>& u_, double scale, int m1, int m2, int r)
+      : rows(to_vector(rows_)), cols(to_vector(cols_)), u(to_vector(u_)) {
+    require(rows.size() == u.size() && cols.size() == u.size(),
+            "rows, cols and u must have one entry per observation");
+    for (std::size_t k = 0; k < rows.size(); ++k)
+      require(rows[k] >= 0 && rows[k] < m1 && cols[k] >= 0 && cols[k] < m2,
+              "observation index out of range");
+    model = {rows.data(), cols.data(), u.data(), static_cast<Real>(scale),
+             static_cast<int>(u.size()), m1, m2, r};
+  }
+  BNMatrixCompletionCore(const BNMatrixCompletionCore&) = delete;
+};
+
+template <class Real>
+struct BNTwoLayerNetCore {
+  std::vector<Real> Xc, y;
+  BNTwoLayerNet<Real> model;
+  BNTwoLayerNetCore(const carray<Real>& Xc_, const carray<Real>& y_, int width, int activation)
+      : Xc(to_vector(Xc_)), y(to_vector(y_)) {
+    require(Xc_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == Xc_.shape(0),
+            "Xc must be (n, d) and y (n,)");
+    require(width >= 1 && (activation == 0 || activation == 1),
+            "width must be >= 1 and activation 0 (tanh) or 1 (relu)");
+    double fro2 = 0;
+    for (Real x : Xc) fro2 += double(x) * double(x);
+    model = {Xc.data(), y.data(), static_cast<Real>(fro2),
+             static_cast<Real>(1 / std::sqrt(double(width))), static_cast<int>(Xc_.shape(0)),
+             static_cast<int>(Xc_.shape(1)), width, static_cast<Activation>(activation)};
+  }
+  BNTwoLayerNetCore(const BNTwoLayerNetCore&) = delete;
+};
+
+template <class Real>
+struct Toy3DCore {
+  Toy3D<Real> model;
+  explicit Toy3DCore(double c) : model{static_cast<Real>(c)} {}
+};
+
+template <class Real>
+struct LinearRegressionCore {
+  std::vector<Real> X, y;
+  LinearRegression<Real> model;
+  LinearRegressionCore(const carray<Real>& X_, const carray<Real>& y_, bool bias)
+      : X(to_vector(X_)), y(to_vector(y_)) {
+    require(X_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == X_.shape(0),
+            "X must be (n, d) and y (n,)");
+    model = {X.data(), y.data(), static_cast<int>(X_.shape(0)), static_cast<int>(X_.shape(1)),
+             bias ? 1 : 0};
+  }
+  LinearRegressionCore(const LinearRegressionCore&) = delete;
+};
+
+template <class Real>
+struct TwoLayerNetCore {
+  std::vector<Real> X, y;
+  TwoLayerNet<Real> model;
+  TwoLayerNetCore(const carray<Real>& X_, const carray<Real>& y_, int width, int activation)
+      : X(to_vector(X_)), y(to_vector(y_)) {
+    require(X_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == X_.shape(0),
+            "X must be (n, d) and y (n,)");
+    require(width >= 1, "width must be >= 1");
+    require(activation == 0 || activation == 1, "unknown activation");
+    model = {X.data(), y.data(), static_cast<int>(X_.shape(0)), static_cast<int>(X_.shape(1)),
+             width, static_cast<Activation>(activation),
+             static_cast<Real>(1.0 / std::sqrt(double(width)))};
+  }
+  TwoLayerNetCore(const TwoLayerNetCore&) = delete;
+};
+
+// The units' entry points.
+void bind_models_f64(py::module_& m);  // bind_models.cpp: the scale-invariant models
+void bind_models_f32(py::module_& m);
+void bind_stability(py::module_& m);   // bind_stability.cpp: SGD linear stability
+void bind_spectra(py::module_& m);     // bind_spectra.cpp: SLQ
+
+}  // namespace pysharp::module
