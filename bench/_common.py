@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 import time
@@ -138,8 +139,16 @@ def blas_info() -> dict:
     pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
     if not pools:
         return {"reason": "threadpoolctl found no BLAS library loaded", "env": env}
+    # NumPy's own BLAS (wheels bundle it in numpy.libs or numpy/.libs); SciPy or JAX may
+    # have loaded others, which matmul does not call.
+    numpy_dir = Path(np.__file__).resolve().parent
+    mine = [p for p in pools if "numpy" in Path(p.get("filepath", "")).parent.name
+            or Path(p.get("filepath", "")).resolve().is_relative_to(numpy_dir)]
     keys = ("internal_api", "version", "architecture", "num_threads", "filepath")
-    return {**{k: pools[0].get(k) for k in keys}, "env": env}
+    info = {k: (mine or pools)[0].get(k) for k in keys}
+    if not mine:
+        info["note"] = "no BLAS inside numpy's folder: the first loaded one is shown"
+    return {**info, "env": env}
 
 
 def gemm_ceiling(dtype="float64", n: int = 2048, repeats: int = 3) -> dict:
@@ -166,9 +175,19 @@ def gemm_ceiling(dtype="float64", n: int = 2048, repeats: int = 3) -> dict:
     a = rng.standard_normal((n, n)).astype(dtype)
     b = rng.standard_normal((n, n)).astype(dtype)
     c = np.empty((n, n), dtype=dtype)
-    best, load = timed(lambda: np.matmul(a, b, out=c), repeats)
+    t0 = time.perf_counter()
+    np.matmul(a, b, out=c)  # also the warm-up
+    # Enough products a timed call for LoadMonitor's window (it reports no load below it).
+    inner = max(1, math.ceil(1.5 * LoadMonitor.min_window_s / (time.perf_counter() - t0)))
+
+    def products():
+        for _ in range(inner):
+            np.matmul(a, b, out=c)
+
+    best, load = timed(products, repeats)
+    best /= inner
     return {"gflops": 2.0 * n ** 3 / best / 1e9, "seconds": best, "load": load, "n": n,
-            "dtype": dtype.name, "blas": blas_info()}
+            "dtype": dtype.name, "products_per_call": inner, "blas": blas_info()}
 
 
 def measured_ceilings(n: int = 2048, repeats: int = 3) -> dict:

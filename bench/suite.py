@@ -30,6 +30,7 @@ import numpy as np
 
 try:
     from bench._common import (
+        BUSY_THRESHOLD,
         best_ceilings,
         import_pysharp,
         measured_ceilings,
@@ -40,6 +41,7 @@ try:
 except ImportError:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from bench._common import (
+        BUSY_THRESHOLD,
         best_ceilings,
         import_pysharp,
         measured_ceilings,
@@ -256,8 +258,10 @@ def baseline_rows(path: str, quick: bool) -> dict:
         return json.loads(out.read_text())["pysharp"]
 
 
-def fmt(x: float) -> str:
-    return f"{x:.3g}"
+def fmt(x: float, load: float | None = None) -> str:
+    """x to 3 digits; '!' when other processes used more than BUSY_THRESHOLD of the CPUs
+    while it was timed (see bench._common.LoadMonitor)."""
+    return f"{x:.3g}" + ("!" if load is not None and load > BUSY_THRESHOLD else "")
 
 
 def fractions(result: dict, key: str, rate: float) -> tuple[float | None, float | None]:
@@ -298,7 +302,7 @@ def table(result: dict) -> str:
         elif of_peak is not None:
             pct = f"{100 * of_peak:.1f}%" + (" (nominal)" if measured else "")
         lines.append("| " + " | ".join([
-            key, fmt(before) if before else "", fmt(rate),
+            key, fmt(before) if before else "", fmt(rate, row.get("load")),
             ", ".join(f"{p} {fmt(v['rate'])}" for p, v in peers.items()),
             ", ".join(f"{rate / v['rate']:.2f}x {p}" for p, v in peers.items()),
             pct]) + " |")
@@ -320,11 +324,15 @@ def ceiling_note(result: dict) -> str:
         env = blas.get("env") or {}
         if env:
             how += ", with " + ", ".join(f"{k}={v}" for k, v in env.items())
+    busy = [c["load"] for c in (d, f) if c.get("load") is not None]
+    loaded = (f" Other processes used up to {max(busy):.0%} of the CPUs during the ceiling "
+              "measurements." if busy and max(busy) > BUSY_THRESHOLD else "")
     return (f"Ceilings measured in the same run: DGEMM {d['gflops']:.0f} GFLOP/s, SGEMM "
             f"{f['gflops']:.0f} GFLOP/s ({d['n']}^3 through NumPy, {how}; the faster of a "
             "measurement before and one after the workloads); the last column is each "
             "workload's fraction of the DGEMM ceiling (SGEMM for float32 rows), of the "
-            "nominal peak in brackets.")
+            "nominal peak in brackets. A rate marked ! was timed while other processes used "
+            f"more than {BUSY_THRESHOLD:.0%} of the CPUs.{loaded}")
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"
