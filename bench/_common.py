@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 import time
@@ -113,3 +114,101 @@ def record_check(checks: list, row: str, peer: str, dev: float, tol: float) -> b
     ok = dev <= tol
     checks.append({"row": row, "peer": peer, "rel_dev": dev, "ok": ok})
     return ok
+
+
+# --------------------------------------------------------------------------- ceilings
+def blas_info() -> dict:
+    """Which BLAS NumPy's matmul runs, as threadpoolctl reports it.
+
+    ``{"internal_api", "version", "architecture", "num_threads", "filepath"}`` of
+    the first BLAS pool threadpoolctl finds (OpenBLAS names the kernel it picked,
+    e.g. "SkylakeX", as ``architecture``; OPENBLAS_CORETYPE can force a slower
+    one), with ``env``: the OPENBLAS_* / OMP_* variables set for this process.
+    Without threadpoolctl: ``{"reason": ...}`` and ``env``.
+    """
+    env = {k: v for k, v in sorted(os.environ.items())
+           if k.startswith(("OPENBLAS_", "OMP_", "MKL_"))}
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return {"reason": "threadpoolctl is not installed (pip install threadpoolctl)",
+                "env": env}
+    import numpy as np
+
+    np.dot(np.ones((2, 2)), np.ones((2, 2)))  # load the BLAS before asking
+    pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    if not pools:
+        return {"reason": "threadpoolctl found no BLAS library loaded", "env": env}
+    # NumPy's own BLAS (wheels bundle it in numpy.libs or numpy/.libs); SciPy or JAX may
+    # have loaded others, which matmul does not call.
+    numpy_dir = Path(np.__file__).resolve().parent
+    mine = [p for p in pools if "numpy" in Path(p.get("filepath", "")).parent.name
+            or Path(p.get("filepath", "")).resolve().is_relative_to(numpy_dir)]
+    keys = ("internal_api", "version", "architecture", "num_threads", "filepath")
+    info = {k: (mine or pools)[0].get(k) for k in keys}
+    if not mine:
+        info["note"] = "no BLAS inside numpy's folder: the first loaded one is shown"
+    return {**info, "env": env}
+
+
+def gemm_ceiling(dtype="float64", n: int = 2048, repeats: int = 3) -> dict:
+    """The machine's practical FLOP ceiling: an n x n x n GEMM through NumPy's BLAS.
+
+    A tuned DGEMM (SGEMM for float32) is the fastest FP code a machine commonly
+    runs, so a workload's fraction of it says how much room is left, where the
+    nominal peak (cores x clock x lanes x 2 FMA) depends on a clock that turbo
+    or throttling moves. Best of ``repeats`` after a warm-up, 2 n^3 flops a call.
+
+    Returns
+    -------
+    dict
+        ``gflops`` (positive, finite), ``seconds`` (best call), ``load`` (other
+        processes' CPU share during it, see :class:`LoadMonitor`), ``n``,
+        ``dtype`` and ``blas`` (:func:`blas_info`).
+    """
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(dtype)
+    b = rng.standard_normal((n, n)).astype(dtype)
+    c = np.empty((n, n), dtype=dtype)
+    t0 = time.perf_counter()
+    np.matmul(a, b, out=c)  # also the warm-up
+    # Enough products a timed call for LoadMonitor's window (it reports no load below it).
+    inner = max(1, math.ceil(1.5 * LoadMonitor.min_window_s / (time.perf_counter() - t0)))
+
+    def products():
+        for _ in range(inner):
+            np.matmul(a, b, out=c)
+
+    best, load = timed(products, repeats)
+    best /= inner
+    return {"gflops": 2.0 * n ** 3 / best / 1e9, "seconds": best, "load": load, "n": n,
+            "dtype": dtype.name, "products_per_call": inner, "blas": blas_info()}
+
+
+def measured_ceilings(n: int = 2048, repeats: int = 3) -> dict:
+    """{"float64": DGEMM ceiling, "float32": SGEMM ceiling} (:func:`gemm_ceiling`)."""
+    return {dt: gemm_ceiling(dt, n, repeats) for dt in ("float64", "float32")}
+
+
+def best_ceilings(*runs: dict) -> dict:
+    """Per dtype, the fastest of several :func:`measured_ceilings` runs (a ceiling is
+    the best the machine did; a slower measurement saw other load)."""
+    out = {}
+    for run in runs:
+        for dt, c in run.items():
+            if dt not in out or c["gflops"] > out[dt]["gflops"]:
+                out[dt] = c
+    return out
+
+
+def peak_fraction(rate: float, flops_per_unit: float, gflops: float) -> float:
+    """Fraction of a ceiling of ``gflops`` GFLOP/s that ``rate`` units/s of
+    ``flops_per_unit`` flops each reach."""
+    if not gflops > 0:
+        raise ValueError(f"the ceiling must be positive, got {gflops} GFLOP/s")
+    return rate * flops_per_unit / (gflops * 1e9)

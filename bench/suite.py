@@ -29,10 +29,26 @@ from pathlib import Path
 import numpy as np
 
 try:
-    from bench._common import import_pysharp, record_check, timed
+    from bench._common import (
+        BUSY_THRESHOLD,
+        best_ceilings,
+        import_pysharp,
+        measured_ceilings,
+        peak_fraction,
+        record_check,
+        timed,
+    )
 except ImportError:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench._common import import_pysharp, record_check, timed
+    from bench._common import (
+        BUSY_THRESHOLD,
+        best_ceilings,
+        import_pysharp,
+        measured_ceilings,
+        peak_fraction,
+        record_check,
+        timed,
+    )
 from bench import stability
 from bench.engine import Problem, machine_info, make_numba, numpy_gd_wd, rel_dev
 from bench.kernels import jax_kernels, jax_loss
@@ -242,30 +258,81 @@ def baseline_rows(path: str, quick: bool) -> dict:
         return json.loads(out.read_text())["pysharp"]
 
 
-def fmt(x: float) -> str:
-    return f"{x:.3g}"
+def fmt(x: float, load: float | None = None) -> str:
+    """x to 3 digits; '!' when other processes used more than BUSY_THRESHOLD of the CPUs
+    while it was timed (see bench._common.LoadMonitor)."""
+    return f"{x:.3g}" + ("!" if load is not None and load > BUSY_THRESHOLD else "")
+
+
+def fractions(result: dict, key: str, rate: float) -> tuple[float | None, float | None]:
+    """(fraction of the measured GEMM ceiling, fraction of the nominal peak) of a row,
+    None where the row has no FLOP count or the run no ceiling / no clock.
+
+    float32 rows are taken against the SGEMM ceiling and twice the nominal FP64 peak
+    (a SIMD register holds twice as many float32 lanes)."""
+    flops = result.get("flops_per_unit", {}).get(key)
+    if not flops:
+        return None, None
+    dtype = "float32" if "float32" in key else "float64"
+    ceiling = result.get("ceilings", {}).get(dtype, {}).get("gflops")
+    peak = result["machine"].get("peak_fp64_gflops_estimate")
+    if peak and dtype == "float32":
+        peak *= 2
+    return (peak_fraction(rate, flops, ceiling) if ceiling else None,
+            peak_fraction(rate, flops, peak) if peak else None)
 
 
 def table(result: dict) -> str:
-    """Markdown: one row per workload, pysharp (before, after), peers, ratios."""
-    peak = result["machine"].get("peak_fp64_gflops_estimate")
-    lines = ["| workload | before | pysharp | peers (rate) | pysharp / peer | % of peak |",
+    """Markdown: one row per workload, pysharp (before, after), peers, ratios, and the
+    fraction of the measured GEMM ceiling (of the nominal peak in brackets)."""
+    measured = bool(result.get("ceilings"))
+    last = "% of GEMM ceiling (of nominal peak)" if measured else "% of peak"
+    lines = [f"| workload | before | pysharp | peers (rate) | pysharp / peer | {last} |",
              "|---|---|---|---|---|---|"]
-    flops = result.get("flops_per_unit", {})
     for key, row in result["pysharp"].items():
         before = result.get("baseline", {}).get(key, {}).get("rate")
         peers = result.get("peers", {}).get(key, {})
         rate = row["rate"]
+        of_ceiling, of_peak = fractions(result, key, rate)
         pct = ""
-        if peak and key in flops:  # float32 SIMD lanes hold twice the FP64 ones
-            row_peak = peak * (2 if "float32" in key else 1)
-            pct = f"{100 * rate * flops[key] / (row_peak * 1e9):.1f}%"
+        if of_ceiling is not None:
+            pct = f"{100 * of_ceiling:.1f}%"
+            if of_peak is not None:
+                pct += f" ({100 * of_peak:.1f}%)"
+        elif of_peak is not None:
+            pct = f"{100 * of_peak:.1f}%" + (" (nominal)" if measured else "")
         lines.append("| " + " | ".join([
-            key, fmt(before) if before else "", fmt(rate),
+            key, fmt(before) if before else "", fmt(rate, row.get("load")),
             ", ".join(f"{p} {fmt(v['rate'])}" for p, v in peers.items()),
             ", ".join(f"{rate / v['rate']:.2f}x {p}" for p, v in peers.items()),
             pct]) + " |")
     return "\n".join(lines)
+
+
+def ceiling_note(result: dict) -> str:
+    """One sentence on the measured ceilings and the BLAS that ran them ('' without)."""
+    c = result.get("ceilings")
+    if not c:
+        return ""
+    d, f = c["float64"], c["float32"]
+    blas = d.get("blas", {})
+    if "reason" in blas:
+        how = f"BLAS unidentified: {blas['reason']}"
+    else:
+        how = (f"{blas.get('internal_api')} {blas.get('version')}, "
+               f"{blas.get('architecture')} kernel, {blas.get('num_threads')} threads")
+        env = blas.get("env") or {}
+        if env:
+            how += ", with " + ", ".join(f"{k}={v}" for k, v in env.items())
+    busy = [c["load"] for c in (d, f) if c.get("load") is not None]
+    loaded = (f" Other processes used up to {max(busy):.0%} of the CPUs during the ceiling "
+              "measurements." if busy and max(busy) > BUSY_THRESHOLD else "")
+    return (f"Ceilings measured in the same run: DGEMM {d['gflops']:.0f} GFLOP/s, SGEMM "
+            f"{f['gflops']:.0f} GFLOP/s ({d['n']}^3 through NumPy, {how}; the faster of a "
+            "measurement before and one after the workloads); the last column is each "
+            "workload's fraction of the DGEMM ceiling (SGEMM for float32 rows), of the "
+            "nominal peak in brackets. A rate marked ! was timed while other processes used "
+            f"more than {BUSY_THRESHOLD:.0%} of the CPUs.{loaded}")
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -281,8 +348,15 @@ def write_readme(result: dict, readme: Path = README) -> None:
     head = (f"{m['cpu']}, {m['cores']} cores, FP64 peak estimate "
             f"{m.get('peak_fp64_gflops_estimate') or 0:.0f} GFLOP/s (float32 rows: twice it); "
             "trajectory rows in "
-            "trajectory-steps/s, kernel rows in rows/s, sharpness in points/s; `before` is the "
-            "build before the lane engine (commit bb9910b), measured in the same run.")
+            "trajectory-steps/s, kernel rows in rows/s, sharpness in points/s; ")
+    if result.get("baseline"):
+        head += ("`before` is the build before the lane engine (commit bb9910b), measured in "
+                 "the same run.")
+    else:
+        head += "`before` is empty: this run timed no older tree (`--baseline`)."
+    note = ceiling_note(result)
+    if note:
+        head += " " + note
     before, _, rest = text.partition(BEGIN)
     _, _, after = rest.partition(END)
     readme.write_text(f"{before}{BEGIN}\n{head}\n\n{table(result)}\n{END}{after}")
@@ -301,6 +375,7 @@ def main(argv=None) -> int:
         write_readme(json.loads(Path(args.readme).read_text()))
         return 0
     ps, note = import_pysharp()
+    first = measured_ceilings()
     result = {"machine": machine_info(), "quick": args.quick,
               "pysharp": pysharp_rows(ps, args.quick)}
     if not args.pysharp_only:
@@ -322,9 +397,15 @@ def main(argv=None) -> int:
             stability.flops_per_step(sgd_model, sgd_batch))
         if args.quick:
             result["flops_per_unit"] = {}
+    last = measured_ceilings()
+    result["ceilings"] = best_ceilings(first, last)
+    result["ceiling_runs"] = [{dt: c["gflops"] for dt, c in run.items()} for run in (first, last)]
+    if not args.pysharp_only:
+        print(ceiling_note(result))
         for c in checks:
             if not c["ok"]:
                 print(f"MISMATCH {c['row']} vs {c['peer']}: rel dev {c['rel_dev']:.2e}")
+    if not args.pysharp_only:
         md = table(result)
         print(md)
         if args.markdown:

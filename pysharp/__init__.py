@@ -5,8 +5,8 @@ A compiled C++ core (pysharp._core) with a thin Python layer. See README.md.
 
 from . import stability, theory
 from ._backend import build_info
-from ._version import __version__
 from ._dispatch import BackendUnavailable, backends
+from ._version import __version__
 from .dynamics import QuasiRMSprop, Trajectory, run_gd_wd, run_pgd, run_scalar_rmsprop
 from .models import (
     BNLinearRegression,
@@ -34,8 +34,6 @@ from .spectra import (
     spectral_density,
 )
 from .sweeps import open_sweep, sweep
-
-
 
 __all__ = ["BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet", "ScaleInvariantModel",
            "Toy3D",

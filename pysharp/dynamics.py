@@ -13,7 +13,7 @@ import numpy as np
 from ._dispatch import resolve
 from ._engine import EngineConfig, LanczosOptions, Method
 from ._hyper import broadcast_batch, per_trajectory
-from ._validation import as_positive_int, as_real, check_nonzero_rows
+from ._validation import as_positive_int, as_real, check_nonzero_rows, require_scale_invariant
 from .models import ScaleInvariantModel
 
 STABLE, EOS, UNSTABLE = 0, 1, 2
@@ -101,8 +101,9 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
          sharpness_every, theta_every, jitter, seed, dtype, backend, eos_tol, lanczos_tol,
          lanczos_max_iter, first_trajectory=0, reduced=None, rms_beta=0.99,
          rms_eps=1e-12, qr_kappa=0.0, top_k=1) -> Trajectory:
-    if not isinstance(model, ScaleInvariantModel):
-        raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
+    caller = "run_pgd" if method.startswith("pgd") else f"run_{method}"
+    require_scale_invariant(model, caller,
+                            "use pysharp.run_sgd (batch = n for full-batch GD)")
     backend = resolve(backend, w0, trajectories=True)
     steps = as_positive_int(steps, "steps", minimum=0)
     record_every = as_positive_int(record_every if record_every is not None

@@ -33,7 +33,7 @@ import numpy as np
 from ._dormand_prince import B4 as _B4
 from ._dormand_prince import B5 as _B5
 from ._dormand_prince import A as _A
-from ._validation import as_batch, as_positive_int, as_real
+from ._validation import as_batch, as_positive_int, as_real, require_scale_invariant
 from .central_flow import (  # noqa: F401 (re-exported: pysharp.flow.CentralFlow)
     CentralFlow,
     CentralFlowSolution,
@@ -130,8 +130,9 @@ class SharpnessReductionFlow:
 
     def __init__(self, model: ScaleInvariantModel, *, rank_tol: float = 1e-7,
                  gap_tol: float = 1e-8, scheduler=None) -> None:
-        if not isinstance(model, ScaleInvariantModel):
-            raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
+        require_scale_invariant(model, "SharpnessReductionFlow",
+                                "its flow lives on the unit sphere; CentralFlow(model, 'gd', "
+                                "lr=...) follows GD on it")
         self.model = model
         #: coefficient of ||g||^2 in the field's denominator
         self.weight = 1.0

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._validation import require_scale_invariant
 from .dynamics import Trajectory
 from .flow import FlowError, SharpnessReductionFlow
 from .models import ScaleInvariantModel
@@ -118,8 +119,8 @@ def _single(values, name: str) -> np.ndarray:
 
 
 def _check(model, trajectory, window, flow):
-    if not isinstance(model, ScaleInvariantModel):
-        raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
+    require_scale_invariant(model, "period_two_diagnostics",
+                            "the diagnostics follow GD+WD on a scale-invariant loss")
     if not isinstance(trajectory, Trajectory):
         raise TypeError(f"trajectory must be a pysharp Trajectory, got "
                         f"{type(trajectory).__name__}")

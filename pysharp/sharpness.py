@@ -10,7 +10,7 @@ import numpy as np
 from ._backend import core
 from ._dispatch import core_only, resolve
 from ._engine import LanczosOptions
-from ._validation import as_batch, as_positive_int, as_real
+from ._validation import as_batch, as_positive_int, as_real, require_scale_invariant
 from .models import ScaleInvariantModel
 
 _WHICH = ("LA", "SA")
@@ -88,8 +88,8 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, which: str
         Leading shapes follow ``w``: eigenvalues (k,) or (B, k), eigenvectors
         (k, D) or (B, k, D).
     """
-    if not isinstance(model, ScaleInvariantModel):
-        raise TypeError(f"model must be a pysharp model, got {type(model).__name__}")
+    require_scale_invariant(model, "spherical_sharpness",
+                            "use pysharp.hessian_spectrum(model, w) for its Hessian's eigenvalues")
     W, single = model._batch(w)
     W = model._unit_scale(W)[0]  # the result depends on the direction only
     D = model.dim

@@ -1,5 +1,11 @@
 """Shared fixtures: small instances of every model, each with its NumPy oracle.
 
+"Every model" means every entry of ``pysharp.models.REGISTRY``, built small by the
+entry's own factory (``SMALL`` holds the sizes; a model registered without an entry
+there is built with its factory's defaults, so it is covered all the same). Tests
+that need scale invariance take ``case`` (every registered scale-invariant model,
+plus the paper's BN-linreg size); tests of every public tool take ``any_case``.
+
 Everything here is cheap (the largest model has D = 40), so the whole suite
 runs in seconds. Models are built once per session; tests must not mutate them.
 """
@@ -12,12 +18,8 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from pysharp.models import BNLinearRegression, BNMatrixCompletion, Toy3D
-from pysharp.reference import (
-    BNLinearRegressionReference,
-    BNMatrixCompletionReference,
-    Toy3DReference,
-)
+from pysharp.models import REGISTRY, BNLinearRegression, ScaleInvariantModel
+from pysharp.reference import BNLinearRegressionReference
 
 DTYPES = (np.float64, np.float32)
 
@@ -28,8 +30,12 @@ class Case:
 
     name: str
     model: Any
-    ref: Any
+    ref: Any  # the NumPy oracle (pysharp.reference), None for a model without one
     norm: float = 2.5
+
+    @property
+    def scale_invariant(self) -> bool:
+        return isinstance(self.model, ScaleInvariantModel)
 
     @property
     def dim(self) -> int:
@@ -50,32 +56,46 @@ class Case:
 
 
 # -- builders (cached: one model object per session) ---------------------------------
+#: Factory parameters of a small instance of each registered model (D <= 20).
+SMALL: dict[str, dict[str, Any]] = {
+    "bn_linear_regression": dict(d=12, n=8, seed=0),
+    "bn_matrix_completion": dict(size=6, true_rank=2, rank=3, n_obs=18, seed=0),
+    "bn_two_layer_net": dict(n=8, d=4, width=3, teacher_width=3, seed=0),
+    "linear_regression": dict(d=5, n=8, seed=0),
+    "two_layer_net": dict(d=3, m=4, n=6, seed=0),
+    "toy3d": dict(c=10.0),
+}
+
+
+def _registered(name: str) -> Case:
+    """The registered model ``name``, built small by its entry's factory, with its oracle."""
+    model = REGISTRY[name].factory(**SMALL.get(name, {}))
+    ref = model._reference() if isinstance(model, ScaleInvariantModel) else None
+    return Case(name, model, ref)
+
+
 def _linreg(d: int, n: int) -> Case:
     model = BNLinearRegression.synthetic(d=d, n=n, seed=0)
     return Case(f"bn_linreg_d{d}_n{n}", model, BNLinearRegressionReference(model.X, model.y))
 
 
-def _mc() -> Case:
-    model = BNMatrixCompletion.synthetic(size=6, true_rank=2, rank=3, n_obs=18, seed=0)
-    ref = BNMatrixCompletionReference(model.rows, model.cols, model.values, model.shape,
-                                      model.rank)
-    return Case("bn_matrix_completion", model, ref)
-
-
-def _toy() -> Case:
-    return Case("toy3d", Toy3D(c=10.0), Toy3DReference(10.0))
-
+#: Every registered model (a model registered later is covered without editing this file).
+REGISTERED: list[str] = list(REGISTRY)
+#: The registered scale-invariant models.
+SCALE_INVARIANT: list[str] = [n for n in REGISTERED
+                              if issubclass(REGISTRY[n].cls, ScaleInvariantModel)]
 
 BUILDERS: dict[str, Callable[[], Case]] = {
-    "bn_linreg_small": lambda: _linreg(12, 8),
+    **{name: (lambda name=name: _registered(name)) for name in REGISTERED},
     "bn_linreg_paper": lambda: _linreg(40, 20),
-    "bn_mc": _mc,
-    "toy3d": _toy,
 }
+#: Older names of the registry's instances (the same cached Case).
+ALIASES = {"bn_linreg_small": "bn_linear_regression", "bn_mc": "bn_matrix_completion"}
 _CACHE: dict[str, Case] = {}
 
 
 def get_case(key: str) -> Case:
+    key = ALIASES.get(key, key)
     if key not in _CACHE:
         _CACHE[key] = BUILDERS[key]()
     return _CACHE[key]
@@ -85,7 +105,7 @@ def get_case(key: str) -> Case:
 @pytest.fixture(scope="session")
 def linreg_small() -> Case:
     """BNLinearRegression.synthetic(d=12, n=8, seed=0) with its oracle."""
-    return get_case("bn_linreg_small")
+    return get_case("bn_linear_regression")
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +117,7 @@ def linreg_paper() -> Case:
 @pytest.fixture(scope="session")
 def mc_case() -> Case:
     """BNMatrixCompletion.synthetic(size=6, true_rank=2, rank=3, n_obs=18, seed=0)."""
-    return get_case("bn_mc")
+    return get_case("bn_matrix_completion")
 
 
 @pytest.fixture(scope="session")
@@ -106,13 +126,26 @@ def toy_case() -> Case:
     return get_case("toy3d")
 
 
-@pytest.fixture(scope="session", params=list(BUILDERS))
+@pytest.fixture(scope="session", params=SCALE_INVARIANT + ["bn_linreg_paper"])
 def case(request) -> Case:
-    """Every model, in turn."""
+    """Every registered scale-invariant model, in turn (and BN linreg at the paper's size)."""
     return get_case(request.param)
 
 
-@pytest.fixture(scope="session", params=["bn_linreg_small", "bn_linreg_paper"])
+@pytest.fixture(scope="session", params=REGISTERED)
+def any_case(request) -> Case:
+    """Every registered model, scale-invariant or not, in turn (``ref`` None without an
+    oracle)."""
+    return get_case(request.param)
+
+
+@pytest.fixture(scope="session")
+def bn2_case() -> Case:
+    """BNTwoLayerNet.synthetic(n=8, d=4, width=3, teacher_width=3, seed=0) with its oracle."""
+    return get_case("bn_two_layer_net")
+
+
+@pytest.fixture(scope="session", params=["bn_linear_regression", "bn_linreg_paper"])
 def linreg_case(request) -> Case:
     """Both BN linear regression instances."""
     return get_case(request.param)
