@@ -13,13 +13,25 @@ runs in seconds. Models are built once per session; tests must not mutate them.
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 from typing import Any, Callable
 
 import numpy as np
 import pytest
 
-from pysharp.models import REGISTRY, BNLinearRegression, ScaleInvariantModel
-from pysharp.reference import BNLinearRegressionReference
+# Run-time compiled models (load_model) go to a compile cache of the session's own,
+# shared by every test and subprocess, unless the caller keeps one (PYSHARP_CACHE_DIR).
+os.environ.setdefault("PYSHARP_CACHE_DIR", tempfile.mkdtemp(prefix="pysharp-test-cache-"))
+
+from pysharp.models import (  # noqa: E402 (after the cache is chosen)
+    REGISTRY,
+    BNLinearRegression,
+    ScaleInvariantModel,
+    include_dir,
+    load_model,
+)
+from pysharp.reference import BNLinearRegressionReference  # noqa: E402
 
 DTYPES = (np.float64, np.float32)
 
@@ -67,8 +79,20 @@ SMALL: dict[str, dict[str, Any]] = {
 }
 
 
+def _loaded_bn_linreg() -> Case:
+    """The run-time door: BN linear regression's own header compiled by load_model (the
+    small instance's data), checked against the built-in's oracle."""
+    builtin = get_case("bn_linear_regression").model
+    Xc = builtin._Xc
+    model = load_model(include_dir() / "pysharp" / "models" / "bn_linear_regression.hpp",
+                       Xc=Xc, u=builtin._u, scale=builtin._scale, xc_fro2=float(np.sum(Xc * Xc)))
+    return Case("loaded", model, BNLinearRegressionReference(builtin.X, builtin.y))
+
+
 def _registered(name: str) -> Case:
     """The registered model ``name``, built small by its entry's factory, with its oracle."""
+    if name == "loaded":
+        return _loaded_bn_linreg()
     model = REGISTRY[name].factory(**SMALL.get(name, {}))
     ref = model._reference() if isinstance(model, ScaleInvariantModel) else None
     return Case(name, model, ref)

@@ -42,8 +42,7 @@ the budget. This runner is deliberately simple and honest:
 
 ``--cxx`` runs the hand-written C++ mutants of ``CXX_MUTANTS`` instead: each
 is applied to a scratch copy of ``csrc/``, compiled in a scratch CMake build
-(one ``bindings.cpp`` translation unit, so each costs a full compile of the
-core) and run against ``CXX_TESTS`` with the rebuilt ``_core``.
+(each costs a compile of the core's units) and run against ``CXX_TESTS`` with the rebuilt ``_core``.
 
 The report (``--json``) lists every mutant with its file, line, operator,
 original and mutated source line and outcome.
