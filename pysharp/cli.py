@@ -140,7 +140,7 @@ def _demo(args) -> int:
     except ImportError:
         print(f"\n  wrote {out / 'demo.json'} (install matplotlib for the figures)")
         return 0
-    fig, ax = plt.subplots(1, 3, figsize=(13, 4.0))
+    fig, ax = plt.subplots(1, 3, figsize=(13, 4.0), layout="constrained")
     ax[0].semilogy(tr.steps, tr.loss)
     ax[0].set(title="training loss", xlabel="step", ylabel="loss")
     ax[1].plot(tr.sharpness_steps, tr.eos_ratio, ".-")
@@ -158,7 +158,6 @@ def _demo(args) -> int:
     fig.suptitle(f"GD+WD on BN linear regression (d = {c['d']}, n = {c['n']}): lr {c['lr']}, "
                  f"wd {c['wd']:g}, {steps} steps, seed {args.seed}, "
                  f"||w0|| = {c['init_norm']:g}; sharpness every {every} steps", fontsize=10)
-    fig.tight_layout()
     fig.savefig(out / "demo.png", dpi=110)
     plt.close(fig)
     from .models._registry import entry_of
@@ -168,8 +167,7 @@ def _demo(args) -> int:
                  f"{n_side} x {n_side} log-spaced lr x wd, mean over {n_seeds} seeds, "
                  f"||w0|| = {c['init_norm']:g}, {steps} steps, sharpness every {sweep_every} "
                  "steps", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "demo-sweep.png", dpi=110)
+    fig.savefig(out / "demo-sweep.png", dpi=110)  # sweeps.plot lays out (constrained)
     plt.close(fig)
     print(f"\n  wrote {out / 'demo.png'}, {out / 'demo-sweep.png'} and {out / 'demo.json'}")
     return 0
