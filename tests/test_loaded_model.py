@@ -369,3 +369,18 @@ def test_loading_leaves_the_callers_arrays_writable(phase):
     before = X[0, 0]
     X[0, 0] = before + 1.0             # the model keeps its own copy
     assert model.fields["X"][0, 0] == before
+
+
+def test_the_bn_two_layer_net_header_keeps_its_groups_and_bits():
+    """An optional member (n_groups) works through the door: per-row norms are recorded."""
+    builtin = ps.BNTwoLayerNet.synthetic(n=8, d=4, width=3, teacher_width=3, seed=0)
+    Xc = builtin._Xc
+    loaded = ps.load_model(BUILTIN / "bn_two_layer_net.hpp", Xc=Xc, y=builtin.y,
+                           xc_fro2=float(np.sum(Xc * Xc)), inv_sqrt_m=1 / np.sqrt(3), m=3,
+                           act=0)
+    assert loaded.dim == builtin.dim == 12
+    w0 = builtin.random_point(batch=4, seed=2, norm=3.0)
+    a = ps.run_gd_wd(builtin, w0, 0.2, 1e-3, 500, sharpness_every=50)
+    b = ps.run_gd_wd(loaded, w0, 0.2, 1e-3, 500, sharpness_every=50)
+    assert b.group_norm2 is not None and b.group_norm2.shape[-1] == 3
+    assert np.array_equal(a.group_norm2, b.group_norm2) and np.array_equal(a.w, b.w)
