@@ -538,9 +538,9 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
     ||v||^(k-1) for a k-th derivative, with M = max(||g|| ||w||,
     ||H v|| ||w||^2 / ||v||, ||D^3L[v, v]|| ||w||^3 / ||v||^2) (all the
     reference's; for a scale-invariant loss each of these is independent of
-    ||w||). The identities are measured the same way: |<g, w>| / (||w||
-    max(||g||, floor)), ||H w + g|| / max(||g||, floor) and |L(2w) - L(w)| /
-    max(|L(w)|, floor), with the model's own M.
+    ||w||). The identities are measured the same way: ``|<g, w>| / (||w||
+    max(||g||, floor))``, ``||H w + g|| / max(||g||, floor)`` and
+    ``|L(2w) - L(w)| / max(|L(w)|, floor)``, with the model's own M.
 
     Tolerances: automatic differentiation and the model's kernels are exact
     up to rounding, allowed 3 eps^(2/3) each (1.1e-10 in float64, 7e-5 in
