@@ -200,9 +200,12 @@ class SharpnessReductionFlow:
 
         The gradient flow is projected GD with effective LR 0.5 / lambda_1
         (stable, well below the edge), run in the core for ``flow_steps`` steps
-        or until the Riemannian gradient is small; Newton steps with the
+        unless the Riemannian gradient is already small; Newton steps with the
         pseudo-inverse of H on its range then converge quadratically to a
-        nearby minimiser (within O(distance^2) of the gradient-flow limit).
+        nearby minimiser (within O(distance^2) of the gradient-flow limit). When
+        they do not (the start was outside Newton's basin, as on BN networks with
+        nearly flat directions), the flow runs further, in rounds of
+        ``flow_steps`` with lambda_1 measured afresh (up to 10), and Newton again.
 
         Returns
         -------
@@ -220,26 +223,35 @@ class SharpnessReductionFlow:
 
         theta = self._unit(theta)
         max_iter = as_positive_int(max_iter, "max_iter")
-        g = self.model.grad(theta)
-        if np.linalg.norm(g) > 1e-6:
+        flow_steps = as_positive_int(flow_steps, "flow_steps")
+
+        def flow(theta: np.ndarray) -> np.ndarray:
             lam1 = max(float(np.linalg.eigvalsh(self.model.hessian(theta))[-1]), 1e-12)
-            tr = run_pgd(self.model, theta, 0.5 / lam1, as_positive_int(flow_steps, "flow_steps"),
-                         record_every=flow_steps, sharpness_every=0)
-            theta = tr.w / np.linalg.norm(tr.w)
-        for _ in range(max_iter):
-            g = self.model.grad(theta)
-            res = float(np.linalg.norm(g))
-            if res <= tol:
-                return theta, res
-            evals, evecs = self._eigh(theta)
-            keep = evals > self.rank_tol * evals[0]
-            V = evecs[:, keep]
-            step = -V @ ((V.T @ g) / evals[keep])
-            theta = theta + step
-            theta /= np.linalg.norm(theta)
-        res = float(np.linalg.norm(self.model.grad(theta)))
-        if res <= tol * 1e3:
-            return theta, res
+            tr = run_pgd(self.model, theta, 0.5 / lam1, flow_steps, record_every=flow_steps,
+                         sharpness_every=0)
+            return tr.w / np.linalg.norm(tr.w)
+
+        def newton(theta: np.ndarray) -> tuple[np.ndarray, float]:
+            for _ in range(max_iter):
+                g = self.model.grad(theta)
+                res = float(np.linalg.norm(g))
+                if res <= tol:
+                    return theta, res
+                evals, evecs = self._eigh(theta)
+                keep = evals > self.rank_tol * evals[0]
+                V = evecs[:, keep]
+                theta = theta - V @ ((V.T @ g) / evals[keep])
+                theta /= np.linalg.norm(theta)
+            return theta, float(np.linalg.norm(self.model.grad(theta)))
+
+        if np.linalg.norm(self.model.grad(theta)) > 1e-6:
+            theta = flow(theta)
+        zeta, res = newton(theta)
+        for _ in range(10):
+            if res <= tol * 1e3:
+                return zeta, res
+            theta = flow(theta)  # further from the flow's own iterate, not Newton's
+            zeta, res = newton(theta)
         raise FlowError(f"projection onto Gamma did not converge: ||grad L|| = {res:.3e}")
 
     # -- integration ------------------------------------------------------------

@@ -165,3 +165,14 @@ def test_matrix_completion_sharpness_falls_and_low_rank_emerges():
     k = int(np.searchsorted(tr.theta_steps, entry))
     assert gap(tr.theta[-1]) < 0.6 * gap(tr.theta[k])
     assert model.test_loss(tr.theta[-1]) < 0.5 * model.test_loss(tr.theta[k])
+
+
+def test_projection_reaches_a_critical_point_from_outside_newtons_basin():
+    """BNTwoLayerNet from these starts: one flow round left Newton diverging (||grad|| 6e2,
+    1e3, 7e-2 for seeds 1, 2, 4); further flow rounds bring it into the basin."""
+    model = ps.BNTwoLayerNet.synthetic(n=10, d=4, width=3, teacher_width=2)
+    flow = SharpnessReductionFlow(model)
+    for seed in (1, 2, 4):
+        zeta, residual = flow.project(model.random_point(seed=seed))
+        assert residual <= 1e-9 and abs(np.linalg.norm(zeta) - 1) < 1e-14
+        assert np.linalg.norm(model.grad(zeta)) == residual
