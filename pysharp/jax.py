@@ -30,17 +30,25 @@ loaded with :func:`pysharp.load_model`; ``w`` and ``v`` are (D,) or (B, D)):
   (that would need the fourth derivative: NotImplementedError).
 - :func:`hessian` -- the dense Hessian, (D, D) or (B, D, D); not differentiable.
 
-How it runs: each kernel is a ``jax.pure_callback`` into the compiled CPU core,
-with ``vmap_method="broadcast_all"``: under ``jax.vmap`` the callback receives
-the whole batch at once (the kernels take (B, D) batches and run them in
-parallel), never one point per call. Inside ``jax.jit`` the call is an XLA
-host callback; JAX hands the callback its buffers as NumPy arrays, and
-pysharp reads them in place. Arrays on a GPU are copied to the host by the
-callback mechanism (the GPU variants come with the GPU issue). Not supported:
-reverse mode over reverse mode (``jax.grad`` of a function of ``jax.grad``:
-the HVP callback has no transpose rule; use ``jax.jvp`` over ``jax.grad``,
-i.e. forward over reverse, as ``jax.hessian`` does), and ``jax.linearize``/``jax.vjp`` of
-:func:`hvp` itself for the same reason.
+How it runs: each kernel is a host callback into the compiled CPU core. By
+default it is a small primitive of this module lowered with XLA's Python CPU
+callback (the emitter ``jax.pure_callback`` uses), which hands the callback
+XLA's buffers as read-only NumPy arrays without the per-call ``device_put``
+copy ``jax.pure_callback`` makes; it relies on JAX internals
+(``jax._src.callback.emit_python_callback``), so where those are missing, or
+with ``PYSHARP_JAX_CALLBACK=pure_callback``, the functions use
+``jax.pure_callback`` itself (``CALLBACK_PATH`` says which). Either way, under
+``jax.vmap`` the callback receives the whole batch at once (``broadcast_all``:
+the kernels take (B, D) batches and run them in parallel), never one point per
+call, and inside ``jax.jit`` the call is part of the compiled program. Arrays
+on a GPU are copied to the host by the callback mechanism (the GPU variants
+come with the GPU issue). Not a ``jax.ffi`` target yet: the call still passes
+through Python once per kernel call (about 5 us plus a copy of the outputs).
+
+Not supported: reverse mode over reverse mode (``jax.grad`` of a function of
+``jax.grad``: the HVP callback has no transpose rule; use ``jax.jvp`` over
+``jax.grad``, i.e. forward over reverse, as ``jax.hessian`` does), and
+``jax.vjp`` of :func:`hvp` itself for the same reason.
 
 dtypes: float64 (enable it with ``jax.config.update("jax_enable_x64", True)``)
 and float32 run in that precision; integer inputs become JAX's default float
@@ -63,11 +71,68 @@ except ImportError as exc:  # pragma: no cover - exercised without JAX installed
     raise ImportError("pysharp.jax needs JAX, which is not installed: `pip install jax` "
                       "(CPU) or see https://docs.jax.dev/en/latest/installation.html") from exc
 
+import os
 import weakref
 
 import numpy as np
 
 __all__ = ["loss", "loss_and_grad", "hvp", "third", "hessian"]
+
+
+def _direct_callback():
+    """A primitive whose CPU lowering is XLA's Python callback with NumPy arguments.
+
+    ``jax.pure_callback`` first ``device_put``-s every argument (a copy of the
+    whole (B, D) batch per call, about half of its cost at B = 4096) and then
+    hands the callback jax Arrays. This primitive lowers with the same emitter
+    (``jax._src.callback.emit_python_callback``) but passes XLA's host buffers
+    straight to the callback as read-only NumPy arrays, and batches like
+    ``pure_callback(..., vmap_method="broadcast_all")`` (``ffi_batching_rule``).
+    It uses JAX internals, so it is built only when they are found; otherwise
+    (None) the functions use ``jax.pure_callback``.
+    """
+    try:
+        import functools
+
+        from jax._src import callback as jcb
+        from jax._src import dispatch
+        from jax._src import ffi as jffi
+        from jax._src.interpreters import batching, mlir
+        from jax.extend.core import Primitive
+        jcb.emit_python_callback, jffi.ffi_batching_rule  # noqa: B018 - the internals used
+    except (ImportError, AttributeError):  # pragma: no cover - other JAX versions
+        return None
+    prim = Primitive("pysharp_kernel")
+    prim.multiple_results = True
+    prim.def_abstract_eval(lambda *avals, callback, result_avals, vmap_method: result_avals)
+    prim.def_impl(functools.partial(dispatch.apply_primitive, prim))
+
+    def lowering(ctx, *args, callback, result_avals, vmap_method):
+        result, _, _ = jcb.emit_python_callback(
+            ctx, callback, None, list(args), ctx.avals_in, ctx.avals_out,
+            has_side_effect=False, returns_token=False)
+        return result
+
+    mlir.register_lowering(prim, lowering, platform="cpu", cacheable=False)
+    batching.primitive_batchers[prim] = functools.partial(jffi.ffi_batching_rule, prim)
+    return prim
+
+
+# PYSHARP_JAX_CALLBACK=pure_callback forces the public-API path (tests run both).
+_PRIM = None if os.environ.get("PYSHARP_JAX_CALLBACK") == "pure_callback" else _direct_callback()
+#: How the kernels are called from JAX: "direct" (the primitive above) or "pure_callback".
+CALLBACK_PATH = "direct" if _PRIM is not None else "pure_callback"
+
+
+def _callback(fn, shapes, *args):
+    """fn(*numpy args) -> tuple of arrays of ``shapes`` ((shape, dtype) pairs), batched over
+    vmap by passing the whole batch (broadcast_all)."""
+    if _PRIM is not None:
+        avals = tuple(jax.core.ShapedArray(s, d) for s, d in shapes)
+        return tuple(_PRIM.bind(*args, callback=fn, result_avals=avals,
+                                vmap_method="broadcast_all"))
+    out = tuple(jax.ShapeDtypeStruct(s, d) for s, d in shapes)
+    return jax.pure_callback(fn, out, *args, vmap_method="broadcast_all")
 
 _KERNEL_DTYPES = (jnp.dtype(jnp.float64), jnp.dtype(jnp.float32))
 
@@ -86,10 +151,10 @@ def _host_call(ref, kernel: str):
         outs = getattr(model, kernel)(*flat)
         if kernel == "loss_and_grad":
             L, G = outs
-            return L.reshape(lead), G.reshape(lead + (D,))
+            return np.asarray(L).reshape(lead), G.reshape(lead + (D,))
         if kernel == "hessian":
-            return outs.reshape(lead + (D, D))
-        return outs.reshape(lead + (D,))
+            return (outs.reshape(lead + (D, D)),)
+        return (outs.reshape(lead + (D,)),)
 
     return call
 
@@ -103,18 +168,15 @@ class _Ops:
         cb = {k: _host_call(ref, k) for k in ("loss_and_grad", "hvp", "third", "hessian")}
 
         def lg_raw(w):
-            out = (jax.ShapeDtypeStruct(w.shape[:-1], w.dtype),
-                   jax.ShapeDtypeStruct(w.shape, w.dtype))
-            return jax.pure_callback(cb["loss_and_grad"], out, w, vmap_method="broadcast_all")
+            return _callback(cb["loss_and_grad"], ((w.shape[:-1], w.dtype), (w.shape, w.dtype)),
+                             w)
 
         def pair_raw(kernel, w, v):
             shape = jnp.broadcast_shapes(w.shape, v.shape)
-            out = jax.ShapeDtypeStruct(shape, w.dtype)
-            return jax.pure_callback(cb[kernel], out, w, v, vmap_method="broadcast_all")
+            return _callback(cb[kernel], ((shape, w.dtype),), w, v)[0]
 
         def hessian_raw(w):
-            out = jax.ShapeDtypeStruct(w.shape + (w.shape[-1],), w.dtype)
-            return jax.pure_callback(cb["hessian"], out, w, vmap_method="broadcast_all")
+            return _callback(cb["hessian"], ((w.shape + (w.shape[-1],), w.dtype),), w)[0]
 
         def zero(t):
             return isinstance(t, SymbolicZero)
