@@ -82,6 +82,7 @@ def bench_jax(ps, model, W0, steps, repeats, rows):
 
 def bench_torch(ps, model, W0, steps, repeats, rows):
     import torch
+
     import pysharp.torch as pst
 
     torch.set_num_threads(os.cpu_count() or 1)
