@@ -25,7 +25,7 @@ def as_float_array(x, name: str, dtype=None, *, finite: bool = True) -> np.ndarr
             raise TypeError(f"{name}: GPU arrays other than CuPy's are not supported; "
                             "pass a NumPy or CuPy array")
         x = x.get()
-    a = np.asarray(x)
+    a = host_view(x, name)
     if a.dtype.kind == "b" or a.dtype.kind not in "iuf":
         raise TypeError(f"{name} must be a real floating or integer array, got dtype {a.dtype}")
     if dtype is None:
@@ -33,7 +33,43 @@ def as_float_array(x, name: str, dtype=None, *, finite: bool = True) -> np.ndarr
     a = np.ascontiguousarray(a, dtype=dtype)
     if finite:
         check_finite(a, name)
+    if _intake_hook is not None:
+        _intake_hook(name, a)
     return a
+
+
+#: Test hook: when set, called as ``_intake_hook(name, array)`` with every array
+#: ``as_float_array`` hands on (the buffer the kernels read), so tests can check with
+#: ``np.shares_memory`` that an input was read in place.
+_intake_hook = None
+
+
+def host_view(x, name: str = "x") -> np.ndarray:
+    """``x`` as a NumPy array, in place where possible.
+
+    NumPy arrays pass through. Other objects that export DLPack on the CPU (a
+    ``jax.Array``, a CPU ``torch.Tensor``, ...) are read through
+    ``np.from_dlpack``: the result is a view of the caller's buffer with its
+    dtype and strides (read-only where the exporter says so), never a converted
+    copy. A torch tensor that requires grad is read through ``detach()`` (the
+    values only; nothing is recorded on the autograd tape). Anything else goes
+    through ``np.asarray``.
+    """
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack__") and not isinstance(x, (str, bytes)):
+        if getattr(x, "requires_grad", False) and hasattr(x, "detach"):
+            x = x.detach()
+        try:
+            return np.from_dlpack(x)
+        except (TypeError, BufferError, RuntimeError, ValueError) as exc:
+            # A dtype NumPy lacks (bfloat16), a device NumPy cannot read, ...
+            try:
+                return np.asarray(x)
+            except Exception:
+                raise TypeError(f"{name}: cannot read this {type(x).__name__} as a NumPy "
+                                f"array ({exc})") from exc
+    return np.asarray(x)
 
 
 def check_finite(a: np.ndarray, name: str) -> None:

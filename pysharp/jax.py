@@ -1,0 +1,324 @@
+"""pysharp's exact kernels as JAX functions: jit, vmap and grad work through them.
+
+::
+
+    import jax, jax.numpy as jnp
+    import pysharp as ps
+    import pysharp.jax as psj
+
+    model = ps.BNLinearRegression.synthetic(d=40, n=20)
+    w = jnp.asarray(model.random_point(8))            # (B, D)
+    L = psj.loss(model, w)                            # (B,)
+    g = jax.grad(lambda w: psj.loss(model, w).sum())(w)   # calls the gradient kernel
+    H = jax.hessian(lambda w: psj.loss(model, w))(w[0])   # (D, D), D HVP kernel calls
+
+Functions (``model`` is any :class:`pysharp.ScaleInvariantModel`, built-in or
+loaded with :func:`pysharp.load_model`; ``w`` and ``v`` are (D,) or (B, D)):
+
+- :func:`loss` -- L(w), shape () or (B,). Differentiable to any order that
+  forward mode reaches: its JVP is ``<grad L(w), t>`` from the gradient kernel,
+  the gradient's JVP is the HVP kernel, the HVP's JVP is the third-order
+  kernel. So ``jax.grad`` calls the gradient kernel and ``jax.hessian``
+  (forward over reverse) the HVP kernel; a ``jax.jvp`` of ``jax.grad`` is one
+  HVP kernel call.
+- :func:`loss_and_grad` -- (L, grad L), with the JVP above for both outputs.
+- :func:`hvp` -- H(w) v; its JVP in v is ``H(w) tv`` and in w
+  ``D^3L(w)[v, tw]``, from the third-order kernel by polarization
+  (``D^3L[v, t] = (T(v + s t) - T(v - s t)) / (4 s)`` with ``T(u) = D^3L[u, u]``
+  and ``s = |v| / |t|``).
+- :func:`third` -- D^3L(w)[v, v]; differentiable in v (``2 D^3L[v, tv]``), not in w
+  (that would need the fourth derivative: NotImplementedError).
+- :func:`hessian` -- the dense Hessian, (D, D) or (B, D, D); not differentiable.
+
+How it runs: each kernel is a host callback into the compiled CPU core. By
+default it is a small primitive of this module lowered with XLA's Python CPU
+callback (the emitter ``jax.pure_callback`` uses), which hands the callback
+XLA's buffers as read-only NumPy arrays without the per-call ``device_put``
+copy ``jax.pure_callback`` makes; it relies on JAX internals
+(``jax._src.callback.emit_python_callback``), so where those are missing, or
+with ``PYSHARP_JAX_CALLBACK=pure_callback``, the functions use
+``jax.pure_callback`` itself (``CALLBACK_PATH`` says which). Either way, under
+``jax.vmap`` the callback receives the whole batch at once (``broadcast_all``:
+the kernels take (B, D) batches and run them in parallel), never one point per
+call, and inside ``jax.jit`` the call is part of the compiled program. Arrays
+on a GPU are copied to the host by the callback mechanism (the GPU variants
+come with the GPU issue). Not a ``jax.ffi`` target yet: the call still passes
+through Python once per kernel call (about 5 us plus a copy of the outputs).
+
+Not supported: reverse mode over reverse mode (``jax.grad`` of a function of
+``jax.grad``: the HVP callback has no transpose rule; use ``jax.jvp`` over
+``jax.grad``, i.e. forward over reverse, as ``jax.hessian`` does), and
+``jax.vjp`` of :func:`hvp` itself for the same reason.
+
+dtypes: float64 (enable it with ``jax.config.update("jax_enable_x64", True)``)
+and float32 run in that precision; integer inputs become JAX's default float
+type; float16/bfloat16 are refused (TypeError) rather than silently widened.
+Errors the model raises (a zero w, an undefined loss) surface inside JAX as
+its callback error carrying pysharp's message.
+
+The model object is captured by the traced functions (it is static: it is not
+an array and never a jit argument; ``jax.jit(f, static_argnums=0)`` with a model as
+argument works too, models hash by identity).
+"""
+
+from __future__ import annotations
+
+try:
+    import jax
+    import jax.numpy as jnp
+    from jax.custom_derivatives import SymbolicZero
+except ImportError as exc:  # pragma: no cover - exercised without JAX installed
+    raise ImportError("pysharp.jax needs JAX, which is not installed: `pip install jax` "
+                      "(CPU) or see https://docs.jax.dev/en/latest/installation.html") from exc
+
+import os
+import weakref
+
+import numpy as np
+
+__all__ = ["loss", "loss_and_grad", "hvp", "third", "hessian"]
+
+
+def _direct_callback():
+    """A primitive whose CPU lowering is XLA's Python callback with NumPy arguments.
+
+    ``jax.pure_callback`` first ``device_put``-s every argument (a copy of the
+    whole (B, D) batch per call, about half of its cost at B = 4096) and then
+    hands the callback jax Arrays. This primitive lowers with the same emitter
+    (``jax._src.callback.emit_python_callback``) but passes XLA's host buffers
+    straight to the callback as read-only NumPy arrays, and batches like
+    ``pure_callback(..., vmap_method="broadcast_all")`` (``ffi_batching_rule``).
+    It uses JAX internals, so it is built only when they are found; otherwise
+    (None) the functions use ``jax.pure_callback``.
+    """
+    try:
+        import functools
+
+        from jax._src import callback as jcb
+        from jax._src import dispatch
+        from jax._src import ffi as jffi
+        from jax._src.interpreters import batching, mlir
+        from jax.extend.core import Primitive
+        jcb.emit_python_callback, jffi.ffi_batching_rule  # noqa: B018 - the internals used
+    except (ImportError, AttributeError):  # pragma: no cover - other JAX versions
+        return None
+    prim = Primitive("pysharp_kernel")
+    prim.multiple_results = True
+    prim.def_abstract_eval(lambda *avals, callback, result_avals, vmap_method: result_avals)
+    prim.def_impl(functools.partial(dispatch.apply_primitive, prim))
+
+    def lowering(ctx, *args, callback, result_avals, vmap_method):
+        result, _, _ = jcb.emit_python_callback(
+            ctx, callback, None, list(args), ctx.avals_in, ctx.avals_out,
+            has_side_effect=False, returns_token=False)
+        return result
+
+    mlir.register_lowering(prim, lowering, platform="cpu", cacheable=False)
+    batching.primitive_batchers[prim] = functools.partial(jffi.ffi_batching_rule, prim)
+    return prim
+
+
+# PYSHARP_JAX_CALLBACK=pure_callback forces the public-API path (tests run both).
+_PRIM = None if os.environ.get("PYSHARP_JAX_CALLBACK") == "pure_callback" else _direct_callback()
+#: How the kernels are called from JAX: "direct" (the primitive above) or "pure_callback".
+CALLBACK_PATH = "direct" if _PRIM is not None else "pure_callback"
+
+
+def _callback(fn, shapes, *args):
+    """fn(*numpy args) -> tuple of arrays of ``shapes`` ((shape, dtype) pairs), batched over
+    vmap by passing the whole batch (broadcast_all)."""
+    if _PRIM is not None:
+        avals = tuple(jax.core.ShapedArray(s, d) for s, d in shapes)
+        return tuple(_PRIM.bind(*args, callback=fn, result_avals=avals,
+                                vmap_method="broadcast_all"))
+    out = tuple(jax.ShapeDtypeStruct(s, d) for s, d in shapes)
+    return jax.pure_callback(fn, out, *args, vmap_method="broadcast_all")
+
+_KERNEL_DTYPES = (jnp.dtype(jnp.float64), jnp.dtype(jnp.float32))
+
+
+def _host_call(ref, kernel: str):
+    """The NumPy function a pure_callback runs: reshape any leading axes to one batch."""
+
+    def call(*arrays):
+        model = ref()
+        if model is None:  # pragma: no cover - the traced function outlived its model
+            raise RuntimeError("the pysharp model of this traced function was garbage collected")
+        arrays = [np.asarray(a) for a in arrays]
+        lead = np.broadcast_shapes(*(a.shape[:-1] for a in arrays))
+        D = model.dim
+        flat = [np.broadcast_to(a, lead + (D,)).reshape(-1, D) for a in arrays]
+        outs = getattr(model, kernel)(*flat)
+        if kernel == "loss_and_grad":
+            L, G = outs
+            return np.asarray(L).reshape(lead), G.reshape(lead + (D,))
+        if kernel == "hessian":
+            return (outs.reshape(lead + (D, D)),)
+        return (outs.reshape(lead + (D,)),)
+
+    return call
+
+
+class _Ops:
+    """The custom_jvp functions of one model, built once (see :func:`_ops`)."""
+
+    def __init__(self, model) -> None:
+        ref = weakref.ref(model)
+        self.dim = model.dim
+        cb = {k: _host_call(ref, k) for k in ("loss_and_grad", "hvp", "third", "hessian")}
+
+        def lg_raw(w):
+            return _callback(cb["loss_and_grad"], ((w.shape[:-1], w.dtype), (w.shape, w.dtype)),
+                             w)
+
+        def pair_raw(kernel, w, v):
+            shape = jnp.broadcast_shapes(w.shape, v.shape)
+            return _callback(cb[kernel], ((shape, w.dtype),), w, v)[0]
+
+        def hessian_raw(w):
+            return _callback(cb["hessian"], ((w.shape + (w.shape[-1],), w.dtype),), w)[0]
+
+        def zero(t):
+            return isinstance(t, SymbolicZero)
+
+        @jax.custom_jvp
+        def third(w, v):
+            return pair_raw("third", w, v)
+
+        def polar(w, v, t):
+            """D^3L(w)[v, t] from two third-order kernel calls, norms balanced."""
+            nv = jnp.linalg.norm(v, axis=-1, keepdims=True)
+            nt = jnp.linalg.norm(t, axis=-1, keepdims=True)
+            ok = (nt > 0) & (nv > 0)
+            s = jnp.where(ok, nv / jnp.where(ok, nt, 1), 1)
+            st = s * t  # v = 0 or t = 0: T[v, t] = 0 (a zero v is a valid kernel input)
+            diff = third(w, v + st) - third(w, v - st)
+            return jnp.where(ok, diff / (4 * s), 0)
+
+        def third_jvp(primals, tangents):
+            w, v = primals
+            tw, tv = tangents
+            out = third(w, v)
+            if not zero(tw):
+                raise NotImplementedError(
+                    "pysharp.jax.third is not differentiable in w (that needs the fourth "
+                    "derivative); it is differentiable in v")
+            if zero(tv):
+                return out, jnp.zeros_like(out)
+            return out, 2 * polar(w, v, tv)
+
+        third.defjvp(third_jvp, symbolic_zeros=True)
+
+        @jax.custom_jvp
+        def hvp(w, v):
+            return pair_raw("hvp", w, v)
+
+        def hvp_jvp(primals, tangents):
+            w, v = primals
+            tw, tv = tangents
+            out = hvp(w, v)
+            dot = jnp.zeros_like(out)
+            if not zero(tv):
+                dot = dot + hvp(w, tv)
+            if not zero(tw):
+                dot = dot + polar(w, v, tw)
+            return out, dot
+
+        hvp.defjvp(hvp_jvp, symbolic_zeros=True)
+
+        @jax.custom_jvp
+        def lg(w):
+            return lg_raw(w)
+
+        @lg.defjvp
+        def lg_jvp(primals, tangents):
+            (w,), (t,) = primals, tangents
+            L, G = lg(w)
+            return (L, G), (jnp.sum(G * t, axis=-1), hvp(w, t))
+
+        @jax.custom_jvp
+        def loss(w):
+            return lg_raw(w)[0]
+
+        @loss.defjvp
+        def loss_jvp(primals, tangents):
+            (w,), (t,) = primals, tangents
+            L, G = lg(w)
+            return L, jnp.sum(G * t, axis=-1)
+
+        self.loss, self.lg, self.hvp, self.third = loss, lg, hvp, third
+        self.hessian = hessian_raw
+
+
+_OPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _ops(model) -> _Ops:
+    from .models import ScaleInvariantModel
+    if not isinstance(model, ScaleInvariantModel):
+        raise TypeError(f"model must be a pysharp model (ScaleInvariantModel or a loaded "
+                        f"model), got {type(model).__name__}")
+    ops = _OPS.get(model)
+    if ops is None:
+        ops = _OPS[model] = _Ops(model)
+    return ops
+
+
+def _as_input(x, dim: int, name: str):
+    """A float32/float64 JAX array of shape (D,) or (B, D); integers become the default float."""
+    x = jnp.asarray(x)
+    if x.dtype == jnp.bool_ or not (jnp.issubdtype(x.dtype, jnp.floating)
+                                    or jnp.issubdtype(x.dtype, jnp.integer)):
+        raise TypeError(f"{name} must be a real floating or integer array, got dtype {x.dtype}")
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        x = x.astype(jnp.result_type(float))
+    if x.dtype not in _KERNEL_DTYPES:
+        raise TypeError(f"{name} has dtype {x.dtype}; pysharp's kernels run in float64 or "
+                        f"float32 (cast explicitly, e.g. {name}.astype(jnp.float32))")
+    if x.ndim not in (1, 2) or x.shape[-1] != dim or (x.ndim == 2 and x.shape[0] < 1):
+        raise ValueError(f"{name} must have shape ({dim},) or (B, {dim}) with B >= 1, "
+                         f"got {x.shape}")
+    return x
+
+
+def _pair(model, w, v):
+    ops = _ops(model)
+    w = _as_input(w, ops.dim, "w")
+    v = _as_input(v, ops.dim, "v")
+    if v.dtype != w.dtype:
+        raise TypeError(f"v has dtype {v.dtype} but w has {w.dtype}; pass both in one dtype")
+    if w.ndim == 2 and v.ndim == 2 and w.shape[0] != v.shape[0] and 1 not in (w.shape[0],
+                                                                              v.shape[0]):
+        raise ValueError(f"w has {w.shape[0]} rows but v has {v.shape[0]}; they must match or "
+                         "one of them must be a single vector")
+    return ops, w, v
+
+
+def loss(model, w):
+    """L(w): shape () for w (D,), (B,) for w (B, D). Differentiable (module docstring)."""
+    ops = _ops(model)
+    return ops.loss(_as_input(w, ops.dim, "w"))
+
+
+def loss_and_grad(model, w):
+    """(L(w), grad L(w)): shapes ((), (D,)) or ((B,), (B, D)); one kernel call."""
+    ops = _ops(model)
+    return ops.lg(_as_input(w, ops.dim, "w"))
+
+
+def hvp(model, w, v):
+    """H(w) v, exact; v (D,) or (B, D), a single vector broadcasts against a batch."""
+    ops, w, v = _pair(model, w, v)
+    return ops.hvp(w, v)
+
+
+def third(model, w, v):
+    """D^3L(w)[v, v]: the vector d/dt H(w + t v) v at t = 0."""
+    ops, w, v = _pair(model, w, v)
+    return ops.third(w, v)
+
+
+def hessian(model, w):
+    """Dense Hessian, (D, D) or (B, D, D) (D HVPs per point in the core); not differentiable."""
+    ops = _ops(model)
+    return ops.hessian(_as_input(w, ops.dim, "w"))

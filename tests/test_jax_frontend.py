@@ -1,0 +1,228 @@
+"""pysharp.jax: the kernels inside jit, vmap and grad, against the same losses in jax.numpy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+jax.config.update("jax_enable_x64", True)
+
+import pysharp as ps  # noqa: E402
+import pysharp.jax as psj  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return ps.BNLinearRegression.synthetic(d=40, n=20)
+
+
+def bn_loss(model):
+    """BN linear regression written in jax.numpy (docs/theory.rst): population BN of X w."""
+    X, y = jnp.asarray(model.X), jnp.asarray(model.y)
+
+    def loss(w):
+        z = X @ w
+        zc = z - z.mean()
+        p = y.std() * zc / jnp.sqrt(jnp.mean(zc ** 2)) + y.mean()
+        return jnp.mean((p - y) ** 2)
+
+    return loss
+
+
+def points(model, batch=5, seed=0, dtype=np.float64):
+    return jnp.asarray(model.random_point(batch, seed=seed, norm=1.7).astype(dtype))
+
+
+def counting(model, kernel, calls):
+    """Count calls of one kernel on this model instance (the callbacks look it up by name)."""
+    original = getattr(model, kernel)
+
+    def wrapped(*args, **kw):
+        calls.append(kernel)
+        return original(*args, **kw)
+
+    setattr(model, kernel, wrapped)
+    return lambda: delattr(model, kernel)
+
+
+def test_values_match_kernels(model):
+    W = points(model)
+    L, G = psj.loss_and_grad(model, W)
+    L0, G0 = model.loss_and_grad(np.asarray(W))
+    np.testing.assert_array_equal(np.asarray(L), L0)
+    np.testing.assert_array_equal(np.asarray(G), G0)
+    np.testing.assert_array_equal(np.asarray(psj.loss(model, W[0])), L0[0])
+    V = points(model, seed=1)
+    np.testing.assert_array_equal(np.asarray(psj.hvp(model, W, V)),
+                                  model.hvp(np.asarray(W), np.asarray(V)))
+    np.testing.assert_array_equal(np.asarray(psj.third(model, W, V[0])),
+                                  model.third(np.asarray(W), np.asarray(V[0])))
+    np.testing.assert_array_equal(np.asarray(psj.hessian(model, W)), model.hessian(np.asarray(W)))
+
+
+def test_float32(model):
+    W = points(model, dtype=np.float32)
+    L, G = psj.loss_and_grad(model, W)
+    assert L.dtype == G.dtype == jnp.float32
+    L0, G0 = model.loss_and_grad(np.asarray(W))
+    np.testing.assert_array_equal(np.asarray(G), G0)
+    g = jax.grad(lambda w: psj.loss(model, w))(W[0])
+    assert g.dtype == jnp.float32
+
+
+def test_grad_equals_jax_to_1e13(model):
+    ref = bn_loss(model)
+    for w in points(model, 4, seed=3):
+        g = jax.grad(lambda w: psj.loss(model, w))(w)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(ref)(w)), rtol=0, atol=1e-13)
+
+
+def test_hessian_equals_jax_to_1e12(model):
+    ref = bn_loss(model)
+    for w in points(model, 3, seed=4):
+        H = jax.hessian(lambda w: psj.loss(model, w))(w)
+        np.testing.assert_allclose(np.asarray(H), np.asarray(jax.hessian(ref)(w)),
+                                   rtol=0, atol=1e-12)
+
+
+def test_grad_calls_gradient_kernel_and_hessian_hvp(model):
+    calls: list[str] = []
+    undo = [counting(model, k, calls) for k in ("loss_and_grad", "hvp")]
+    try:
+        w = points(model, 1)[0]
+        jax.grad(lambda w: psj.loss(model, w))(w)
+        assert calls == ["loss_and_grad"]
+        calls.clear()
+        jax.hessian(lambda w: psj.loss(model, w))(w)
+        # jacfwd batches the D tangents: one HVP kernel call on a (D, D) batch
+        assert calls.count("hvp") == 1 and "hessian" not in calls
+    finally:
+        for u in undo:
+            u()
+
+
+def test_jit_and_vmap(model):
+    ref = bn_loss(model)
+    W = points(model, 6, seed=5)
+    f = jax.jit(lambda W: psj.loss_and_grad(model, W))
+    L, G = f(W)
+    np.testing.assert_allclose(np.asarray(L), np.asarray(jax.vmap(ref)(W)), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(G), np.asarray(jax.vmap(jax.grad(ref))(W)), rtol=0,
+                               atol=1e-13)
+    # vmap over points: one callback on the whole batch
+    calls: list[str] = []
+    undo = counting(model, "loss_and_grad", calls)
+    try:
+        g = jax.jit(jax.vmap(jax.grad(lambda w: psj.loss(model, w))))(W)
+    finally:
+        undo()
+    assert calls == ["loss_and_grad"]
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.vmap(jax.grad(ref))(W)), rtol=0,
+                               atol=1e-13)
+    # nested vmap, and vmap of hvp with an unbatched v
+    out = jax.vmap(jax.vmap(lambda w: psj.loss(model, w)))(W.reshape(2, 3, -1))
+    np.testing.assert_array_equal(np.asarray(out).ravel(), np.asarray(L))
+    v = points(model, 1, seed=6)[0]
+    hv = jax.vmap(lambda w: psj.hvp(model, w, v))(W)
+    np.testing.assert_array_equal(np.asarray(hv), model.hvp(np.asarray(W), np.asarray(v)))
+    # a GD + WD loop under jit
+    def step(_, w):
+        _, g = psj.loss_and_grad(model, w)
+        return w - 0.1 * g - 0.1 * 1e-3 * w
+    Wn = jax.jit(lambda W: jax.lax.fori_loop(0, 5, step, W))(W)
+    Wr = np.asarray(W)
+    for _ in range(5):
+        Wr = Wr - 0.1 * model.grad(Wr) - 0.1 * 1e-3 * Wr
+    np.testing.assert_allclose(np.asarray(Wn), Wr, rtol=0, atol=1e-14)
+
+
+def test_hvp_and_third_derivatives(model):
+    ref = bn_loss(model)
+    w, v, t = points(model, 3, seed=7)
+
+    def ref_hvp(w, v):
+        return jax.jvp(jax.grad(ref), (w,), (v,))[1]
+
+    np.testing.assert_allclose(np.asarray(psj.hvp(model, w, v)), np.asarray(ref_hvp(w, v)),
+                               rtol=0, atol=1e-13)
+    # d/dw H(w) v along t: D^3L[v, t], by polarization of the third-order kernel
+    d1 = jax.jvp(lambda w: psj.hvp(model, w, v), (w,), (t,))[1]
+    d2 = jax.jvp(lambda w: ref_hvp(w, v), (w,), (t,))[1]
+    np.testing.assert_allclose(np.asarray(d1), np.asarray(d2), rtol=0, atol=1e-12)
+    J1 = jax.jacfwd(lambda w: psj.hvp(model, w, v))(w)
+    J2 = jax.jacfwd(lambda w: ref_hvp(w, v))(w)
+    np.testing.assert_allclose(np.asarray(J1), np.asarray(J2), rtol=0, atol=1e-12)
+    # in v: the Hessian
+    np.testing.assert_allclose(np.asarray(jax.jacfwd(lambda v: psj.hvp(model, w, v))(v)),
+                               np.asarray(jax.hessian(ref)(w)), rtol=0, atol=1e-12)
+    # third = D^3L[v, v]; its v-derivative 2 D^3L[v, t]
+    T2 = jax.jvp(lambda w: ref_hvp(w, v), (w,), (v,))[1]
+    np.testing.assert_allclose(np.asarray(psj.third(model, w, v)), np.asarray(T2), rtol=0,
+                               atol=1e-12)
+    dv = jax.jvp(lambda v: psj.third(model, w, v), (v,), (t,))[1]
+    np.testing.assert_allclose(np.asarray(dv), 2 * np.asarray(d2), rtol=0, atol=1e-12)
+    with pytest.raises(NotImplementedError, match="not differentiable in w"):
+        jax.jvp(lambda w: psj.third(model, w, v), (w,), (t,))
+
+
+def test_jvp_of_grad_is_one_hvp_call(model):
+    w, t = points(model, 2, seed=8)
+    calls: list[str] = []
+    undo = [counting(model, k, calls) for k in ("loss_and_grad", "hvp", "third")]
+    try:
+        out = jax.jvp(jax.grad(lambda w: psj.loss(model, w)), (w,), (t,))[1]
+    finally:
+        for u in undo:
+            u()
+    assert sorted(calls) == ["hvp", "loss_and_grad"]
+    np.testing.assert_allclose(np.asarray(out), model.hvp(np.asarray(w), np.asarray(t)),
+                               rtol=0, atol=1e-15)
+
+
+def test_input_errors(model):
+    with pytest.raises(ValueError, match=r"w must have shape \(40,\) or \(B, 40\)"):
+        psj.loss(model, jnp.ones(39))
+    with pytest.raises(TypeError, match="float64 or float32"):
+        psj.loss(model, jnp.ones(40, jnp.float16))
+    with pytest.raises(TypeError, match="real floating or integer"):
+        psj.loss(model, jnp.ones(40, bool))
+    with pytest.raises(TypeError, match="dtype"):
+        psj.hvp(model, jnp.ones(40), jnp.ones(40, jnp.float32))
+    with pytest.raises(TypeError, match="pysharp model"):
+        psj.loss(object(), jnp.ones(40))
+    assert psj.loss(model, jnp.arange(1, 41)).dtype == jnp.float64  # integers: default float
+
+
+def test_toy3d():
+    model = ps.Toy3D(c=10.0)
+    w = jnp.asarray(model.random_point(seed=1))
+    H = jax.hessian(lambda w: psj.loss(model, w))(w)
+    np.testing.assert_allclose(np.asarray(H), model.hessian(np.asarray(w)), rtol=0, atol=1e-13)
+
+
+def test_loaded_model():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "phase_retrieval", ROOT / "examples" / "models" / "phase_retrieval.py")
+    pr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pr)
+    X, y = pr.synthetic()
+    model = ps.load_model(ROOT / "examples" / "models" / "phase_retrieval.hpp", X=X, y=y, c=1.0)
+    w = jnp.asarray(model.random_point(seed=2))
+
+    def ref(w):
+        return pr.loss_jax(w, X, y, 1.0)
+
+    g = jax.jit(jax.grad(lambda w: psj.loss(model, w)))(w)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(ref)(w)), rtol=0, atol=1e-13)
+    H = jax.hessian(lambda w: psj.loss(model, w))(w)
+    np.testing.assert_allclose(np.asarray(H), np.asarray(jax.hessian(ref)(w)), rtol=0, atol=1e-12)
+    W = jnp.asarray(model.random_point(4, seed=3))
+    L = jax.vmap(lambda w: psj.loss(model, w))(W)
+    np.testing.assert_allclose(np.asarray(L), np.asarray(jax.vmap(ref)(W)), rtol=1e-14, atol=0)

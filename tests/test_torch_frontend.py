@@ -1,0 +1,225 @@
+"""pysharp.torch: custom ops (opcheck), autograd to second order, torch.compile."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import pysharp as ps  # noqa: E402
+import pysharp.torch as pst  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = ("loss_and_grad", "hvp", "third", "hessian")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return ps.BNLinearRegression.synthetic(d=40, n=20)
+
+
+def bn_loss(model):
+    """BN linear regression in torch (docs/theory.rst): population BN of X w, (B,) losses."""
+    X, y = torch.tensor(model.X), torch.tensor(model.y)
+
+    def loss(w):
+        z = w @ X.T
+        zc = z - z.mean(-1, keepdim=True)
+        p = y.std(unbiased=False) * zc / torch.sqrt((zc ** 2).mean(-1, keepdim=True)) + y.mean()
+        return ((p - y) ** 2).mean(-1)
+
+    return loss
+
+
+def points(model, batch=5, seed=0, dtype=torch.float64):
+    return torch.tensor(model.random_point(batch, seed=seed, norm=1.7)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_opcheck(model, dtype):
+    key = pst.handle(model)
+    W, V = points(model, dtype=dtype), points(model, seed=1, dtype=dtype)
+    cases = {"loss_and_grad": [(key, W), (key, W[0])],
+             "hvp": [(key, W, V), (key, W[0], V)],
+             "third": [(key, W, V), (key, W, V[0])],
+             "hessian": [(key, W)]}
+    for name in OPS:
+        op = getattr(torch.ops.pysharp, name)
+        for args in cases[name]:
+            # third is differentiable in v only; the Hessian not at all
+            grad_args = tuple(a.clone().requires_grad_(name != "hessian"
+                                                       and (name != "third" or i == 2))
+                              if isinstance(a, torch.Tensor) else a
+                              for i, a in enumerate(args))
+            for a in (args, grad_args):
+                result = torch.library.opcheck(op, a)
+                assert all(v == "SUCCESS" for v in result.values()), (name, result)
+
+
+def test_values_match_kernels(model):
+    W, V = points(model), points(model, seed=1)
+    L, G = pst.loss_and_grad(model, W)
+    L0, G0 = model.loss_and_grad(W.numpy())
+    np.testing.assert_array_equal(L.numpy(), L0)
+    np.testing.assert_array_equal(G.numpy(), G0)
+    assert pst.loss(model, W[0]).shape == ()
+    np.testing.assert_array_equal(pst.hvp(model, W, V).numpy(), model.hvp(W.numpy(), V.numpy()))
+    np.testing.assert_array_equal(pst.third(model, W, V[0]).numpy(),
+                                  model.third(W.numpy(), V[0].numpy()))
+    np.testing.assert_array_equal(pst.hessian(model, W).numpy(), model.hessian(W.numpy()))
+    W32 = W.float()
+    L32, G32 = pst.loss_and_grad(model, W32)
+    assert L32.dtype == G32.dtype == torch.float32
+    np.testing.assert_array_equal(G32.numpy(), model.grad(W32.numpy()))
+
+
+def test_autograd_matches_torch(model):
+    ref = bn_loss(model)
+    W = points(model, 4, seed=2)
+    w1, w2 = W.clone().requires_grad_(), W.clone().requires_grad_()
+    pst.loss(model, w1).sum().backward()
+    ref(w2).sum().backward()
+    np.testing.assert_allclose(w1.grad.numpy(), w2.grad.numpy(), rtol=0, atol=1e-13)
+
+
+def test_double_backward_matches_torch(model):
+    ref = bn_loss(model)
+    w = points(model, 1, seed=3)[0]
+    H = torch.autograd.functional.hessian(lambda w: pst.loss(model, w), w)
+    H_ref = torch.autograd.functional.hessian(lambda w: ref(w[None])[0], w)
+    np.testing.assert_allclose(H.numpy(), H_ref.numpy(), rtol=0, atol=1e-12)
+    # grad of a function of the gradient (reverse over reverse)
+    t = points(model, 1, seed=4)[0]
+    outs = []
+    for f in (lambda w: pst.loss(model, w), lambda w: ref(w[None])[0]):
+        x = w.clone().requires_grad_()
+        (g,) = torch.autograd.grad(f(x), x, create_graph=True)
+        outs.append(torch.autograd.grad((g * t).sum(), x)[0])
+    np.testing.assert_allclose(outs[0].numpy(), outs[1].numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(outs[0].numpy(), model.hvp(w.numpy(), t.numpy()), rtol=0,
+                               atol=1e-15)
+
+
+def test_hvp_and_third_backward(model):
+    ref = bn_loss(model)
+    w, v, g = points(model, 3, seed=5)
+
+    def ref_hvp(w, v):
+        x = w.clone().requires_grad_()
+        (gr,) = torch.autograd.grad(ref(x[None])[0], x, create_graph=True)
+        return torch.autograd.grad((gr * v).sum(), x, create_graph=True)[0]
+
+    # d/dw <H(w) v, g> = D^3L[v, g]; d/dv <H(w) v, g> = H g
+    x, y = w.clone().requires_grad_(), v.clone().requires_grad_()
+    (pst.hvp(model, x, y) * g).sum().backward()
+    x2 = w.clone().requires_grad_()
+    (ref_hvp(x2, v) * g).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), x2.grad.numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(y.grad.numpy(), model.hvp(w.numpy(), g.numpy()), rtol=0,
+                               atol=1e-15)
+    # third: d/dv <D^3L[v, v], g> = 2 D^3L[v, g] = 2 d/dw <H v, g>
+    y = v.clone().requires_grad_()
+    (pst.third(model, w, y) * g).sum().backward()
+    np.testing.assert_allclose(y.grad.numpy(), 2 * x2.grad.numpy(), rtol=0, atol=1e-12)
+    with pytest.raises(NotImplementedError, match="not differentiable in w"):
+        x = w.clone().requires_grad_()
+        pst.third(model, x, v).sum().backward()
+    # a single v against a batch of w: the v-gradient sums over the batch
+    W = points(model, 3, seed=6)
+    y = v.clone().requires_grad_()
+    pst.hvp(model, W, y).sum().backward()
+    expect = model.hvp(W.numpy(), np.ones((3, model.dim))).sum(0)
+    np.testing.assert_allclose(y.grad.numpy(), expect, rtol=0, atol=1e-13)
+
+
+def test_loss_backward_is_one_kernel_call(model):
+    calls = []
+    original = model.loss_and_grad
+
+    def counted(*a, **k):
+        calls.append(1)
+        return original(*a, **k)
+
+    model.loss_and_grad = counted
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(model, "hvp", lambda *a, **k: pytest.fail("no HVP for a first-order grad"))
+            w = points(model, 3).requires_grad_()
+            pst.loss(model, w).sum().backward()
+    finally:
+        del model.loss_and_grad
+    assert len(calls) == 1
+
+
+def test_compile(model):
+    W = points(model, 6, seed=7)
+
+    @torch.compile(fullgraph=True)
+    def step(model, w):
+        _, g = pst.loss_and_grad(model, w)
+        return w - 0.1 * g - 1e-4 * w
+
+    out = step(model, W)
+    expect = W.numpy() - 0.1 * model.grad(W.numpy()) - 1e-4 * W.numpy()
+    np.testing.assert_allclose(out.numpy(), expect, rtol=0, atol=1e-15)
+    # another model of the same shape is not mistaken for the first
+    other = ps.BNLinearRegression.synthetic(d=40, n=20, seed=9)
+    out = step(other, W)
+    expect = W.numpy() - 0.1 * other.grad(W.numpy()) - 1e-4 * W.numpy()
+    np.testing.assert_allclose(out.numpy(), expect, rtol=0, atol=1e-15)
+    # backward through a compiled loss
+    w = W.clone().requires_grad_()
+    torch.compile(lambda w: pst.loss(model, w).sum())(w).backward()
+    np.testing.assert_allclose(w.grad.numpy(), model.grad(W.numpy()), rtol=0, atol=1e-15)
+
+
+def test_handles_are_weak():
+    m = ps.Toy3D(c=3.0)
+    key = pst.handle(m)
+    assert torch.ops.pysharp.loss_and_grad(key, torch.ones(3))[0].shape == ()
+    del m
+    gc.collect()
+    with pytest.raises(RuntimeError, match="no live pysharp model"):
+        torch.ops.pysharp.loss_and_grad(key, torch.ones(3))
+
+
+def test_input_errors(model):
+    with pytest.raises(ValueError, match=r"w must have shape \(40,\) or \(B, 40\)"):
+        pst.loss(model, torch.ones(39, dtype=torch.float64))
+    with pytest.raises(TypeError, match="float64 or float32"):
+        pst.loss(model, torch.ones(40, dtype=torch.float16))
+    with pytest.raises(TypeError, match="float64 or float32"):
+        pst.loss(model, torch.ones(40, dtype=torch.int64))
+    with pytest.raises(TypeError, match="dtype"):
+        pst.hvp(model, torch.ones(40, dtype=torch.float64), torch.ones(40))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        pst.loss(model, np.ones(40))
+    with pytest.raises(TypeError, match="pysharp model"):
+        pst.loss(object(), torch.ones(40))
+    with pytest.raises(ValueError, match="zero vector"):
+        pst.loss(model, torch.zeros(40, dtype=torch.float64))
+
+
+def test_loaded_model():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "phase_retrieval", ROOT / "examples" / "models" / "phase_retrieval.py")
+    pr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pr)
+    X, y = pr.synthetic()
+    model = ps.load_model(ROOT / "examples" / "models" / "phase_retrieval.hpp", X=X, y=y, c=1.0)
+    w = torch.tensor(model.random_point(seed=2))
+    x1, x2 = w.clone().requires_grad_(), w.clone().requires_grad_()
+    pst.loss(model, x1).backward()
+    pr.loss_torch(x2, X, y, 1.0).backward()
+    np.testing.assert_allclose(x1.grad.numpy(), x2.grad.numpy(), rtol=0, atol=1e-13)
+    H = torch.autograd.functional.hessian(lambda w: pst.loss(model, w), w)
+    H_ref = torch.autograd.functional.hessian(lambda w: pr.loss_torch(w, X, y, 1.0), w)
+    np.testing.assert_allclose(H.numpy(), H_ref.numpy(), rtol=0, atol=1e-12)
+    key = pst.handle(model)
+    result = torch.library.opcheck(torch.ops.pysharp.loss_and_grad, (key, w[None].clone()))
+    assert all(v == "SUCCESS" for v in result.values())
