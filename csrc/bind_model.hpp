@@ -19,6 +19,7 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -230,21 +231,80 @@ void def_init_BNLinearRegression(py::class_<Core>& cls) {
           py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("sigma"), py::arg("ut"),
           py::arg("V"), py::arg("uperp2"));
 }
+// A holder constructible from a dict of its fields (DeclaredCore, bind_declared.hpp:
+// _core's Toy3D, BNTwoLayerNet, BNMatrixCompletion) gets them by name from the same
+// arguments: the fields derived from them (norms, scales) are computed here, once, as the
+// dedicated holders of _cuda compute them. Arrays are copied: the model keeps its own.
+template <class Core>
+constexpr bool kFromFields = std::is_constructible_v<Core, const py::dict&>;
+
 template <class Real, class Core>
 void def_init_BNMatrixCompletion(py::class_<Core>& cls) {
-  cls.def(py::init<const carray<int>&, const carray<int>&, const carray<Real>&, double, int,
-                   int, int>(),
-          py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
-          py::arg("m2"), py::arg("rank"));
+  if constexpr (kFromFields<Core>) {
+    cls.def(py::init([](const carray<int>& rows, const carray<int>& cols, const carray<Real>& u,
+                        double scale, int m1, int m2, int rank) {
+              require(rows.ndim() == 1 && rows.size() == u.size() && cols.size() == u.size(),
+                      "rows, cols and u must have one entry per observation");
+              for (py::ssize_t k = 0; k < rows.size(); ++k)
+                require(rows.data()[k] >= 0 && rows.data()[k] < m1 && cols.data()[k] >= 0 &&
+                            cols.data()[k] < m2,
+                        "observation index out of range");
+              py::dict f;
+              f["rows"] = rows.attr("copy")();
+              f["cols"] = cols.attr("copy")();
+              f["u"] = u.attr("copy")();
+              f["scale"] = scale;
+              f["m1"] = m1;
+              f["m2"] = m2;
+              f["r"] = rank;
+              return new Core(f);
+            }),
+            py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
+            py::arg("m2"), py::arg("rank"));
+  } else {
+    cls.def(py::init<const carray<int>&, const carray<int>&, const carray<Real>&, double, int,
+                     int, int>(),
+            py::arg("rows"), py::arg("cols"), py::arg("u"), py::arg("scale"), py::arg("m1"),
+            py::arg("m2"), py::arg("rank"));
+  }
 }
 template <class Real, class Core>
 void def_init_BNTwoLayerNet(py::class_<Core>& cls) {
-  cls.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("Xc"),
-          py::arg("y"), py::arg("width"), py::arg("activation"));
+  if constexpr (kFromFields<Core>) {
+    cls.def(py::init([](const carray<Real>& Xc, const carray<Real>& y, int width,
+                        int activation) {
+              require(width >= 1 && (activation == 0 || activation == 1),
+                      "width must be >= 1 and activation 0 (tanh) or 1 (relu)");
+              double fro2 = 0;  // ||Xc||_F^2, summed in double as the model's floor expects
+              for (py::ssize_t i = 0; i < Xc.size(); ++i)
+                fro2 += double(Xc.data()[i]) * double(Xc.data()[i]);
+              py::dict f;
+              f["Xc"] = Xc.attr("copy")();
+              f["y"] = y.attr("copy")();
+              f["xc_fro2"] = fro2;
+              f["inv_sqrt_m"] = 1 / std::sqrt(double(width));
+              f["m"] = width;
+              f["act"] = activation;
+              return new Core(f);
+            }),
+            py::arg("Xc"), py::arg("y"), py::arg("width"), py::arg("activation"));
+  } else {
+    cls.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("Xc"),
+            py::arg("y"), py::arg("width"), py::arg("activation"));
+  }
 }
 template <class Real, class Core>
 void def_init_Toy3D(py::class_<Core>& cls) {
-  cls.def(py::init<double>(), py::arg("c"));
+  if constexpr (kFromFields<Core>) {
+    cls.def(py::init([](double c) {
+              py::dict f;
+              f["c"] = c;
+              return new Core(f);
+            }),
+            py::arg("c"));
+  } else {
+    cls.def(py::init<double>(), py::arg("c"));
+  }
 }
 
 }  // namespace pysharp::module

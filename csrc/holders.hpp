@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bind_declared.hpp"
 #include "cpu/bind_cpu.hpp"
 #include "pysharp/models/bn_linear_regression.hpp"
 #include "pysharp/models/bn_matrix_completion.hpp"
@@ -62,49 +63,15 @@ struct BNLinRegCore {
   BNLinRegCore(const BNLinRegCore&) = delete;
 };
 
+// Models whose holder is no more than their fields: the holder of any declared model
+// (bind_declared.hpp), the one run-time compiled models use; bind_model.hpp's
+// def_init_* derive their fields from the constructor's arguments.
 template <class Real>
-struct BNMatrixCompletionCore {
-  std::vector<int> rows, cols;
-  std::vector<Real> u;
-  BNMatrixCompletion<Real> model;
-  BNMatrixCompletionCore(const carray<int>& rows_, const carray<int>& cols_,
-                         const carray<Real>& u_, double scale, int m1, int m2, int r)
-      : rows(to_vector(rows_)), cols(to_vector(cols_)), u(to_vector(u_)) {
-    require(rows.size() == u.size() && cols.size() == u.size(),
-            "rows, cols and u must have one entry per observation");
-    for (std::size_t k = 0; k < rows.size(); ++k)
-      require(rows[k] >= 0 && rows[k] < m1 && cols[k] >= 0 && cols[k] < m2,
-              "observation index out of range");
-    model = {rows.data(), cols.data(), u.data(), static_cast<Real>(scale),
-             static_cast<int>(u.size()), m1, m2, r};
-  }
-  BNMatrixCompletionCore(const BNMatrixCompletionCore&) = delete;
-};
-
+using BNMatrixCompletionCore = declared::DeclaredCore<BNMatrixCompletion<Real>>;
 template <class Real>
-struct BNTwoLayerNetCore {
-  std::vector<Real> Xc, y;
-  BNTwoLayerNet<Real> model;
-  BNTwoLayerNetCore(const carray<Real>& Xc_, const carray<Real>& y_, int width, int activation)
-      : Xc(to_vector(Xc_)), y(to_vector(y_)) {
-    require(Xc_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == Xc_.shape(0),
-            "Xc must be (n, d) and y (n,)");
-    require(width >= 1 && (activation == 0 || activation == 1),
-            "width must be >= 1 and activation 0 (tanh) or 1 (relu)");
-    double fro2 = 0;
-    for (Real x : Xc) fro2 += double(x) * double(x);
-    model = {Xc.data(), y.data(), static_cast<Real>(fro2),
-             static_cast<Real>(1 / std::sqrt(double(width))), static_cast<int>(Xc_.shape(0)),
-             static_cast<int>(Xc_.shape(1)), width, static_cast<Activation>(activation)};
-  }
-  BNTwoLayerNetCore(const BNTwoLayerNetCore&) = delete;
-};
-
+using BNTwoLayerNetCore = declared::DeclaredCore<BNTwoLayerNet<Real>>;
 template <class Real>
-struct Toy3DCore {
-  Toy3D<Real> model;
-  explicit Toy3DCore(double c) : model{static_cast<Real>(c)} {}
-};
+using Toy3DCore = declared::DeclaredCore<Toy3D<Real>>;
 
 template <class Real>
 struct LinearRegressionCore {

@@ -303,7 +303,7 @@ def _build(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...],
         unit = work / "unit.cpp"
         # The model is named as written in its header: at global scope, or in namespace
         # pysharp (the built-ins' headers).
-        unit.write_text(f'#include "{header}"\n#include "loaded/bind_loaded.hpp"\n'
+        unit.write_text(f'#include "{header}"\n#include "bind_declared.hpp"\n'
                         "namespace pysharp_unit {\nusing namespace ::pysharp;\n"
                         f"PYSHARP_LOADED_MODULE({module_name}, {name}, {real})\n}}\n")
         includes = [public, bind, *include_dirs, Path(pybind11.get_include()),

@@ -1,11 +1,12 @@
-// A model declared with PYSHARP_MODEL (pysharp/model.hpp) as a Python class
-// whose constructor takes the model's fields by name: the one door through
-// which run-time compiled models (pysharp.models.load_model) reach every tool.
+// A model declared with PYSHARP_MODEL (pysharp/model.hpp) held and bound by
+// its fields' names: the one door through which run-time compiled models
+// (pysharp.models.load_model) reach every tool, and the holder of the built-in
+// models of pysharp._core that need no more than their fields (csrc/holders.hpp).
 //
 // The generated translation unit of a loaded model is three lines:
 //
 //   #include "/path/to/the/users/model.hpp"
-//   #include "loaded/bind_loaded.hpp"
+//   #include "bind_declared.hpp"
 //   PYSHARP_LOADED_MODULE(_pysharp_model_<key>, PhaseRetrieval, double)
 //
 // so that the compiler's diagnostics point at the user's file and line.
@@ -26,7 +27,7 @@
 #include "cpu/bind_cpu.hpp"
 #include "pysharp/model.hpp"
 
-namespace pysharp::loaded {
+namespace pysharp::declared {
 
 namespace py = pybind11;
 using module::require;
@@ -116,8 +117,9 @@ struct Describer {
   }
 };
 
-// Fills a model from a dict of NumPy arrays and numbers (already validated and
-// converted by pysharp/models/_loaded.py; the checks here guard a direct call).
+// Fills a model from a dict of NumPy arrays and numbers (validated and converted
+// by pysharp/models/_loaded.py, or by a built-in's constructor in bind_model.hpp;
+// the checks here guard a direct call).
 // Scalars first, then arrays, so an int scalar may also be an extent.
 struct Binder {
   const py::dict& data;
@@ -180,10 +182,10 @@ struct Binder {
 
 // The holder: the bound arrays stay alive as long as the model that views them.
 template <class Model>
-struct LoadedCore {
+struct DeclaredCore {
   std::vector<py::object> keep;
   Model model{};
-  explicit LoadedCore(const py::dict& data) {
+  explicit DeclaredCore(const py::dict& data) {
     Binder b{data, keep};
     pysharp_fields(model, b);
     b.arrays_pass = true;
@@ -191,13 +193,13 @@ struct LoadedCore {
     require(model.dim() >= 1, "the model's dim() must be >= 1 for this data");
     require(model.work_size() >= 0, "the model's work_size() must be >= 0");
   }
-  LoadedCore(const LoadedCore&) = delete;
+  DeclaredCore(const DeclaredCore&) = delete;
 };
 
 template <class Model, class Real>
 void bind(py::module_& m) {
   static_assert(check_concept<Model, Real>());
-  using Core = LoadedCore<Model>;
+  using Core = DeclaredCore<Model>;
   // module_local: two modules of one model name (an edited header, another dtype's
   // holder type is distinct anyway) must not collide in pybind11's global type registry.
   py::class_<Core> cls(m, "Model", py::module_local());
@@ -213,8 +215,8 @@ void bind(py::module_& m) {
   m.attr("DTYPE") = sizeof(Real) == 8 ? "float64" : "float32";
 }
 
-}  // namespace pysharp::loaded
+}  // namespace pysharp::declared
 
 // The module of one loaded model and real type.
 #define PYSHARP_LOADED_MODULE(module_name, Model, Real) \
-  PYBIND11_MODULE(module_name, m) { ::pysharp::loaded::bind<Model<Real>, Real>(m); }
+  PYBIND11_MODULE(module_name, m) { ::pysharp::declared::bind<Model<Real>, Real>(m); }
