@@ -119,7 +119,7 @@ class _Program:
         a = np.asarray(value)
         return _Val(tuple(a.shape), a.dtype, const=a)
 
-    def _flatten(self, closed, in_vals):
+    def _flatten(self, closed, in_vals, outer: str = ""):
         jcore = self.jcore
         jaxpr = getattr(closed, "jaxpr", closed)
         consts = getattr(closed, "consts", ())
@@ -137,11 +137,14 @@ class _Program:
         for eqn in jaxpr.eqns:
             ins = [read(a) for a in eqn.invars]
             inner = _inner_jaxpr(eqn)
+            where = _where(eqn)
+            if ":" not in where:  # inside JAX's own functions: the line that called them
+                where = outer or "an unknown line"
             if inner is not None:
-                outs = self._flatten(inner, ins)
+                outs = self._flatten(inner, ins, where)
             else:
                 outs = []
-                e = _Eqn(eqn.primitive.name, ins, outs, dict(eqn.params), _where(eqn), eqn)
+                e = _Eqn(eqn.primitive.name, ins, outs, dict(eqn.params), where, eqn)
                 for ov in eqn.outvars:
                     aval = ov.aval
                     outs.append(_Val(tuple(aval.shape), np.dtype(aval.dtype),
@@ -252,8 +255,13 @@ class _Codegen:
     def ref(self, v: _Val) -> _Ref:
         return self.refs[id(v)]
 
-    def at(self, v: _Val, idx: str) -> str:
+    def at(self, v: _Val, idx) -> str:
+        """Element ``idx`` of v: a flat index (v has the shape of the loop), or the loop's
+        multi-index (a list), v broadcast to it along its axes of length 1."""
         r = self.ref(v)
+        if not isinstance(idx, str):
+            lead = len(idx) - len(v.shape)
+            idx = _flat([i if n != 1 else "0" for i, n in zip(idx[lead:], v.shape)], v.shape)
         if r.kind == "scalar" or v.size == 1:
             return r.name if r.kind == "scalar" else f"{r.name}[{r.offset}]"
         i = idx if not r.offset else f"{r.offset} + {idx}"
@@ -331,7 +339,10 @@ class _Codegen:
             self.new_scalar(out, base, fn("0"))
             return
         name = self.new_array(out, base)
-        self.emit(f"for (int i = 0; i < {out.size}; ++i) {name}[i] = {fn('i')};")
+        if all(self.is_scalar(x) or x.shape == out.shape for x in ins):
+            self.emit(f"for (int i = 0; i < {out.size}; ++i) {name}[i] = {fn('i')};")
+        else:  # operands broadcast along their axes of length 1
+            self.loop(out.shape, lambda idx: f"{name}[{_flat(idx, out.shape)}] = {fn(idx)};")
 
     # -- the program ----------------------------------------------------------------------------
     def plan(self) -> None:
@@ -672,7 +683,7 @@ class _Codegen:
     def _p_broadcast_in_dim(self, e):
         (a,) = e.ins
         out = e.outs[0]
-        if self.is_scalar(a):
+        if self.is_scalar(a) or a.size == out.size:  # nothing repeats: the same elements
             self.alias(out, a)
             return
         dims = tuple(e.params["broadcast_dimensions"])
