@@ -18,6 +18,7 @@ from .models import (
     Toy3D,
     TwoLayerNet,
     include_dir,
+    from_jax,
     load_model,
 )
 from .period_two import PeriodTwoDiagnostics, period_two_diagnostics
@@ -42,6 +43,7 @@ __all__ = ["BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet", "ScaleIn
            "EigenResult", "spherical_sharpness", "lanczos", "theory", "sweep", "open_sweep",
            "build_info", "backends", "BackendUnavailable", "__version__"]
 __all__ += ["LoadedModel", "load_model", "include_dir"]
+__all__ += ["from_jax"]
 __all__ += ["hessian_spectrum", "hessian_trace", "spectral_density", "loss_slice", "Spectrum",
             "TraceEstimate", "SpectralDensity", "LossSlice"]
 __all__ += ["period_two_diagnostics", "PeriodTwoDiagnostics"]
