@@ -185,7 +185,8 @@ def main(argv=None) -> int:
         units = Bn * steps_n
         print(f"BN two-layer tanh net written in JAX (n 32, d 8, width 8): trace + first "
               f"compile + check {first_net:.1f} s")
-        print(f"run_gd_wd, B {Bn}, {steps_n} steps (traj-steps/s){'  ! busy machine' if busy else ''}")
+        flag = "  ! busy machine" if busy else ""
+        print(f"run_gd_wd, B {Bn}, {steps_n} steps (traj-steps/s){flag}")
         print(f"  traced from JAX      {units / tt:10.3e}")
         print(f"  JAX jit(vmap(scan))  {units / tj:10.3e}   traced / JAX      {tj / tt:5.2f}x")
         print(f"  built-in             {units / tb:10.3e}   traced / built-in {tb / tt:5.2f}")

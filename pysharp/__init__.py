@@ -17,8 +17,8 @@ from .models import (
     ScaleInvariantModel,
     Toy3D,
     TwoLayerNet,
-    include_dir,
     from_jax,
+    include_dir,
     load_model,
 )
 from .period_two import PeriodTwoDiagnostics, period_two_diagnostics

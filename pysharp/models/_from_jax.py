@@ -67,7 +67,7 @@ class _Val:
     datadep: bool = False       # depends on the data
     const: Any = None           # literal / closed-over constant (numpy)
     input_name: str | None = None
-    producer: "_Eqn | None" = None
+    producer: _Eqn | None = None
     uses: list = field(default_factory=list)  # indices of emitted eqns reading it
 
     @property
