@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 
 try:
-    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
+    from bench._common import BUSY_THRESHOLD, import_pysharp, timed
 except ImportError:  # run as a script: python bench/from_jax.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
+    from bench._common import BUSY_THRESHOLD, import_pysharp, timed
 
 
 def bn_linreg(w, X, y):
@@ -71,18 +71,6 @@ def jax_gd_wd(loss, W, lr, wd, steps):
     fn = jax.jit(jax.vmap(one))
     Wj = jnp.asarray(W)
     return lambda: fn(Wj).block_until_ready()
-
-
-def best_of(fn, repeats: int) -> tuple[float, float]:
-    fn()
-    best, load = float("inf"), 0.0
-    for _ in range(repeats):
-        with LoadMonitor() as mon:
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-        load = max(load, mon.other or 0.0)
-    return best, load
 
 
 def main(argv=None) -> int:
@@ -135,15 +123,15 @@ def main(argv=None) -> int:
             Xj, yj = jnp.asarray(X), jnp.asarray(y)
             run_jax = jax_gd_wd(lambda w: bn_linreg(w, Xj, yj), W, lr, wd, steps)
             w_jax = np.asarray(run_jax())
-            tj, lj = best_of(run_jax, repeats)
-        tr, _ = best_of(lambda: ps.run_gd_wd(builtin, W, lr, wd, steps, record_every=steps),
+            tj, lj = timed(run_jax, repeats)
+        tr, _ = timed(lambda: ps.run_gd_wd(builtin, W, lr, wd, steps, record_every=steps),
                         repeats)
         a, b = run_traced(), run_builtin()
         agree_builtin = float(np.max(np.abs(a.w - b.w)) / np.max(np.abs(b.w)))
         agree_jax = float(np.max(np.abs(a.w - w_jax)) / np.max(np.abs(w_jax)))
-        tt, lt = best_of(run_traced, repeats)
-        tb, lb = best_of(run_builtin, repeats)
-        busy = max(lj, lt, lb) > BUSY_THRESHOLD
+        tt, lt = timed(run_traced, repeats)
+        tb, lb = timed(run_builtin, repeats)
+        busy = max(lj or 0.0, lt or 0.0, lb or 0.0) > BUSY_THRESHOLD
         units = B * steps
         print(f"run_gd_wd, B {B}, {steps} steps (traj-steps/s){'  ! busy machine' if busy else ''}")
         print(f"  traced from JAX      {units / tt:10.3e}")
@@ -175,11 +163,11 @@ def main(argv=None) -> int:
             Xj, yj = jnp.asarray(Xn), jnp.asarray(yn)
             run_jax = jax_gd_wd(lambda w: bn_net(w, Xj, yj, 8), Wn, lr_n, wd_n, steps_n)
             w_jax = np.asarray(run_jax())
-            tj, lj = best_of(run_jax, repeats)
+            tj, lj = timed(run_jax, repeats)
         a, b = run_net(traced), run_net(net)
-        tt, lt = best_of(lambda: run_net(traced), repeats)
-        tb, lb = best_of(lambda: run_net(net), repeats)
-        busy = max(lj, lt, lb) > BUSY_THRESHOLD
+        tt, lt = timed(lambda: run_net(traced), repeats)
+        tb, lb = timed(lambda: run_net(net), repeats)
+        busy = max(lj or 0.0, lt or 0.0, lb or 0.0) > BUSY_THRESHOLD
         diff_b = float(np.max(np.abs(a.w - b.w)) / np.max(np.abs(b.w)))
         diff_j = float(np.max(np.abs(a.w - w_jax)) / np.max(np.abs(w_jax)))
         units = Bn * steps_n

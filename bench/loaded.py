@@ -31,27 +31,13 @@ from pathlib import Path
 import numpy as np
 
 try:
-    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
+    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp, timed
 except ImportError:  # run as a script: python bench/loaded.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
+    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp, timed
 
 _REPO = Path(__file__).resolve().parent.parent
 _PHASE = _REPO / "examples" / "models" / "phase_retrieval.hpp"
-
-
-def best_of(fn, repeats: int) -> tuple[float, float | None]:
-    """(best seconds of ``repeats`` calls after one warm-up, worst load fraction seen)."""
-    fn()
-    best, load = float("inf"), 0.0
-    for _ in range(repeats):
-        with LoadMonitor() as mon:
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-        if mon.other is not None:
-            load = max(load, mon.other)
-    return best, load
 
 
 def main(argv=None) -> int:
@@ -95,8 +81,8 @@ def main(argv=None) -> int:
             "hvp": (lambda m: m.hvp(W, V), B, "evals/s"),
         }
         for name, (fn, units, unit) in work.items():
-            tb, lb = best_of(lambda: fn(builtin), repeats)
-            tl, ll = best_of(lambda: fn(loaded), repeats)
+            tb, lb = timed(lambda: fn(builtin), repeats)
+            tl, ll = timed(lambda: fn(loaded), repeats)
             busy = max(lb or 0, ll or 0) > BUSY_THRESHOLD
             row = {"workload": name, "B": B, "builtin_rate": units / tb,
                    "loaded_rate": units / tl, "loaded_over_builtin": tb / tl, "unit": unit,
