@@ -373,10 +373,27 @@ def _is_header(model: str) -> bool:
     return model.endswith((".hpp", ".h", ".hh", ".hxx")) or Path(model).is_file()
 
 
+def _is_python(model: str) -> bool:
+    return ".py:" in model
+
+
 def _run_model(args) -> tuple:
     """(model or spec, registry name, title, parameters) of ``pysharp run``'s MODEL argument:
     a registered name with ``--param`` factory parameters, or a model header with
     ``--data`` arrays and ``--param`` scalar fields."""
+    if _is_python(args.model):
+        from .models import from_jax_file
+
+        if args.dim is None:
+            raise ValueError("a JAX model (FILE.py:FUNCTION) needs --dim D, its number of "
+                             "parameters")
+        model = from_jax_file(args.model, args.dim, args.data, _key_values(args.param))
+        scalars = {k: v for k, v in _key_values(args.param).items()}
+        title = f"{args.model.rpartition(':')[2]} ({Path(args.model).name}, JAX, D={model.dim})"
+        return model, "loaded", title, {"python": args.model, "dim": model.dim,
+                                        "data": args.data, "scalars": scalars}
+    if args.dim is not None:
+        raise ValueError("--dim is for a JAX model (FILE.py:FUNCTION)")
     if not _is_header(args.model):
         if args.data is not None:
             raise ValueError("--data is for a model header; a registered model takes --param")
@@ -615,9 +632,11 @@ def main(argv: list[str] | None = None) -> int:
     rn = sub.add_parser("run", help="one batch of GD+WD trajectories: a table, run.png and "
                                     "run.json")
     rn.add_argument("model", help="a registered model name (" + ", ".join(_model_names())
-                    + ") or your model's C++ header (see the 'Your own model' tutorial)")
+                    + "), your model's C++ header (see the 'Your own model' tutorial), or a "
+                    "loss written in JAX as FILE.py:FUNCTION (with --dim)")
     rn.add_argument("--data", metavar="FILE.npz",
-                    help="a model header's arrays (numpy.savez), by field name")
+                    help="a model header's or JAX loss's arrays (numpy.savez), by name")
+    rn.add_argument("--dim", type=_whole, help="a JAX loss's number of parameters D")
     rn.add_argument("--param", action="append", metavar="KEY=VALUE",
                     help="model parameter, e.g. d=40 (repeatable)")
     rn.add_argument("--lr", type=float, nargs="+", default=[0.5])

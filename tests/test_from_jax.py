@@ -214,3 +214,41 @@ def test_many_primitives():
     model = ps.models.from_jax(grab, np.ones(6), X=X, y=y, c=0.7)
     W, V = points(6)
     assert_like_jax(model, lambda w: grab(w, X, y, 0.7), W, V, 1e-12, 1e-11)
+
+
+def test_pysharp_run_and_sweep_take_a_jax_loss_file(tmp_path):
+    """``pysharp run FILE.py:FUNCTION --dim D`` and ``[model] python = ...`` (issue 27.5)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "mymodels.py").write_text(
+        "import jax.numpy as jnp\n\n\n"
+        "def phase(w, X, y, c):\n"
+        "    q = (X @ w) ** 2 / (w @ w)\n"
+        "    return 0.5 * c / X.shape[0] * jnp.sum((q - y) ** 2)\n")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((12, 5))
+    w_star = rng.standard_normal(5)
+    np.savez(tmp_path / "phase.npz", X=X, y=(X @ w_star) ** 2 / (w_star @ w_star))
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    cmd = [sys.executable, "-m", "pysharp"]
+    done = subprocess.run(cmd + ["run", "mymodels.py:phase", "--dim", "5", "--data", "phase.npz",
+                                 "--param", "c=1.5", "--lr", "0.5", "--wd", "1e-3", "--steps",
+                                 "300", "--sharpness-every", "50"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "pysharp-run" / "run.json").read_text())
+    assert summary["model_parameters"]["python"] == "mymodels.py:phase"
+    assert summary["model_parameters"]["dim"] == 5
+    (tmp_path / "phase.toml").write_text(
+        '[model]\npython = "mymodels.py:phase"\ndim = 5\ndata = "phase.npz"\nc = 1.5\n\n'
+        '[grid]\nlr = [0.2, 0.5]\nwd = [1e-3]\n\n[run]\nsteps = 300\nsharpness_every = 50\n')
+    done = subprocess.run(cmd + ["sweep", "phase.toml", "--no-progress"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "2 trajectories" in done.stdout
+    bad = subprocess.run(cmd + ["run", "mymodels.py:phase", "--data", "phase.npz"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "needs --dim D" in bad.stderr

@@ -11,7 +11,7 @@ from ._bn_matrix_completion import BNMatrixCompletion
 from ._bn_two_layer_net import BNTwoLayerNet
 from ._check import CheckReport, check
 from ._compiler import ModelCompileError, include_dir
-from ._from_jax import JaxModel, UnsupportedPrimitive, from_jax
+from ._from_jax import JaxModel, UnsupportedPrimitive, from_jax, from_jax_file
 from ._loaded import LoadedModel, load_model, load_model_files
 from ._registry import REGISTRY, ModelEntry, Summary, entry_of, register
 from ._square_loss import LinearRegression, SquareLossModel, TwoLayerNet  # SGD stability
@@ -23,4 +23,4 @@ __all__ += ["SquareLossModel", "LinearRegression", "TwoLayerNet"]
 __all__ += ["LoadedModel", "load_model", "load_model_files", "ModelCompileError", "include_dir"]
 __all__ += ["REGISTRY", "ModelEntry", "Summary", "entry_of", "register"]
 __all__ += ["check", "CheckReport"]
-__all__ += ["from_jax", "JaxModel", "UnsupportedPrimitive"]
+__all__ += ["from_jax", "from_jax_file", "JaxModel", "UnsupportedPrimitive"]

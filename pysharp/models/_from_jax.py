@@ -1200,3 +1200,41 @@ def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",
 
 
 __all__ = ["from_jax", "JaxModel", "UnsupportedPrimitive", "SUPPORTED"]
+
+
+def from_jax_file(target: str, dim: int, data=None, params: dict | None = None, *,
+                  base=None, source: str = "--param", **options) -> JaxModel:
+    """:func:`from_jax` on a loss named ``FILE.py:FUNCTION``, for the command line and
+    sweep configs (``pysharp run my_models.py:loss --dim 40 --data data.npz``).
+
+    Parameters
+    ----------
+    target : str
+        ``path/to/file.py:function``; the path relative to ``base``.
+    dim : int
+        The number of parameters D (w is traced as a vector of D values).
+    data, params, base, source
+        As :func:`pysharp.models.load_model_files`: an ``.npz`` of arrays and numbers
+        by name (ints are static arguments of the loss, floats and arrays data).
+    **options
+        Further keywords of :func:`from_jax` (``groups``, ``dtype``, ``check``).
+    """
+    import importlib.util
+
+    from ._loaded import fields_from_files
+
+    path, sep, name = str(target).rpartition(":")
+    if not sep or not path.endswith(".py") or not name.isidentifier():
+        raise ValueError(f"a JAX model is named FILE.py:FUNCTION, got {target!r}")
+    base = Path(base) if base is not None else Path.cwd()
+    file = base / Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"no Python file at {file}")
+    spec = importlib.util.spec_from_file_location(f"_pysharp_user_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    loss = getattr(module, name, None)
+    if not callable(loss):
+        raise ValueError(f"{file.name} defines no function {name!r}")
+    fields = fields_from_files(data, params, base=base, source=source)
+    return from_jax(loss, np.ones(int(dim)), **options, **fields)

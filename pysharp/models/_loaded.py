@@ -265,6 +265,14 @@ def load_model_files(header, data=None, params: dict | None = None, *, base=None
         ``dtype``, ``model_name``, ``include_dirs`` of :func:`load_model`.
     """
     base = Path(base) if base is not None else Path.cwd()
+    fields = fields_from_files(data, params, base=base, source=source)
+    return load_model(base / Path(header).expanduser(), **options, **fields)
+
+
+def fields_from_files(data=None, params: dict | None = None, *, base: Path,
+                      source: str = "--param") -> dict[str, Any]:
+    """The arrays of an ``.npz`` file (relative to ``base``) and the numbers of ``params``
+    (text is read as an int, else a float), by name: a model's data given as files."""
     fields: dict[str, Any] = {}
     if data is not None:
         path = base / Path(data).expanduser()
@@ -283,7 +291,7 @@ def load_model_files(header, data=None, params: dict | None = None, *, base=None
                 except ValueError:
                     raise ValueError(f"{source} {key} must be a number, got {value!r}") from None
         fields[key] = value
-    return load_model(base / Path(header).expanduser(), **options, **fields)
+    return fields
 
 
 register(ModelEntry("loaded", LoadedModel, LoadedModel))

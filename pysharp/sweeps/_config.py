@@ -188,9 +188,10 @@ def grid_values(value: Any, key: str) -> np.ndarray:
 def parse(config: dict, source: str = "config", base: Path | None = None) -> dict:
     """Validated keyword arguments of ``pysharp.sweep`` from a config's tables.
 
-    A ``[model]`` table names a registered model (``name``) or a model header
+    A ``[model]`` table names a registered model (``name``), a model header
     (``header``, with ``data``: an ``.npz`` of its arrays, and its scalar fields as
-    keys; paths relative to ``base``, the config's folder).
+    keys) or a loss written in JAX (``python = "file.py:loss"``, ``dim``, ``data`` and
+    scalars likewise); paths are relative to ``base``, the config's folder.
 
     Raises ValueError naming the offending key (``section.key``).
     """
@@ -204,8 +205,8 @@ def parse(config: dict, source: str = "config", base: Path | None = None) -> dic
             raise ValueError(f"{source}: [{section}] must be a table")
     for section, keys in _REQUIRED.items():
         for key in keys:
-            if section == "model" and "header" in config.get("model", {}):
-                continue  # a model header instead of a registered name
+            if section == "model" and {"header", "python"} & set(config.get("model", {})):
+                continue  # a model header or a JAX loss instead of a registered name
             if key not in config.get(section, {}):
                 raise ValueError(f"{source}: missing {section}.{key}")
     for section, allowed in _SECTIONS.items():
@@ -222,7 +223,19 @@ def parse(config: dict, source: str = "config", base: Path | None = None) -> dic
     if method == "sgd" and "batch" not in config["grid"]:
         raise ValueError(f"{source}: missing grid.batch (method 'sgd')")
     model = dict(config["model"])
-    if "header" in model:
+    if "python" in model:
+        from ..models import from_jax_file
+
+        if "name" in model or "header" in model:
+            raise ValueError(f"{source}: [model] takes one of name, header, python")
+        if "dim" not in model:
+            raise ValueError(f"{source}: missing model.dim (the JAX loss's number of "
+                             "parameters)")
+        dim = whole_number(model.pop("dim"), "model.dim")
+        options = {k: model.pop(k) for k in ("dtype", "groups") if k in model}
+        model = from_jax_file(model.pop("python"), dim, model.pop("data", None), model,
+                              base=base, source="model", **options)
+    elif "header" in model:
         from ..models import load_model_files
 
         if "name" in model:
