@@ -13,10 +13,14 @@ import pytest
 _REPO = Path(__file__).resolve().parents[1]
 if not (_REPO / "bench" / "_common.py").exists():
     pytest.skip("the bench/ folder is not part of this tree", allow_module_level=True)
-if str(_REPO) not in sys.path:
-    sys.path.insert(0, str(_REPO))
-
-from bench import _common, suite  # noqa: E402
+# Imported with the repository root on sys.path for this import only: left there, it would
+# shadow the installed pysharp (no compiled core in the source tree) in every process the
+# later tests start (dask workers, subprocesses).
+sys.path.insert(0, str(_REPO))
+try:
+    from bench import _common, suite  # noqa: E402
+finally:
+    sys.path.remove(str(_REPO))
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

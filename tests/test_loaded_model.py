@@ -265,7 +265,8 @@ def test_two_processes_compile_the_same_model_once(tmp_path):
               f"print(repr(float(m.loss(np.array([1.0, 2.0, 2.0])))))\n")
     env = {**os.environ, "PYSHARP_CACHE_DIR": str(cache)}
     procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path)  # not the repo
+             for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
     assert {o[0].strip() for o in outs} == {repr(3.0 * (1 - 1 / 3))}
