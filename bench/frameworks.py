@@ -52,15 +52,9 @@ def bench_jax(ps, model, W0, steps, repeats, rows):
     import jax.numpy as jnp
     jax.config.update("jax_enable_x64", True)
     import pysharp.jax as psj
+    from bench.kernels import jax_loss
 
-    X, y = jnp.asarray(model.X), jnp.asarray(model.y)
-
-    def loss(w):
-        z = X @ w
-        zc = z - z.mean()
-        p = y.std() * zc / jnp.sqrt(jnp.mean(zc ** 2)) + y.mean()
-        return jnp.mean((p - y) ** 2)
-
+    loss = jax_loss("bn_linreg", model, jnp, jnp.float64)  # the kernels bench's own JAX peer
     vg = jax.vmap(jax.value_and_grad(loss))
 
     def run(grad_fn):

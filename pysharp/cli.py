@@ -387,11 +387,11 @@ def _run_model(args) -> tuple:
         if args.dim is None:
             raise ValueError("a JAX model (FILE.py:FUNCTION) needs --dim D, its number of "
                              "parameters")
-        model = from_jax_file(args.model, args.dim, args.data, _key_values(args.param))
-        scalars = {k: v for k, v in _key_values(args.param).items()}
+        params = _key_values(args.param)
+        model = from_jax_file(args.model, args.dim, args.data, params)
         title = f"{args.model.rpartition(':')[2]} ({Path(args.model).name}, JAX, D={model.dim})"
         return model, "loaded", title, {"python": args.model, "dim": model.dim,
-                                        "data": args.data, "scalars": scalars}
+                                        "data": args.data, "scalars": params}
     if args.dim is not None:
         raise ValueError("--dim is for a JAX model (FILE.py:FUNCTION)")
     if not _is_header(args.model):

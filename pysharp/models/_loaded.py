@@ -86,7 +86,7 @@ def _validated(fields: list[dict], data: dict[str, Any], header: Path) -> dict[s
                 raise ValueError(f"{name}: axis {axis} ({extent}) has length {length}, but "
                                  f"{extent} = {value} from {source}")
             extents.setdefault(extent, (length, name))
-        if np.shares_memory(a, data[name]) if isinstance(data[name], np.ndarray) else False:
+        if isinstance(data[name], np.ndarray) and np.shares_memory(a, data[name]):
             a = a.copy()  # the model's own copy: freezing it must not freeze the caller's
         a.setflags(write=False)
         out[name] = a
