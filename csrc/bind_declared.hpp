@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cpu/bind_cpu.hpp"
+#include "cpu/bind_square_loss.hpp"
 #include "pysharp/model.hpp"
 
 namespace pysharp::declared {
@@ -61,6 +62,56 @@ template <class M>
 struct has_fields<M, std::void_t<decltype(pysharp_fields(std::declval<M&>(),
                                                          std::declval<NoVisitor&>()))>>
     : std::true_type {};
+
+// A square-loss model (models/square_loss.hpp) is recognised by its jacobian(); the
+// rest of that contract is then required member by member.
+template <class M, class Real, class = void>
+struct has_jacobian : std::false_type {};
+template <class M, class Real>
+struct has_jacobian<M, Real,
+                    std::void_t<decltype(std::declval<const M&>().jacobian(
+                        std::declval<const Real*>(), std::declval<const Real*>(),
+                        std::declval<Real*>(), std::declval<Real*>(), std::declval<Real*>(),
+                        std::declval<Real*>()))>> : std::true_type {};
+template <class M, class Real, class = void>
+struct has_sample : std::false_type {};
+template <class M, class Real>
+struct has_sample<M, Real,
+                  std::void_t<decltype(std::declval<const M&>().sample(
+                      std::declval<const Real*>(), std::declval<const Real*>(), Real(), Real(),
+                      std::declval<Real*>(), std::declval<Real*>()))>> : std::true_type {};
+template <class M, class = void>
+struct has_sizes : std::false_type {};
+template <class M>
+struct has_sizes<M, std::void_t<decltype(int(std::declval<const M&>().n_samples())),
+                                decltype(int(std::declval<const M&>().input_dim()))>>
+    : std::true_type {};
+template <class M, class Real, class = void>
+struct has_data_xy : std::false_type {};
+template <class M, class Real>
+struct has_data_xy<M, Real,
+                   std::enable_if_t<std::is_convertible_v<decltype(std::declval<const M&>().X),
+                                                          const Real*> &&
+                                    std::is_convertible_v<decltype(std::declval<const M&>().y),
+                                                          const Real*>>> : std::true_type {};
+
+template <class M, class Real>
+constexpr bool is_square_loss() {
+  if constexpr (has_jacobian<M, Real>::value) {
+    static_assert(has_sizes<M>::value,
+                  "pysharp square-loss model (it has jacobian()): missing members "
+                  "`PYSHARP_HD int n_samples() const` and `PYSHARP_HD int input_dim() const`");
+    static_assert(has_data_xy<M, Real>::value,
+                  "pysharp square-loss model (it has jacobian()): its data must be the members "
+                  "`const Real* X` (n, d) and `const Real* y` (n,)");
+    static_assert(has_sample<M, Real>::value,
+                  "pysharp square-loss model (it has jacobian()): missing member `template "
+                  "<class S, class X> PYSHARP_HD S sample(const S* w, const X* x, X y, X coeff, "
+                  "S* g, S* work) const`");
+    return true;
+  }
+  return false;
+}
 
 template <class M, class Real>
 constexpr bool check_concept() {
@@ -205,7 +256,16 @@ void bind(py::module_& m) {
   py::class_<Core> cls(m, "Model", py::module_local());
   cls.def(py::init<const py::dict&>(), py::arg("data"));
   cls.def_property_readonly("n_groups", [](const Core& c) { return n_groups(c.model); });
-  module::bind_cpu_model<Core, Real>(cls);
+  // A square-loss model gets the SGD tools; the engine of the scale-invariant runs
+  // (sphere, projections, EoS tracking) is for the others only.
+  if constexpr (is_square_loss<Model, Real>()) {
+    module::bind_kernels<module::CpuExec, Core, Real>(cls);
+    module::add_square_loss<Core, Real>(cls);
+    m.attr("KIND") = "square_loss";
+  } else {
+    module::bind_cpu_model<Core, Real>(cls);
+    m.attr("KIND") = "scale_invariant";
+  }
   if constexpr (std::is_same_v<Real, double>) module::def_slq<Core>(m);
   Model probe{};
   Describer d;

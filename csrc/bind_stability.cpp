@@ -1,95 +1,45 @@
 // Bindings for the SGD linear-stability part of pysharp._core: square-loss
 // models, the SGD engine, linearised-SGD moment runs.
-#include "cpu/sgd.hpp"
+#include <cmath>
+
+#include "cpu/bind_square_loss.hpp"
 #include "holders.hpp"
 
 namespace pysharp::module {
 namespace {
 
+using namespace pybind11::literals;
 
-// The SGD runner on any model run_sgd takes (square-loss models; BN linear
-// regression, whose batches get ghost BN): checks, then one GIL-free call.
-template <class Model, class Real>
-py::dict sgd_call(const Model& model, const carray<Real>& W0, const carray<Real>& lr,
-                  const carray<int>& batch, const carray<Real>& wd, long long steps,
-                  long long record_every, bool replacement, std::uint64_t seed, long long offset,
-                  double max_loss) {
-  require(W0.ndim() == 2 && W0.shape(1) == model.dim(),
-          "w0 must be (B, " + std::to_string(model.dim()) + ")");
-  const std::int64_t T = W0.shape(0);
-  const int n = model.n_samples(), bmin = sgd_min_batch(model);
-  require(lr.size() == T && batch.size() == T && wd.size() == T,
-          "lr, batch and wd must have one entry per trajectory");
-  require(steps >= 0 && record_every >= 1, "steps >= 0 and record_every >= 1");
-  for (std::int64_t t = 0; t < T; ++t)
-    require(batch.data()[t] >= bmin && (replacement || batch.data()[t] <= n),
-            bmin == 1 ? "batch sizes must be in [1, n] (>= 1 with replacement)"
-                      : "batch sizes must be in [2, n] (>= 2 with replacement): ghost BN "
-                        "needs two samples per batch");
-  SGDConfig cfg;
-  cfg.steps = steps;
-  cfg.record_every = record_every;
-  cfg.replacement = replacement;
-  cfg.seed = seed;
-  cfg.max_loss = max_loss;
-  carray<Real> W({(py::ssize_t)T, (py::ssize_t)model.dim()});
-  std::copy(W0.data(), W0.data() + W0.size(), W.mutable_data());
-  carray<Real> loss({(py::ssize_t)n_records(steps, record_every), (py::ssize_t)T});
-  flags diverged(T);
-  py::array_t<long long> diverged_step(T);
-  {
-    py::gil_scoped_release nogil;
-    cpu::sgd_batch(model, cfg, W.mutable_data(), lr.data(), batch.data(), wd.data(), T, offset,
-                   loss.mutable_data(), diverged.mutable_data(), diverged_step.mutable_data());
-  }
-  py::dict r;
-  r["w"] = W;
-  r["loss"] = loss;
-  r["diverged"] = diverged;
-  r["diverged_step"] = diverged_step;
-  return r;
-}
-
-template <class Core, class Real>
-void add_square_loss(py::class_<Core>& cls) {
-  cls.def(
-      "jacobians",
-      [](const Core& c, const carray<Real>& W) {
-        const std::int64_t P = checked_batch(c, W, "W");
-        const py::ssize_t n = c.model.n_samples(), D = c.model.dim(), d = c.model.input_dim();
-        carray<Real> F({(py::ssize_t)P, n}), A({(py::ssize_t)P, n, D}), GX({(py::ssize_t)P, n, d});
-        {
-          py::gil_scoped_release nogil;
-          cpu::jacobians(c.model, W.data(), P, F.mutable_data(), A.mutable_data(),
-                         GX.mutable_data());
-        }
-        return py::make_tuple(F, A, GX);
-      },
-      py::arg("W"), "(P, D) -> (f (P, n), grad_W f (P, n, D), grad_x f (P, n, d))");
-  cls.def(
-      "sgd",
-      [](const Core& c, const carray<Real>& W0, const carray<Real>& lr, const carray<int>& batch,
-         const carray<Real>& wd, long long steps, long long record_every, bool replacement,
-         std::uint64_t seed, long long offset, double max_loss) {
-        return sgd_call(c.model, W0, lr, batch, wd, steps, record_every, replacement, seed,
-                        offset, max_loss);
-      },
-      py::arg("w0"), py::arg("lr"), py::arg("batch"), py::arg("wd"), py::arg("steps"),
-      py::arg("record_every"), py::arg("replacement"), py::arg("seed"), py::arg("offset"),
-      py::arg("max_loss"));
+// The fields of a built-in square-loss model: its own copies of X and y, and the scalars.
+template <class Real>
+py::dict square_loss_fields(const carray<Real>& X, const carray<Real>& y, py::dict f) {
+  require(X.ndim() == 2 && y.ndim() == 1 && y.shape(0) == X.shape(0),
+          "X must be (n, d) and y (n,)");
+  f["X"] = X.attr("copy")();
+  f["y"] = y.attr("copy")();
+  return f;
 }
 
 template <class Real>
 void bind_stability_dtype(py::module_& m, const std::string& suffix) {
   py::class_<LinearRegressionCore<Real>> lr(m, ("LinearRegression" + suffix).c_str());
-  lr.def(py::init<const carray<Real>&, const carray<Real>&, bool>(), py::arg("X"), py::arg("y"),
-         py::arg("bias"));
+  lr.def(py::init([](const carray<Real>& X, const carray<Real>& y, bool bias) {
+           return new LinearRegressionCore<Real>(square_loss_fields(X, y, py::dict("bias"_a = bias ? 1 : 0)));
+         }),
+         py::arg("X"), py::arg("y"), py::arg("bias"));
   module::bind_kernels<module::CpuExec, LinearRegressionCore<Real>, Real>(lr);
   add_square_loss<LinearRegressionCore<Real>, Real>(lr);
 
   py::class_<TwoLayerNetCore<Real>> net(m, ("TwoLayerNet" + suffix).c_str());
-  net.def(py::init<const carray<Real>&, const carray<Real>&, int, int>(), py::arg("X"),
-          py::arg("y"), py::arg("width"), py::arg("activation"));
+  net.def(py::init([](const carray<Real>& X, const carray<Real>& y, int width, int activation) {
+            require(width >= 1, "width must be >= 1");
+            require(activation == 0 || activation == 1, "unknown activation");
+            return new TwoLayerNetCore<Real>(square_loss_fields(
+                X, y,
+                py::dict("m"_a = width, "act"_a = activation,
+                         "inv_sqrt_m"_a = 1.0 / std::sqrt(double(width)))));
+          }),
+          py::arg("X"), py::arg("y"), py::arg("width"), py::arg("activation"));
   module::bind_kernels<module::CpuExec, TwoLayerNetCore<Real>, Real>(net);
   add_square_loss<TwoLayerNetCore<Real>, Real>(net);
 

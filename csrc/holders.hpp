@@ -65,44 +65,18 @@ struct BNLinRegCore {
 
 // Models whose holder is no more than their fields: the holder of any declared model
 // (bind_declared.hpp), the one run-time compiled models use; bind_model.hpp's
-// def_init_* derive their fields from the constructor's arguments.
+// def_init_* (bind_stability.cpp's, for the square-loss models) derive their fields
+// from the constructor's arguments.
 template <class Real>
 using BNMatrixCompletionCore = declared::DeclaredCore<BNMatrixCompletion<Real>>;
 template <class Real>
 using BNTwoLayerNetCore = declared::DeclaredCore<BNTwoLayerNet<Real>>;
 template <class Real>
 using Toy3DCore = declared::DeclaredCore<Toy3D<Real>>;
-
 template <class Real>
-struct LinearRegressionCore {
-  std::vector<Real> X, y;
-  LinearRegression<Real> model;
-  LinearRegressionCore(const carray<Real>& X_, const carray<Real>& y_, bool bias)
-      : X(to_vector(X_)), y(to_vector(y_)) {
-    require(X_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == X_.shape(0),
-            "X must be (n, d) and y (n,)");
-    model = {X.data(), y.data(), static_cast<int>(X_.shape(0)), static_cast<int>(X_.shape(1)),
-             bias ? 1 : 0};
-  }
-  LinearRegressionCore(const LinearRegressionCore&) = delete;
-};
-
+using LinearRegressionCore = declared::DeclaredCore<LinearRegression<Real>>;
 template <class Real>
-struct TwoLayerNetCore {
-  std::vector<Real> X, y;
-  TwoLayerNet<Real> model;
-  TwoLayerNetCore(const carray<Real>& X_, const carray<Real>& y_, int width, int activation)
-      : X(to_vector(X_)), y(to_vector(y_)) {
-    require(X_.ndim() == 2 && y_.ndim() == 1 && y_.shape(0) == X_.shape(0),
-            "X must be (n, d) and y (n,)");
-    require(width >= 1, "width must be >= 1");
-    require(activation == 0 || activation == 1, "unknown activation");
-    model = {X.data(), y.data(), static_cast<int>(X_.shape(0)), static_cast<int>(X_.shape(1)),
-             width, static_cast<Activation>(activation),
-             static_cast<Real>(1.0 / std::sqrt(double(width)))};
-  }
-  TwoLayerNetCore(const TwoLayerNetCore&) = delete;
-};
+using TwoLayerNetCore = declared::DeclaredCore<TwoLayerNet<Real>>;
 
 // The units' entry points.
 void bind_models_f64(py::module_& m);  // bind_models.cpp: the scale-invariant models

@@ -343,7 +343,8 @@ def _plot(args) -> int:
 
 def _model_names() -> list[str]:
     from .models._registry import REGISTRY
-    return [name for name in REGISTRY if name != "loaded"]  # loaded: a header path instead
+    # a loaded model is named by its header's path instead
+    return [name for name in REGISTRY if not name.startswith("loaded")]
 
 
 def _method_names() -> list[str]:
@@ -407,8 +408,9 @@ def _run_model(args) -> tuple:
     shapes = {k: list(v.shape) for k, v in model.fields.items() if isinstance(v, np.ndarray)}
     title = (f"{model.model_name} ({model.header.name}, D={model.dim}"
              + "".join(f", {k}={v}" for k, v in scalars.items()) + ")")
-    return model, "loaded", title, {"header": str(model.header), "data": args.data,
-                                    "scalars": scalars, "shapes": shapes}
+    parameters = {"header": str(model.header), "data": args.data, "scalars": scalars,
+                  "shapes": shapes}
+    return model, model.spec()["model"], title, parameters
 
 
 def _run(args) -> int:

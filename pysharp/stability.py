@@ -852,7 +852,8 @@ class InputSmoothness:
     Floats for one point, (B,) arrays for a batch. For first-layer models,
     per sample (…, n): ``grad_x_norm`` ||grad_x f(x_i)||_2, ``bound``
     ||W1||_2 ||grad_W1 f(x_i)||_F / ||x_i|| and ``holds`` grad_x_norm <= bound
-    (Ma & Ying, Proposition 2); None for BNLinearRegression.
+    (Ma & Ying, Proposition 2); None for BNLinearRegression and for a model without a
+    first layer (a loaded square-loss model).
     """
 
     g_W: np.ndarray
@@ -872,7 +873,9 @@ def input_smoothness(model, w, X=None, *, k: int = 1, backend: str = "auto") -> 
 
     Parameters
     ----------
-    model : LinearRegression, TwoLayerNet or BNLinearRegression
+    model : SquareLossModel or BNLinearRegression
+        A model without a first layer (``has_first_layer`` False: a loaded
+        square-loss model) gets the moments without the bound.
     w : array_like, shape (D,) or (B, D)
     X : array_like, shape (N, d), optional
         Inputs to evaluate on (default: the training inputs). For
@@ -891,11 +894,11 @@ def input_smoothness(model, w, X=None, *, k: int = 1, backend: str = "auto") -> 
     _check_model(model)
     k = as_positive_int(k, "k")
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)
+    lhs = rhs = holds = None  # the first-layer bound, for models with a first layer
     if isinstance(model, BNLinearRegression):
         if X is not None:
             raise ValueError("X: BNLinearRegression evaluates on its training inputs only")
         _, A, GX = model.per_sample_jacobians(W)
-        lhs = rhs = holds = None
     else:
         if X is not None:
             X = as_float_array(X, "X", np.float64)
@@ -905,15 +908,16 @@ def input_smoothness(model, w, X=None, *, k: int = 1, backend: str = "auto") -> 
         else:
             m, X = model, model.X
         _, A, GX = m.jacobians(W)
-        W1, sl = m.first_layer(W)
-        w1_norm = np.linalg.norm(W1, ord=2, axis=(-2, -1))  # (B,)
-        x_norm = np.linalg.norm(X, axis=1)  # (N,)
-        lhs = np.linalg.norm(GX, axis=-1)
-        g1 = np.linalg.norm(A[..., sl], axis=-1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rhs = w1_norm[:, None] * g1 / x_norm[None, :]
-        rhs = np.where(x_norm[None, :] > 0, rhs, np.inf)
-        holds = lhs <= rhs * (1 + 1e-10) + 1e-300
+        if model.has_first_layer:
+            W1, sl = m.first_layer(W)
+            w1_norm = np.linalg.norm(W1, ord=2, axis=(-2, -1))  # (B,)
+            x_norm = np.linalg.norm(X, axis=1)  # (N,)
+            lhs = np.linalg.norm(GX, axis=-1)
+            g1 = np.linalg.norm(A[..., sl], axis=-1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rhs = w1_norm[:, None] * g1 / x_norm[None, :]
+            rhs = np.where(x_norm[None, :] > 0, rhs, np.inf)
+            holds = lhs <= rhs * (1 + 1e-10) + 1e-300
     g_W = np.mean(np.sum(A ** (2 * k), axis=-1), axis=-1) ** (1 / (2 * k))
     g_x = np.mean(np.sum(GX ** (2 * k), axis=-1), axis=-1) ** (1 / (2 * k))
     if single:

@@ -89,10 +89,22 @@ def _loaded_bn_linreg() -> Case:
     return Case("loaded", model, BNLinearRegressionReference(builtin.X, builtin.y))
 
 
+def _loaded_two_layer_net() -> Case:
+    """The run-time door of square-loss models: the built-in TwoLayerNet's own header
+    compiled by load_model with the small instance's data."""
+    builtin = get_case("two_layer_net").model
+    model = load_model(include_dir() / "pysharp" / "models" / "square_loss.hpp",
+                       model_name="TwoLayerNet", X=builtin.X, y=builtin.y, m=builtin.width,
+                       act=0, inv_sqrt_m=1 / np.sqrt(builtin.width))
+    return Case("loaded_square_loss", model, None)
+
+
 def _registered(name: str) -> Case:
     """The registered model ``name``, built small by its entry's factory, with its oracle."""
     if name == "loaded":
         return _loaded_bn_linreg()
+    if name == "loaded_square_loss":
+        return _loaded_two_layer_net()
     model = REGISTRY[name].factory(**SMALL.get(name, {}))
     ref = model._reference() if isinstance(model, ScaleInvariantModel) else None
     return Case(name, model, ref)

@@ -88,8 +88,9 @@ def test_kernels(any_case, dtype):
             assert rel_err(m.hvp(W64, V.astype(np.float64), backend="numpy"),
                            m.hvp(W64, V.astype(np.float64))) < 1e-12
     else:
-        assert not hasattr(m, "third")  # square-loss models offer no third-order API
         assert isinstance(m, SquareLossModel)
+        T = m.third(W, V)  # checked against differences of the HVP below
+        assert T.shape == (3, D) and T.dtype == dtype and finite(T)
     if dtype == F64:
         # Central differences of the loss and of the gradient: O(h^2), h = 1e-5.
         h, v = 1e-5, V[0] / np.linalg.norm(V[0])
@@ -97,6 +98,8 @@ def test_kernels(any_case, dtype):
         assert abs(fd_g - G[0] @ v) <= 1e-7 * max(1.0, np.abs(G[0]).max())
         fd_h = (m.grad(W[0] + h * v) - m.grad(W[0] - h * v)) / (2 * h)
         assert rel_err(fd_h, m.hvp(W[0], v)) < 1e-6
+        fd_t = (m.hvp(W[0] + h * v, v) - m.hvp(W[0] - h * v, v)) / (2 * h)
+        assert rel_err(fd_t, m.third(W[0], v)) < 1e-6
 
 
 def test_numba_backend_on_every_model(any_case, dtype):

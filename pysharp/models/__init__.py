@@ -12,7 +12,7 @@ from ._bn_two_layer_net import BNTwoLayerNet
 from ._check import CheckReport, check
 from ._compiler import ModelCompileError, include_dir
 from ._from_jax import JaxModel, UnsupportedPrimitive, from_jax, from_jax_file
-from ._loaded import LoadedModel, load_model, load_model_files
+from ._loaded import LoadedModel, LoadedSquareLossModel, load_model, load_model_files
 from ._registry import REGISTRY, ModelEntry, Summary, entry_of, register
 from ._square_loss import LinearRegression, SquareLossModel, TwoLayerNet  # SGD stability
 from ._toy3d import Toy3D
@@ -20,7 +20,8 @@ from ._toy3d import Toy3D
 __all__ = ["ScaleInvariantModel", "BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet",
            "Toy3D"]
 __all__ += ["SquareLossModel", "LinearRegression", "TwoLayerNet"]
-__all__ += ["LoadedModel", "load_model", "load_model_files", "ModelCompileError", "include_dir"]
+__all__ += ["LoadedModel", "LoadedSquareLossModel", "load_model", "load_model_files",
+            "ModelCompileError", "include_dir"]
 __all__ += ["REGISTRY", "ModelEntry", "Summary", "entry_of", "register"]
 __all__ += ["check", "CheckReport"]
 __all__ += ["from_jax", "from_jax_file", "JaxModel", "UnsupportedPrimitive"]

@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ._square_loss import SquareLossModel
+
 _FRAMEWORKS = ("auto", "jax", "torch", "numpy")
 _EPS64 = float(np.finfo(np.float64).eps)
 _TINY = float(np.finfo(np.float64).tiny)
@@ -381,7 +383,8 @@ class CheckReport:
 
     Quantities: ``"loss"``, ``"gradient"``, ``"hvp"`` (H v), ``"third"``
     (D^3L[v, v]) against the reference; ``"g.w"``, ``"Hw+g"`` and
-    ``"L(2w)-L(w)"``, the scale-invariance identities of the model itself;
+    ``"L(2w)-L(w)"``, the scale-invariance identities of the model itself
+    (not for a square-loss model, which is not scale-invariant);
     ``"group L(2w_k)-L(w)"`` and ``"group g_k.w_k"`` where the model is checked
     per group.
 
@@ -492,11 +495,19 @@ def _validated(model, reference, points, seed, framework, rtol, groups):
                 raise ValueError(f"rtol must be a positive number or a dict of them, got "
                                  f"{value!r}")
     D = int(model.dim)
+    if groups is not None and not _scale_invariant(model):
+        raise ValueError("groups: a square-loss model is not scale-invariant, so there is no "
+                         "invariance to check per group")
     if groups is not None:
         if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1 \
                 or D % groups:
             raise ValueError(f"groups must be a positive integer dividing the model's dim "
                              f"{D}, got {groups!r}")
+
+
+def _scale_invariant(model) -> bool:
+    """Whether the model's loss is scale-invariant (every model but a square-loss one)."""
+    return not isinstance(model, SquareLossModel)
 
 
 def _relative(diff: np.ndarray, size: np.ndarray, floor: np.ndarray) -> np.ndarray:
@@ -514,8 +525,10 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
     At ``points`` random points w (``model.random_point``, rescaled to norms
     between 1/2 and 2 so that a derivative right only on the unit sphere is
     caught) and random directions v, the model's loss, gradient g, H v and
-    D^3L[v, v] (``model.third``) are compared with the reference's; and the
-    model is checked against the identities of scale invariance: <g, w> = 0,
+    D^3L[v, v] (``model.third``) are compared with the reference's; and,
+    unless it is a square-loss model (:class:`SquareLossModel`, not
+    scale-invariant), the model is checked against the identities of scale
+    invariance: <g, w> = 0,
     H w = -g and L(2w) = L(w), and, where the loss is invariant per group of
     parameters, L(w with block k doubled) = L(w) and <g_k, w_k> = 0 for each
     block.
@@ -604,7 +617,8 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
     if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
         dtype = np.dtype(np.float64)
     D = int(model.dim)
-    G = int(groups) if groups is not None else _declared_groups(model, dtype)
+    invariant = _scale_invariant(model)
+    G = int(groups) if groups is not None else _declared_groups(model, dtype) if invariant else 1
     if D % G:
         raise ValueError(f"the model declares {G} groups, which do not divide its dim {D}")
 
@@ -623,8 +637,6 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
     f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
     loss, grad = (f64(a) for a in model.loss_and_grad(W))
     hvp, third = f64(model.hvp(W, V)), f64(model.third(W, V))
-    hw = f64(model.hvp(W, W))
-    loss2 = f64(model.loss_and_grad(W * dtype.type(2))[0])
 
     # The reference.
     R = [ref.evaluate(W64[b], V64[b]) for b in range(points)]
@@ -649,11 +661,16 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
         "gradient": _relative(norm(grad - r_grad), norm(r_grad), M / nw),
         "hvp": _relative(norm(hvp - r_hvp), norm(r_hvp), M * nv / nw ** 2),
         "third": _relative(norm(third - r_third), norm(r_third), M * nv ** 2 / nw ** 3),
-        "g.w": _relative(np.abs(np.sum(grad * W64, axis=1)) / nw, norm(grad), Mm / nw),
-        "Hw+g": _relative(norm(hw + grad), norm(grad), Mm / nw),
-        "L(2w)-L(w)": _relative(np.abs(loss2 - loss), np.abs(loss), Mm),
     }
-    values = {"L(2w)-L(w)": loss2 - loss}
+    values = {}
+    if invariant:  # the identities of scale invariance, on the model alone
+        hw = f64(model.hvp(W, W))
+        loss2 = f64(model.loss_and_grad(W * dtype.type(2))[0])
+        per_point["g.w"] = _relative(np.abs(np.sum(grad * W64, axis=1)) / nw, norm(grad),
+                                     Mm / nw)
+        per_point["Hw+g"] = _relative(norm(hw + grad), norm(grad), Mm / nw)
+        per_point["L(2w)-L(w)"] = _relative(np.abs(loss2 - loss), np.abs(loss), Mm)
+        values["L(2w)-L(w)"] = loss2 - loss
     worst_group = None
     if G > 1:
         size = D // G

@@ -12,6 +12,7 @@ from .._dispatch import BackendUnavailable
 from ._base import ScaleInvariantModel
 from ._compiler import ModelCompileError, compile_model, model_names
 from ._registry import ModelEntry, register
+from ._square_loss import SGD_PLOTS, SquareLossModel
 
 _DTYPES = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32)}
 
@@ -93,7 +94,86 @@ def _validated(fields: list[dict], data: dict[str, Any], header: Path) -> dict[s
     return out
 
 
-class LoadedModel(ScaleInvariantModel):
+def _resolve(header, model_name: str | None) -> tuple[Path, str]:
+    """The header's absolute path and the PYSHARP_MODEL it declares (or ``model_name``)."""
+    header = Path(header).expanduser().resolve()
+    if not header.is_file():
+        raise FileNotFoundError(f"no model header at {header}")
+    names = model_names(header)
+    if model_name is None:
+        if len(names) != 1:
+            found = ", ".join(names) if names else "none"
+            raise ValueError(f"{header.name} must declare exactly one PYSHARP_MODEL(Name, "
+                             f"...) (found: {found}); pass model_name= to choose")
+        model_name = names[0]
+    elif model_name not in names:
+        raise ValueError(f"{header.name} declares no PYSHARP_MODEL({model_name}, ...); "
+                         f"it declares {', '.join(names) or 'none'}")
+    return header, model_name
+
+
+class _Compiled:
+    """What both kinds of loaded model share: the header, its compiled modules (one per
+    dtype, compiled at first use) and the validated fields they are built from."""
+
+    #: the module's KIND this class holds, and the spec name it rebuilds from
+    _kind: str
+    _spec_name: str
+    _cores: dict
+
+    def _load(self, header, fields: dict[str, Any], dtype, model_name: str | None,
+              include_dirs) -> None:
+        self.header, self.model_name = _resolve(header, model_name)
+        self.include_dirs = tuple(Path(d).expanduser().resolve() for d in include_dirs)
+        self.dtype = _DTYPES[_dtype_name(dtype)]
+        self._modules: dict[np.dtype, Any] = {}
+        module = self._module(self.dtype)
+        if module.KIND != self._kind:
+            raise TypeError(f"{self.header.name}: {self.model_name} is a {module.KIND} model, "
+                            f"not a {self._kind} one; pysharp.models.load_model picks the class "
+                            "that fits")
+        self.fields = _validated(list(module.FIELDS), dict(fields), self.header)
+
+    def _module(self, dtype: np.dtype):
+        dtype = np.dtype(dtype)
+        if dtype not in self._modules:
+            self._modules[dtype] = compile_model(self.header, self.model_name, dtype.name,
+                                                 self.include_dirs)
+        return self._modules[dtype]
+
+    def _declaration(self) -> tuple[Path, str, tuple[Path, ...]]:
+        return self.header, self.model_name, self.include_dirs
+
+    @property
+    def _kernel_module(self):
+        """The module whose module-level functions (SLQ) take this model's float64 core."""
+        return self._module(np.float64)
+
+    def _compiled_core(self, dtype) -> Any:
+        dtype = np.dtype(dtype)
+        if dtype not in self._cores:
+            data = {k: (np.ascontiguousarray(v, dtype=dtype)
+                        if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v)
+                    for k, v in self.fields.items()}
+            try:
+                self._cores[dtype] = self._module(dtype).Model(data)
+            except ValueError as exc:
+                raise ValueError(f"{self.header.name}: {exc}") from None
+        return self._cores[dtype]
+
+    def spec(self) -> dict:
+        return {"model": self._spec_name, "header": str(self.header),
+                "model_name": self.model_name, "dtype": self.dtype.name,
+                "include_dirs": [str(d) for d in self.include_dirs], "fields": dict(self.fields)}
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}={v.shape}" if isinstance(v, np.ndarray) else f"{k}={v!r}"
+                           for k, v in self.fields.items())
+        return (f"{type(self).__name__}({self.header.name}: {self.model_name}"
+                f"<{self.dtype.name}>, {shapes}, dim={self.dim})")
+
+
+class LoadedModel(_Compiled, ScaleInvariantModel):
     """A scale-invariant model compiled at run time from a C++ header.
 
     Built by :func:`load_model`; the kernels, the trajectory engine, Lanczos
@@ -114,64 +194,26 @@ class LoadedModel(ScaleInvariantModel):
         (int32) and scalars, by field name.
     """
 
+    _kind = "scale_invariant"
+    _spec_name = "loaded"
     _undefined_reason = "the model's loss_grad reports the loss undefined there"
 
     def __init__(self, header, *, fields: dict[str, Any], dtype="float64",
                  model_name: str | None = None, include_dirs=()) -> None:
         super().__init__()
-        header = Path(header).expanduser().resolve()
-        if not header.is_file():
-            raise FileNotFoundError(f"no model header at {header}")
-        names = model_names(header)
-        if model_name is None:
-            if len(names) != 1:
-                found = ", ".join(names) if names else "none"
-                raise ValueError(f"{header.name} must declare exactly one PYSHARP_MODEL(Name, "
-                                 f"...) (found: {found}); pass model_name= to choose")
-            model_name = names[0]
-        elif model_name not in names:
-            raise ValueError(f"{header.name} declares no PYSHARP_MODEL({model_name}, ...); "
-                             f"it declares {', '.join(names) or 'none'}")
-        self.header = header
-        self.model_name = model_name
-        self.include_dirs = tuple(Path(d).expanduser().resolve() for d in include_dirs)
-        self.dtype = _DTYPES[_dtype_name(dtype)]
-        self._modules: dict[np.dtype, Any] = {}
-        module = self._module(self.dtype)
-        self.fields = _validated(list(module.FIELDS), dict(fields), header)
+        self._load(header, fields, dtype, model_name, include_dirs)
         self._dim = int(self._core(self.dtype).dim)
-
-    def _module(self, dtype: np.dtype):
-        dtype = np.dtype(dtype)
-        if dtype not in self._modules:
-            self._modules[dtype] = compile_model(self.header, self.model_name, dtype.name,
-                                                 self.include_dirs)
-        return self._modules[dtype]
 
     @property
     def dim(self) -> int:
         return self._dim
-
-    @property
-    def _kernel_module(self):
-        """The module whose module-level functions (SLQ) take this model's float64 core."""
-        return self._module(np.float64)
 
     def _core(self, dtype: np.dtype, backend: str = "cpp") -> Any:
         if backend != "cpp":
             raise BackendUnavailable(
                 f"backend {backend!r}: a loaded model runs in its compiled module only "
                 "(backend='auto' or 'cpp')")
-        dtype = np.dtype(dtype)
-        if dtype not in self._cores:
-            data = {k: (np.ascontiguousarray(v, dtype=dtype)
-                        if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v)
-                    for k, v in self.fields.items()}
-            try:
-                self._cores[dtype] = self._module(dtype).Model(data)
-            except ValueError as exc:
-                raise ValueError(f"{self.header.name}: {exc}") from None
-        return self._cores[dtype]
+        return self._compiled_core(dtype)
 
     def _make_core(self, suffix, module):  # pragma: no cover - _core is overridden
         raise NotImplementedError
@@ -183,16 +225,69 @@ class LoadedModel(ScaleInvariantModel):
         raise BackendUnavailable("a loaded model has no NumPy oracle; check it against your "
                                  "own with pysharp.models.check")
 
-    def spec(self) -> dict:
-        return {"model": "loaded", "header": str(self.header), "model_name": self.model_name,
-                "dtype": self.dtype.name, "include_dirs": [str(d) for d in self.include_dirs],
-                "fields": dict(self.fields)}
 
-    def __repr__(self) -> str:
-        shapes = ", ".join(f"{k}={v.shape}" if isinstance(v, np.ndarray) else f"{k}={v!r}"
-                           for k, v in self.fields.items())
-        return (f"LoadedModel({self.header.name}: {self.model_name}<{self.dtype.name}>, "
-                f"{shapes}, dim={self.dim})")
+class LoadedSquareLossModel(_Compiled, SquareLossModel):
+    """A square-loss model compiled at run time from a C++ header: SGD and the
+    linear-stability tools on the user's own f(x; w).
+
+    Built by :func:`load_model` when the header's struct has the square-loss members
+    (``n_samples``, ``input_dim``, ``sample``, ``jacobian``; data fields ``X`` (n, d)
+    and ``y`` (n,); see ``pysharp/models/square_loss.hpp``). Everything a
+    :class:`SquareLossModel` does runs in the model's own module: the kernels,
+    per-sample Jacobians, ``run_sgd``, the stability analysis, spectra, sweeps with
+    ``method="sgd"``.
+
+    Attributes
+    ----------
+    header, model_name, dtype, fields
+        As for :class:`LoadedModel`.
+    X : ndarray, shape (n, d)
+        The bound training inputs (the ``X`` field).
+    y : ndarray, shape (n,)
+        The bound targets (the ``y`` field).
+
+    Notes
+    -----
+    The model declares no first layer, so :func:`pysharp.input_smoothness` gives the
+    moments without the first-layer bound (``lhs``, ``rhs``, ``holds`` are None).
+    """
+
+    _kind = "square_loss"
+    _spec_name = "loaded_square_loss"
+    has_first_layer = False
+
+    def __init__(self, header, *, fields: dict[str, Any], dtype="float64",
+                 model_name: str | None = None, include_dirs=()) -> None:
+        self._cores = {}
+        self._load(header, fields, dtype, model_name, include_dirs)
+        declared = {f["name"]: list(f["extents"]) for f in self._module(self.dtype).FIELDS}
+        X, y = declared["X"], declared["y"]
+        if len(X) != 2 or y != X[:1]:
+            raise ValueError(f"{self.header.name}: a square-loss model declares "
+                             "PYSHARP_ARRAY(X, n, d) and PYSHARP_ARRAY(y, n); it declares "
+                             f"X over ({', '.join(X)}) and y over ({', '.join(y)})")
+        self.X, self.y = self.fields["X"], self.fields["y"]
+        self._dim = int(self._core(self.dtype).dim)
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _core(self, dtype) -> Any:
+        return self._compiled_core(dtype)
+
+    def _make_core(self, suffix):  # pragma: no cover - _core is overridden
+        raise NotImplementedError
+
+    def with_data(self, X, y=None) -> LoadedSquareLossModel:
+        X = np.asarray(X)
+        fields = dict(self.fields, X=X, y=np.zeros(X.shape[:1]) if y is None else y)
+        return LoadedSquareLossModel(self.header, fields=fields, dtype=self.dtype,
+                                     model_name=self.model_name, include_dirs=self.include_dirs)
+
+    def first_layer(self, w):
+        raise ValueError(f"{self.model_name} declares no first layer (a loaded model's "
+                         "parameters have no layout pysharp knows)")
 
 
 def load_model(header, *, dtype="float64", model_name: str | None = None, include_dirs=(),
@@ -222,9 +317,11 @@ def load_model(header, *, dtype="float64", model_name: str | None = None, includ
 
     Returns
     -------
-    LoadedModel
-        A :class:`ScaleInvariantModel`: every kernel, run method, sharpness,
-        spectra, flow and sweep takes it.
+    LoadedModel or LoadedSquareLossModel
+        A :class:`ScaleInvariantModel` (every kernel, run method, sharpness,
+        spectra, flow and sweep takes it), or, for a header with the square-loss
+        members (``jacobian``, ``sample``), a :class:`SquareLossModel` that SGD
+        and the linear-stability tools take.
 
     Raises
     ------
@@ -239,8 +336,12 @@ def load_model(header, *, dtype="float64", model_name: str | None = None, includ
     >>> model = ps.models.load_model("phase_retrieval.hpp", X=X, y=y, c=1.0)  # doctest: +SKIP
     >>> model.loss_and_grad(model.random_point(seed=0))                      # doctest: +SKIP
     """
-    return LoadedModel(header, fields=data, dtype=dtype, model_name=model_name,
-                       include_dirs=include_dirs)
+    header, model_name = _resolve(header, model_name)
+    module = compile_model(header, model_name, _dtype_name(dtype),
+                           tuple(Path(d).expanduser().resolve() for d in include_dirs))
+    cls = LoadedSquareLossModel if module.KIND == "square_loss" else LoadedModel
+    return cls(header, fields=data, dtype=dtype, model_name=model_name,
+               include_dirs=include_dirs)
 
 
 def load_model_files(header, data=None, params: dict | None = None, *, base=None,
@@ -294,6 +395,14 @@ def fields_from_files(data=None, params: dict | None = None, *, base: Path,
     return fields
 
 
-register(ModelEntry("loaded", LoadedModel, LoadedModel))
+def _from_spec(header, *, fields: dict[str, Any], **options) -> LoadedModel | LoadedSquareLossModel:
+    """A spec's ``{"name": "loaded", "header": ..., "fields": ...}``: either kind of model."""
+    return load_model(header, **options, **fields)
 
-__all__ = ["LoadedModel", "load_model", "load_model_files", "ModelCompileError"]
+
+register(ModelEntry("loaded", LoadedModel, _from_spec))
+register(ModelEntry("loaded_square_loss", LoadedSquareLossModel, _from_spec,
+                    plot_metrics=SGD_PLOTS))
+
+__all__ = ["LoadedModel", "LoadedSquareLossModel", "load_model", "load_model_files",
+           "ModelCompileError"]

@@ -119,6 +119,16 @@ class SquareLossModel(abc.ABC):
         Away from interpolation this includes the residual term; the
         Gauss-Newton part alone is ``gauss_newton_hvp``.
         """
+        return self._directional("hvp", w, v)
+
+    def third(self, w, v) -> np.ndarray:
+        """Exact third-order contraction D^3L(w)[v, v], the derivative of H(w) v along v.
+
+        ``v`` (D,) or (B, D), broadcast as in ``hvp``; forward-mode jets of the loss.
+        """
+        return self._directional("third", w, v)
+
+    def _directional(self, kernel: str, w, v) -> np.ndarray:
         W, single_w = self._batch(w)
         V, single_v = as_batch(v, self.dim, "v", dtype=W.dtype)
         if W.shape[0] == 1 and V.shape[0] > 1:
@@ -128,7 +138,8 @@ class SquareLossModel(abc.ABC):
         if W.shape != V.shape:
             raise ValueError(f"w has {W.shape[0]} rows but v has {V.shape[0]}; they must match "
                              "or one of them must be a single vector")
-        out, _ = self._core(W.dtype).hvp(np.ascontiguousarray(W), np.ascontiguousarray(V))
+        out, _ = getattr(self._core(W.dtype), kernel)(np.ascontiguousarray(W),
+                                                      np.ascontiguousarray(V))
         return self._shape(out, single_w and single_v)
 
     def hessian(self, w) -> np.ndarray:
@@ -383,7 +394,8 @@ class TwoLayerNet(SquareLossModel):
 
 
 # SGD-only models: ``pysharp.sweep(name, method="sgd", ...)`` runs them by name.
-_SGD_PLOTS = ("final_loss", "rho_T2", "stable")
+SGD_PLOTS = ("final_loss", "rho_T2", "stable")
 register(ModelEntry("linear_regression", LinearRegression, LinearRegression.synthetic,
-                    plot_metrics=_SGD_PLOTS))
-register(ModelEntry("two_layer_net", TwoLayerNet, TwoLayerNet.synthetic, plot_metrics=_SGD_PLOTS))
+                    plot_metrics=SGD_PLOTS))
+register(ModelEntry("two_layer_net", TwoLayerNet, TwoLayerNet.synthetic,
+                    plot_metrics=SGD_PLOTS))

@@ -17,6 +17,12 @@
 // `template <class S, class G> loss_grad(const S*, S*, G* g, S*)` of
 // models/derivatives.hpp.
 //
+// A square-loss model L = (1/2n) sum_i (f(x_i; w) - y_i)^2, which SGD and the
+// linear-stability tools take, binds its data as `X` (n, d) and `y` (n,) and
+// adds n_samples(), input_dim(), the per-sample sample() and jacobian(), with
+// `return square_loss_grad(*this, w, loss, g, work);` as its loss_grad
+// (models/square_loss.hpp has the contract and two examples).
+//
 // After the struct, at the same namespace scope,
 //
 //   PYSHARP_MODEL(Name, PYSHARP_ARRAY(X, n, d), PYSHARP_ARRAY(y, n), PYSHARP_SCALAR(c))
@@ -37,6 +43,7 @@
 //                                                 of degeneracy, not for arithmetic);
 //   matvec_rows, matvec_cols, dot_split           register-blocked products (core/dense.hpp);
 //   bn_cosine_loss_grad                           the BatchNorm square loss (core/bn_cosine.hpp);
+//   square_loss_grad                              a square-loss model's loss_grad (core/square_loss.hpp);
 //   machine_eps<Real>()                           unit roundoff.
 // Branch on data only through select: lanes of one block hold different points.
 #pragma once
@@ -46,6 +53,7 @@
 #include "pysharp/core/config.hpp"
 #include "pysharp/core/dense.hpp"
 #include "pysharp/core/jet.hpp"
+#include "pysharp/core/square_loss.hpp"
 #include "pysharp/models/derivatives.hpp"
 
 namespace pysharp {
@@ -72,6 +80,7 @@ using pysharp::matvec_cols;
 using pysharp::matvec_rows;
 using pysharp::select;
 using pysharp::sqrt_;
+using pysharp::square_loss_grad;
 using pysharp::tanh_;
 using pysharp::value_of;
 using pysharp::value_t;

@@ -1,19 +1,26 @@
 // Square-loss models with per-sample Jacobians (docs/theory.rst,
 // section "SGD linear stability"): L(W) = (1/2n) sum_i (f(x_i; W) - y_i)^2.
 //
-// Every model here provides, besides the templated loss_grad that
-// derivatives.hpp turns into exact HVPs (and D^3L), the per-sample pieces the
-// SGD engine and the stability analysis need:
+// A square-loss model is a model (pysharp/model.hpp) with the data fields
+// `const Real* X` (n, d) and `const Real* y` (n,) and, besides the templated
+// loss_grad that derivatives.hpp turns into exact HVPs (and D^3L), the
+// per-sample pieces the SGD engine and the stability analysis need:
+//   int n_samples() const, int input_dim() const: n and d;
 //   sample(w, x, y, coeff, g, work): residual r = f(x; w) - y, adds coeff r grad_w f into g
 //     (x, y, coeff: one sample shared by every lane of w, Real, or one per lane,
 //     lane-form like w, as the SGD engine gathers each lane's own batch);
 //   jacobian(w, x, f, a, gx, work):  f(x; w), a = grad_w f (dim()), gx = grad_x f (input_dim()).
-// The data (n, d) are a row-major view owned by the caller.
+// Its loss_grad is square_loss_grad(*this, ...) (core/square_loss.hpp). The data (n, d) are a
+// row-major view owned by the caller. The two built-ins here are declared with
+// PYSHARP_MODEL like any model; a user's square-loss header (load_model) has the
+// same form.
 #pragma once
 
 #include "pysharp/core/dense.hpp"
 #include "pysharp/core/activation.hpp"
 #include "pysharp/core/jet.hpp"
+#include "pysharp/core/square_loss.hpp"
+#include "pysharp/model.hpp"
 
 namespace pysharp {
 
@@ -55,22 +62,8 @@ struct LinearRegression {
   PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const {
     return square_loss_grad(*this, w, loss, g, work);
   }
-
-  // The generic full-batch loop, shared by all models of this file.
-  template <class M, class S>
-  PYSHARP_HD static mask_t<S> square_loss_grad(const M& m, const S* w, S* loss, S* g, S* work) {
-    for (int k = 0; k < m.dim(); ++k) g[k] = S(0);
-    S acc = S(0);
-    const Real inv_n = Real(1) / Real(m.n);
-    for (int i = 0; i < m.n; ++i) {
-      const S r = m.sample(w, m.X + static_cast<long long>(i) * m.input_dim(), m.y[i], inv_n, g,
-                           work);
-      acc += r * r;
-    }
-    *loss = acc * (Real(0.5) * inv_n);
-    return mask_t<S>(true);
-  }
 };
+PYSHARP_MODEL(LinearRegression, PYSHARP_ARRAY(X, n, d), PYSHARP_ARRAY(y, n), PYSHARP_SCALAR(bias))
 
 // Two-layer network f(x) = a . act(W1 x + b1) / sqrt(m).
 // Parameter layout (D = m d + 2 m): W1 (m, d) row-major, then b1 (m), then a (m).
@@ -141,9 +134,11 @@ struct TwoLayerNet {
 
   template <class S>
   PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const {
-    return LinearRegression<Real>::square_loss_grad(*this, w, loss, g, work);
+    return square_loss_grad(*this, w, loss, g, work);
   }
 };
+PYSHARP_MODEL(TwoLayerNet, PYSHARP_ARRAY(X, n, d), PYSHARP_ARRAY(y, n), PYSHARP_SCALAR(m),
+              PYSHARP_SCALAR(act), PYSHARP_SCALAR(inv_sqrt_m))
 
 // Per-sample Jacobians of BN linear regression's predictions
 // p_i = std(y) z_i / sigma(w) + mean(y), z = Xc w, sigma = ||z|| / sqrt(n):
