@@ -4,9 +4,9 @@ A GD + weight-decay loop, w <- w - lr (grad L(w) + wd w), on BN linear regressio
 (d 40, n 20), a batch of B = 4096 trajectories, 1000 steps, float64, CPU:
 
 - JAX: the whole loop inside ``jax.jit`` (``lax.fori_loop``), each step calling
-  ``pysharp.jax.loss_and_grad`` (one host callback into the compiled core per
-  step), against the same loop with the loss in jax.numpy and
-  ``jax.vmap(jax.value_and_grad(loss))``.
+  ``pysharp.jax.loss_and_grad`` (one ``jax.ffi`` call into the compiled core per
+  step; and, as a second row, the Python-callback fallback), against the same loop
+  with the loss in jax.numpy and ``jax.vmap(jax.value_and_grad(loss))``.
 - PyTorch: a ``torch.compile``\\ d step (fullgraph) calling ``pysharp.torch``'s
   ``loss_and_grad`` operator, looped in Python, against the same loss in torch:
   a ``torch.compile``\\ d step with ``torch.func.vmap(torch.func.grad_and_value(loss))``,
@@ -62,16 +62,23 @@ def bench_jax(ps, model, W0, steps, repeats, rows):
             return W - LR * (grad_fn(W) + WD * W)
         return jax.jit(lambda W: jax.lax.fori_loop(0, steps, step, W))
 
-    ours = run(lambda W: psj.loss_and_grad(model, W)[1])
     theirs = run(lambda W: vg(W)[1])
     W = jnp.asarray(W0)
-    dev = rel_dev(ours(W), theirs(W))
-    t_ours, load_o = timed(lambda: ours(W).block_until_ready(), repeats)
     t_theirs, load_t = timed(lambda: theirs(W).block_until_ready(), repeats)
-    rows.append({"framework": "jax", "ours": "jit(fori_loop(pysharp.jax.loss_and_grad))",
-                 "theirs": "jit(fori_loop(vmap(value_and_grad(jnp loss))))",
-                 "t_ours_s": t_ours, "t_theirs_s": t_theirs, "ratio": t_theirs / t_ours,
-                 "rel_dev": dev, "busy": max(load_o or 0, load_t or 0)})
+    requested = psj.CALLBACK_PATH
+    try:
+        for path in ("ffi", "direct"):  # the FFI handlers, and the Python-callback fallback
+            psj.CALLBACK_PATH = path
+            ours = run(lambda W: psj.loss_and_grad(model, W)[1])
+            dev = rel_dev(ours(W), theirs(W))
+            t_ours, load_o = timed(lambda: ours(W).block_until_ready(), repeats)
+            rows.append({"framework": "jax",
+                         "ours": f"jit(fori_loop(pysharp.jax.loss_and_grad)) [{path}]",
+                         "theirs": "jit(fori_loop(vmap(value_and_grad(jnp loss))))",
+                         "t_ours_s": t_ours, "t_theirs_s": t_theirs, "ratio": t_theirs / t_ours,
+                         "rel_dev": dev, "busy": max(load_o or 0, load_t or 0)})
+    finally:
+        psj.CALLBACK_PATH = requested
 
 
 def bench_torch(ps, model, W0, steps, repeats, rows):
@@ -175,7 +182,7 @@ def main(argv=None) -> int:
         fn(ps, model, W0, args.steps, args.repeats, rows)
     for r in rows:
         flag = " !" if r["busy"] > BUSY_THRESHOLD else ""
-        print(f"{r['framework']:6s} {r['ours']:45s} {r['t_ours_s']:8.3f} s | {r['theirs']:50s} "
+        print(f"{r['framework']:6s} {r['ours']:54s} {r['t_ours_s']:8.3f} s | {r['theirs']:50s} "
               f"{r['t_theirs_s']:8.3f} s | ratio {r['ratio']:5.2f}x | rel dev "
               f"{r['rel_dev']:.1e}{flag}")
     if args.json:

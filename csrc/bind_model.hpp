@@ -118,6 +118,11 @@ struct RunOutputs {
 template <class Exec, class Core, class Real>
 void bind_kernels(py::class_<Core>& cls) {
   cls.def_property_readonly("dim", [](const Core& c) { return c.model.dim(); });
+  cls.def_property_readonly(
+      "model_address",
+      [](const Core& c) { return reinterpret_cast<std::uintptr_t>(&c.model); },
+      "Address of the model's view, valid while this object lives: what pysharp.jax's FFI "
+      "handlers (cpu/jax_ffi.hpp) read");
   cls.def(
       "loss_grad",
       [](const Core& c, const carray<Real>& W) {

@@ -112,6 +112,11 @@ class BNLinearRegression_f64:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class BNMatrixCompletion_f64:
     def __init__(
@@ -194,6 +199,11 @@ class BNMatrixCompletion_f64:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class BNTwoLayerNet_f64:
     def __init__(
@@ -264,6 +274,11 @@ class BNTwoLayerNet_f64:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class Toy3D_f64:
     def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
@@ -328,6 +343,11 @@ class Toy3D_f64:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class BNLinearRegression_f32:
     def __init__(
@@ -401,6 +421,11 @@ class BNLinearRegression_f32:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class BNMatrixCompletion_f32:
     def __init__(
@@ -483,6 +508,11 @@ class BNMatrixCompletion_f32:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class BNTwoLayerNet_f32:
     def __init__(
@@ -553,6 +583,11 @@ class BNTwoLayerNet_f32:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class Toy3D_f32:
     def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
@@ -617,6 +652,11 @@ class Toy3D_f32:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class LinearRegression_f64:
     def __init__(
@@ -682,6 +722,11 @@ class LinearRegression_f64:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class TwoLayerNet_f64:
     def __init__(
@@ -748,6 +793,11 @@ class TwoLayerNet_f64:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class LinearRegression_f32:
     def __init__(
@@ -813,6 +863,11 @@ class LinearRegression_f32:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class TwoLayerNet_f32:
     def __init__(
@@ -879,6 +934,11 @@ class TwoLayerNet_f32:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 def _tridiagonal_eigenvectors(
     d: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],

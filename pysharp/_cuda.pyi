@@ -100,6 +100,11 @@ class BNLinearRegression_f64:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class BNMatrixCompletion_f64:
     def __init__(
@@ -174,6 +179,11 @@ class BNMatrixCompletion_f64:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class BNTwoLayerNet_f64:
     def __init__(
@@ -245,6 +255,11 @@ class BNTwoLayerNet_f64:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class Toy3D_f64:
     def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
@@ -310,6 +325,11 @@ class Toy3D_f64:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class BNLinearRegression_f32:
     def __init__(
@@ -384,6 +404,11 @@ class BNLinearRegression_f32:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class BNMatrixCompletion_f32:
     def __init__(
@@ -458,6 +483,11 @@ class BNMatrixCompletion_f32:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class BNTwoLayerNet_f32:
     def __init__(
@@ -529,6 +559,11 @@ class BNTwoLayerNet_f32:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 class Toy3D_f32:
     def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
@@ -594,6 +629,11 @@ class Toy3D_f32:
         """
     @property
     def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
 
 def device_error() -> str:
     """

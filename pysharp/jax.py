@@ -30,20 +30,22 @@ loaded with :func:`pysharp.load_model`; ``w`` and ``v`` are (D,) or (B, D)):
   (that would need the fourth derivative: NotImplementedError).
 - :func:`hessian` -- the dense Hessian, (D, D) or (B, D, D); not differentiable.
 
-How it runs: each kernel is a host callback into the compiled CPU core. By
-default it is a small primitive of this module lowered with XLA's Python CPU
-callback (the emitter ``jax.pure_callback`` uses), which hands the callback
-XLA's buffers as read-only NumPy arrays without the per-call ``device_put``
-copy ``jax.pure_callback`` makes; it relies on JAX internals
-(``jax._src.callback.emit_python_callback``), so where those are missing, or
-with ``PYSHARP_JAX_CALLBACK=pure_callback``, the functions use
-``jax.pure_callback`` itself (``CALLBACK_PATH`` says which). Either way, under
-``jax.vmap`` the callback receives the whole batch at once (``broadcast_all``:
-the kernels take (B, D) batches and run them in parallel), never one point per
-call, and inside ``jax.jit`` the call is part of the compiled program. Arrays
-on a GPU are copied to the host by the callback mechanism (the GPU variants
-come with the GPU issue). Not a ``jax.ffi`` target yet: the call still passes
-through Python once per kernel call (about 5 us plus a copy of the outputs).
+How it runs: by default each kernel is a ``jax.ffi`` target. The first use of a
+model compiles its XLA FFI handlers (``cpu/jax_ffi.hpp``, against jaxlib's FFI
+headers, with the core's compiler and flags; seconds, then cached on disk like a
+loaded model, per model type and dtype) and registers them with XLA; a call then
+runs the core's kernel on XLA's buffers with no Python in between, reading the
+model through the address of its compiled view (kept alive with the model). Under
+``jax.vmap`` a call receives the whole batch (``vmap_method="broadcast_all"``: the
+kernels take (B, D) batches and run them in parallel), never one point per call.
+Where the handlers cannot be built (no C++ compiler), a warning says so and the
+kernels run through a Python callback instead: a small primitive of this module
+lowered with XLA's Python CPU callback, on XLA's buffers without the per-call
+copy ``jax.pure_callback`` makes (it relies on JAX internals), else
+``jax.pure_callback`` itself. ``PYSHARP_JAX_CALLBACK=direct`` or
+``pure_callback`` picks those paths; ``CALLBACK_PATH`` says which is asked for.
+:func:`hessian` always goes through the callback. Arrays on a GPU are not
+supported yet (the GPU variants come with the GPU issue).
 
 Not supported: reverse mode over reverse mode (``jax.grad`` of a function of
 ``jax.grad``: the HVP callback has no transpose rule; use ``jax.jvp`` over
@@ -72,6 +74,7 @@ except ImportError as exc:  # pragma: no cover - exercised without JAX installed
                       "(CPU) or see https://docs.jax.dev/en/latest/installation.html") from exc
 
 import os
+import warnings
 import weakref
 
 import numpy as np
@@ -118,16 +121,30 @@ def _direct_callback():
     return prim
 
 
-# PYSHARP_JAX_CALLBACK=pure_callback forces the public-API path (tests run both).
-_PRIM = None if os.environ.get("PYSHARP_JAX_CALLBACK") == "pure_callback" else _direct_callback()
-#: How the kernels are called from JAX: "direct" (the primitive above) or "pure_callback".
-CALLBACK_PATH = "direct" if _PRIM is not None else "pure_callback"
+_PATHS = ("ffi", "direct", "pure_callback")
 
 
-def _callback(fn, shapes, *args):
+def _default_path() -> str:
+    path = os.environ.get("PYSHARP_JAX_CALLBACK", "ffi")
+    if path not in _PATHS:
+        raise ValueError(f"PYSHARP_JAX_CALLBACK must be one of {', '.join(_PATHS)}, got {path!r}")
+    return path
+
+
+_PRIM = _direct_callback()
+#: How the kernels are called from JAX, unless a model's handlers cannot be compiled (then
+#: "direct", with a warning): "ffi" (XLA FFI handlers compiled for the model, no Python in
+#: the call), "direct" (a Python callback on XLA's buffers) or "pure_callback"
+#: (``jax.pure_callback``). ``PYSHARP_JAX_CALLBACK`` picks another.
+CALLBACK_PATH = _default_path()
+if CALLBACK_PATH == "direct" and _PRIM is None:  # pragma: no cover - other JAX versions
+    CALLBACK_PATH = "pure_callback"
+
+
+def _callback(fn, shapes, *args, path: str = "direct"):
     """fn(*numpy args) -> tuple of arrays of ``shapes`` ((shape, dtype) pairs), batched over
     vmap by passing the whole batch (broadcast_all)."""
-    if _PRIM is not None:
+    if _PRIM is not None and path == "direct":
         avals = tuple(jax.core.ShapedArray(s, d) for s, d in shapes)
         return tuple(_PRIM.bind(*args, callback=fn, result_avals=avals,
                                 vmap_method="broadcast_all"))
@@ -159,24 +176,88 @@ def _host_call(ref, kernel: str):
     return call
 
 
+_REGISTERED: dict[str, dict[str, str]] = {}  # FFI module name -> {kernel: target name}
+
+
+def _ffi_targets(model, dtype) -> dict[str, str]:
+    """The FFI targets of ``model``'s kernels in ``dtype``, compiled (once, cached on disk)
+    and registered with XLA (once per process)."""
+    from .models._compiler import compile_jax_ffi
+    header, name, include_dirs = model._declaration()
+    module = compile_jax_ffi(header, name, np.dtype(dtype).name, include_dirs)
+    key = module.__name__
+    if key not in _REGISTERED:
+        targets = {}
+        for kernel, capsule in module.HANDLERS.items():
+            targets[kernel] = f"{key}_{kernel}"
+            jax.ffi.register_ffi_target(targets[kernel], capsule, platform="cpu")
+        _REGISTERED[key] = targets
+    return _REGISTERED[key]
+
+
+class _FFIKernels:
+    """A model's kernels as ``jax.ffi`` calls: per dtype, the registered targets and the
+    address of the model's C++ view, whose holder this object keeps alive."""
+
+    def __init__(self, model) -> None:
+        self._model = weakref.ref(model)
+        self._targets: dict = {}
+        self._cores: dict = {}  # strong references: the handlers read these objects
+
+    def __call__(self, kernel: str, shapes, *args):
+        dtype = np.dtype(args[0].dtype)
+        if dtype not in self._targets:
+            model = self._model()
+            self._targets[dtype] = _ffi_targets(model, dtype)
+            self._cores[dtype] = model._core(dtype)
+        out = tuple(jax.ShapeDtypeStruct(s, d) for s, d in shapes)
+        call = jax.ffi.ffi_call(self._targets[dtype][kernel], out, vmap_method="broadcast_all")
+        return tuple(call(*args, model=np.uint64(self._cores[dtype].model_address)))
+
+
+def _kernel_path(model, path: str) -> str:
+    """``path``, or "direct" where the model's FFI handlers cannot be built (with a warning
+    that says why: no compiler, a header that is not the model's)."""
+    if path != "ffi":
+        return path
+    from .models._compiler import ModelCompileError
+    try:
+        _ffi_targets(model, np.float64)
+    except (ModelCompileError, NotImplementedError, OSError) as exc:
+        warnings.warn(f"pysharp.jax: no FFI handlers for {type(model).__name__} ({exc}); "
+                      "calling its kernels through a Python callback instead", stacklevel=4)
+        return "direct" if _PRIM is not None else "pure_callback"
+    return "ffi"
+
+
 class _Ops:
     """The custom_jvp functions of one model, built once (see :func:`_ops`)."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, path: str) -> None:
         ref = weakref.ref(model)
         self.dim = model.dim
+        self.requested = path
+        self.path = _kernel_path(model, path)
         cb = {k: _host_call(ref, k) for k in ("loss_and_grad", "hvp", "third", "hessian")}
+        ffi = _FFIKernels(model) if self.path == "ffi" else None
 
         def lg_raw(w):
-            return _callback(cb["loss_and_grad"], ((w.shape[:-1], w.dtype), (w.shape, w.dtype)),
-                             w)
+            shapes = ((w.shape[:-1], w.dtype), (w.shape, w.dtype))
+            if ffi is not None:
+                return ffi("loss_and_grad", shapes, w)
+            return _callback(cb["loss_and_grad"], shapes, w, path=self.path)
 
         def pair_raw(kernel, w, v):
             shape = jnp.broadcast_shapes(w.shape, v.shape)
-            return _callback(cb[kernel], ((shape, w.dtype),), w, v)[0]
+            if ffi is not None:
+                w, v = jnp.broadcast_to(w, shape), jnp.broadcast_to(v, shape)
+                return ffi(kernel, ((shape, w.dtype),), w, v)[0]
+            return _callback(cb[kernel], ((shape, w.dtype),), w, v, path=self.path)[0]
 
-        def hessian_raw(w):
-            return _callback(cb["hessian"], ((w.shape + (w.shape[-1],), w.dtype),), w)[0]
+        def hessian_raw(w):  # a Python callback on every path: not for inner loops
+            shape = w.shape + (w.shape[-1],)
+            return _callback(cb["hessian"], ((shape, w.dtype),), w,
+                             path="pure_callback" if self.path == "pure_callback" else "direct")[0]
 
         def zero(t):
             return isinstance(t, SymbolicZero)
@@ -259,8 +340,8 @@ def _ops(model) -> _Ops:
         raise TypeError(f"model must be a pysharp model (ScaleInvariantModel or a loaded "
                         f"model), got {type(model).__name__}")
     ops = _OPS.get(model)
-    if ops is None:
-        ops = _OPS[model] = _Ops(model)
+    if ops is None or ops.requested != CALLBACK_PATH:
+        ops = _OPS[model] = _Ops(model, CALLBACK_PATH)
     return ops
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +18,18 @@ import pysharp.jax as psj  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="module", autouse=True, params=["ffi", "direct"])
+def path(request):
+    """Every test on both ways of calling the kernels: the compiled FFI handlers (the
+    default) and the Python callback (the fallback without a compiler)."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(psj, "CALLBACK_PATH", request.param)
+    yield request.param
+    mp.undo()
+
+
 @pytest.fixture(scope="module")
-def model():
+def model(path):
     return ps.BNLinearRegression.synthetic(d=40, n=20)
 
 
@@ -49,6 +60,25 @@ def counting(model, kernel, calls):
 
     setattr(model, kernel, wrapped)
     return lambda: delattr(model, kernel)
+
+
+_TARGET = re.compile(r"@_pysharp_jax_\w+?_(loss_and_grad|hvp|third)\b")
+
+
+def kernel_calls(model, f, *args) -> list[str]:
+    """The kernels one evaluation of f(*args) calls: FFI targets in the compiled program,
+    or callbacks counted on the model."""
+    if psj.CALLBACK_PATH == "ffi":
+        assert psj._ops(model).path == "ffi"
+        return _TARGET.findall(jax.jit(f).lower(*args).as_text())
+    calls: list[str] = []
+    undo = [counting(model, k, calls) for k in ("loss_and_grad", "hvp", "third")]
+    try:
+        jax.block_until_ready(f(*args))
+    finally:
+        for u in undo:
+            u()
+    return calls
 
 
 def test_values_match_kernels(model):
@@ -92,19 +122,11 @@ def test_hessian_equals_jax_to_1e12(model):
 
 
 def test_grad_calls_gradient_kernel_and_hessian_hvp(model):
-    calls: list[str] = []
-    undo = [counting(model, k, calls) for k in ("loss_and_grad", "hvp")]
-    try:
-        w = points(model, 1)[0]
-        jax.grad(lambda w: psj.loss(model, w))(w)
-        assert calls == ["loss_and_grad"]
-        calls.clear()
-        jax.hessian(lambda w: psj.loss(model, w))(w)
-        # jacfwd batches the D tangents: one HVP kernel call on a (D, D) batch
-        assert calls.count("hvp") == 1 and "hessian" not in calls
-    finally:
-        for u in undo:
-            u()
+    w = points(model, 1)[0]
+    assert kernel_calls(model, jax.grad(lambda w: psj.loss(model, w)), w) == ["loss_and_grad"]
+    # jacfwd batches the D tangents: one HVP kernel call on a (D, D) batch
+    calls = kernel_calls(model, jax.hessian(lambda w: psj.loss(model, w)), w)
+    assert calls.count("hvp") == 1 and "third" not in calls
 
 
 def test_jit_and_vmap(model):
@@ -115,14 +137,10 @@ def test_jit_and_vmap(model):
     np.testing.assert_allclose(np.asarray(L), np.asarray(jax.vmap(ref)(W)), rtol=0, atol=1e-14)
     np.testing.assert_allclose(np.asarray(G), np.asarray(jax.vmap(jax.grad(ref))(W)), rtol=0,
                                atol=1e-13)
-    # vmap over points: one callback on the whole batch
-    calls: list[str] = []
-    undo = counting(model, "loss_and_grad", calls)
-    try:
-        g = jax.jit(jax.vmap(jax.grad(lambda w: psj.loss(model, w))))(W)
-    finally:
-        undo()
-    assert calls == ["loss_and_grad"]
+    # vmap over points: one kernel call on the whole batch
+    vg = jax.jit(jax.vmap(jax.grad(lambda w: psj.loss(model, w))))
+    assert kernel_calls(model, vg, W) == ["loss_and_grad"]
+    g = vg(W)
     np.testing.assert_allclose(np.asarray(g), np.asarray(jax.vmap(jax.grad(ref))(W)), rtol=0,
                                atol=1e-13)
     # nested vmap, and vmap of hvp with an unbatched v
@@ -173,14 +191,13 @@ def test_hvp_and_third_derivatives(model):
 
 def test_jvp_of_grad_is_one_hvp_call(model):
     w, t = points(model, 2, seed=8)
-    calls: list[str] = []
-    undo = [counting(model, k, calls) for k in ("loss_and_grad", "hvp", "third")]
-    try:
-        out = jax.jvp(jax.grad(lambda w: psj.loss(model, w)), (w,), (t,))[1]
-    finally:
-        for u in undo:
-            u()
-    assert sorted(calls) == ["hvp", "loss_and_grad"]
+
+    def f(w, t):
+        return jax.jvp(jax.grad(lambda w: psj.loss(model, w)), (w,), (t,))[1]
+
+    calls = kernel_calls(model, f, w, t)  # under jit the unused gradient call is dropped
+    assert calls.count("hvp") == 1 and set(calls) <= {"hvp", "loss_and_grad"}
+    out = f(w, t)
     np.testing.assert_allclose(np.asarray(out), model.hvp(np.asarray(w), np.asarray(t)),
                                rtol=0, atol=1e-15)
 
@@ -226,3 +243,46 @@ def test_loaded_model():
     W = jnp.asarray(model.random_point(4, seed=3))
     L = jax.vmap(lambda w: psj.loss(model, w))(W)
     np.testing.assert_allclose(np.asarray(L), np.asarray(jax.vmap(ref)(W)), rtol=1e-14, atol=0)
+
+
+def test_an_undefined_point_is_an_error_not_a_nan(model):
+    with pytest.raises(Exception, match="undefined|zero"):
+        jax.block_until_ready(psj.loss_and_grad(model, jnp.zeros((2, 40))))
+
+
+def test_without_a_compiler_the_kernels_fall_back_to_the_callback(monkeypatch, path):
+    from pysharp.models import _compiler
+
+    def no_compiler():
+        raise _compiler.ModelCompileError("no C++ compiler (test)")
+
+    monkeypatch.setattr(_compiler, "compiler", no_compiler)
+    monkeypatch.setattr(psj, "_REGISTERED", {})
+    fresh = ps.Toy3D(c=3.0)
+    w = jnp.asarray(fresh.random_point(seed=0))
+    if path == "ffi":
+        with pytest.warns(UserWarning, match="no FFI handlers for Toy3D"):
+            g = jax.grad(lambda w: psj.loss(fresh, w))(w)
+        assert psj._ops(fresh).path == "direct"
+    else:
+        g = jax.grad(lambda w: psj.loss(fresh, w))(w)
+    np.testing.assert_array_equal(np.asarray(g), fresh.grad(np.asarray(w)))
+
+
+def test_points_outside_the_kernels_range_are_rescaled_exactly(model):
+    # float32's safe norm range ends at 4096 (pysharp._core.SAFE_NORM2); these rows are
+    # recomputed on w 2^-e, as the NumPy-facing functions do, so the values agree bit for bit.
+    W = np.array(points(model, 3, seed=9, dtype=np.float32))
+    W[0] *= np.float32(2.0 ** 20)
+    W[2] *= np.float32(2.0 ** -30)
+    V = np.array(points(model, 3, seed=10, dtype=np.float32))
+    V[1] *= np.float32(2.0 ** 40)
+    L, G = psj.loss_and_grad(model, jnp.asarray(W))
+    L0, G0 = model.loss_and_grad(W)
+    np.testing.assert_array_equal(np.asarray(L), L0)
+    np.testing.assert_array_equal(np.asarray(G), G0)
+    np.testing.assert_array_equal(np.asarray(psj.hvp(model, W, V)), model.hvp(W, V))
+    np.testing.assert_array_equal(np.asarray(psj.third(model, W, V)), model.third(W, V))
+    with pytest.raises(Exception, match="not finite|non-finite"):
+        W[1, 3] = np.inf
+        jax.block_until_ready(psj.loss(model, jnp.asarray(W)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from .._validation import (
     check_finite,
     check_nonzero_rows,
 )
+from ._compiler import include_dir
 
 # Squared row norms for which kernels run on the rows as they are: every
 # intermediate (up to fourth powers of ||w|| and of 1/||w||) stays a normal float,
@@ -77,6 +79,9 @@ class ScaleInvariantModel(abc.ABC):
     #: Whether the compiled engine has an exact reduced update for this model
     #: (``run_gd_wd(..., reduced=True)``).
     _has_reduced_engine = False
+    #: The built-in's C++ struct: (its header under ``pysharp/models/`` of
+    #: :func:`pysharp.include_dir`, the name its ``PYSHARP_MODEL`` declares).
+    _declared_as: tuple[str, str] | None = None
 
     def __init__(self) -> None:
         self._cores: dict[np.dtype, Any] = {}
@@ -105,6 +110,15 @@ class ScaleInvariantModel(abc.ABC):
         """Plain-data description from which the model can be rebuilt."""
 
     # -- plumbing ---------------------------------------------------------------
+    def _declaration(self) -> tuple[Path, str, tuple[Path, ...]]:
+        """(header, struct name, extra include folders) of the model's C++ struct: what
+        a module compiled at run time for this model (pysharp.jax's FFI handlers)
+        instantiates. Its ``_core(dtype).model_address`` is an instance of it."""
+        if self._declared_as is None:
+            raise NotImplementedError(f"{type(self).__name__} declares no C++ header")
+        header, name = self._declared_as
+        return include_dir() / "pysharp" / "models" / header, name, ()
+
     def _core(self, dtype: np.dtype, backend: str = "cpp") -> Any:
         """The kernel object of a resolved backend, built once per (dtype, backend)."""
         dtype = np.dtype(dtype)

@@ -29,6 +29,8 @@ class BNLinearRegression(ScaleInvariantModel):
     only w = 0 in general position); such a w raises ValueError.
     """
 
+    _declared_as = ("bn_linear_regression.hpp", "BNLinearRegression")
+
     _undefined_reason = "Xc @ w is zero, so BatchNorm (and the loss) is undefined"
     _has_reduced_engine = True
 

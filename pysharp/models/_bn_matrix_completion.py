@@ -64,6 +64,8 @@ class BNMatrixCompletion(ScaleInvariantModel):
         Held-out entries for ``test_loss``.
     """
 
+    _declared_as = ("bn_matrix_completion.hpp", "BNMatrixCompletion")
+
     _undefined_reason = ("all observed scores <U[rows_k], V[cols_k]> are equal, "
                          "so BatchNorm (and the loss) is undefined")
 

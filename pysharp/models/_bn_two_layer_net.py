@@ -41,6 +41,8 @@ class BNTwoLayerNet(ScaleInvariantModel):
     (zhat_ij = 0) are those of the right-hand branch's complement (act' = 0 at 0).
     """
 
+    _declared_as = ("bn_two_layer_net.hpp", "BNTwoLayerNet")
+
     _undefined_reason = ("some hidden unit's output X @ W_j is constant over the samples, "
                          "so its BatchNorm (and the loss) is undefined")
 

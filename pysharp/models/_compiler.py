@@ -21,6 +21,7 @@ core's own. The module is cached per user:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import importlib.util
@@ -193,8 +194,8 @@ def _headers_digest() -> str:
     return h.hexdigest()
 
 
-def _key(header: Path, name: str, dtype: str,
-         include_dirs: tuple[Path, ...]) -> tuple[str, dict]:
+def _key(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...],
+         unit: _Unit) -> tuple[str, dict]:
     cxx = compiler()
     st = os.stat(cxx)
     sources = hashlib.sha256()
@@ -206,7 +207,7 @@ def _key(header: Path, name: str, dtype: str,
         "compiler": [os.path.realpath(cxx), st.st_size, st.st_mtime_ns],
         "flags": build_flags()["flags"], "model": name, "dtype": dtype,
         "include_dirs": [str(d) for d in include_dirs],
-        "abi": sysconfig.get_config_var("EXT_SUFFIX"),
+        "abi": sysconfig.get_config_var("EXT_SUFFIX"), **unit.material,
     }
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
     return digest[:24], material
@@ -248,6 +249,24 @@ def _say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Unit:
+    """What a compiled module is made of besides the model: the line that instantiates
+    it (``{module}``, ``{name}``, ``{real}`` filled in) after the header and ``include``,
+    extra include folders, and what of them enters the cache key."""
+
+    prefix: str
+    include: str
+    body: str
+    include_dirs: tuple[Path, ...] = ()
+    material: dict = dataclasses.field(default_factory=dict)
+
+
+#: A model's own module: the kernels, engine, Lanczos, SLQ (bind_declared.hpp).
+_MODEL_UNIT = _Unit("_pysharp_model_", "bind_declared.hpp",
+                    "PYSHARP_LOADED_MODULE({module}, {name}, {real})")
+
+
 def compile_model(header: Path, name: str, dtype: str,
                   include_dirs: tuple[Path, ...] = ()) -> ModuleType:
     """The extension module of model ``name`` of ``header`` for ``dtype``, from the cache
@@ -270,8 +289,35 @@ def compile_model(header: Path, name: str, dtype: str,
         With the compiler's diagnostics (pointing at the header's lines) when
         the compile fails, or saying what is missing.
     """
-    key, material = _key(header, name, dtype, include_dirs)
-    module_name = f"_pysharp_model_{key}"
+    return _compile(header, name, dtype, include_dirs, _MODEL_UNIT)
+
+
+def compile_jax_ffi(header: Path, name: str, dtype: str,
+                    include_dirs: tuple[Path, ...] = ()) -> ModuleType:
+    """The XLA FFI handlers of model ``name`` of ``header`` (``cpu/jax_ffi.hpp``): a module
+    whose ``HANDLERS`` maps kernel names to PyCapsules for ``jax.ffi.register_ffi_target``.
+
+    Compiled like :func:`compile_model`, against jaxlib's FFI headers as well
+    (``jax.ffi.include_dir()``, jaxlib's version in the cache key).
+
+    Raises
+    ------
+    ModelCompileError
+        As :func:`compile_model`; ImportError without JAX.
+    """
+    import jax.ffi
+    import jaxlib
+
+    unit = _Unit("_pysharp_jax_", "cpu/jax_ffi.hpp",
+                 "PYSHARP_JAX_FFI_MODULE({module}, {name}, {real})",
+                 (Path(jax.ffi.include_dir()),), {"unit": "jax_ffi", "jaxlib": jaxlib.__version__})
+    return _compile(header, name, dtype, include_dirs, unit)
+
+
+def _compile(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...],
+             unit: _Unit) -> ModuleType:
+    key, material = _key(header, name, dtype, include_dirs, unit)
+    module_name = f"{unit.prefix}{key}"
     cache = cache_dir()
     so = cache / (module_name + sysconfig.get_config_var("EXT_SUFFIX"))
     meta = cache / f"{module_name}.json"
@@ -282,7 +328,7 @@ def compile_model(header: Path, name: str, dtype: str,
         module = _cached(module_name, so, meta, material)  # compiled by another process
         if module is not None:
             return module
-        _build(header, name, dtype, include_dirs, module_name, so, cache)
+        _build(header, name, dtype, include_dirs, unit, module_name, so, cache)
         fd, tmp = tempfile.mkstemp(dir=cache, suffix=".json.tmp")
         with os.fdopen(fd, "w") as fh:
             json.dump(material, fh, sort_keys=True)
@@ -290,7 +336,7 @@ def compile_model(header: Path, name: str, dtype: str,
     return _import(module_name, so)
 
 
-def _build(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...],
+def _build(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...], unit: _Unit,
            module_name: str, so: Path, cache: Path) -> None:
     """Compiles into a scratch folder of the cache and moves the module into place."""
     import pybind11
@@ -300,16 +346,17 @@ def _build(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...],
     public, bind = _include_dirs()
     work = Path(tempfile.mkdtemp(prefix=f"{module_name}.", dir=cache))
     try:
-        unit = work / "unit.cpp"
+        source = work / "unit.cpp"
         # The model is named as written in its header: at global scope, or in namespace
         # pysharp (the built-ins' headers).
-        unit.write_text(f'#include "{header}"\n#include "bind_declared.hpp"\n'
-                        "namespace pysharp_unit {\nusing namespace ::pysharp;\n"
-                        f"PYSHARP_LOADED_MODULE({module_name}, {name}, {real})\n}}\n")
-        includes = [public, bind, *include_dirs, Path(pybind11.get_include()),
-                    Path(sysconfig.get_paths()["include"])]
+        body = unit.body.format(module=module_name, name=name, real=real)
+        source.write_text(f'#include "{header}"\n#include "{unit.include}"\n'
+                          "namespace pysharp_unit {\nusing namespace ::pysharp;\n"
+                          f"{body}\n}}\n")
+        includes = [public, bind, *include_dirs, *unit.include_dirs,
+                    Path(pybind11.get_include()), Path(sysconfig.get_paths()["include"])]
         argv = [cxx, *build_flags()["flags"], "-shared",
-                *(f"-I{d}" for d in includes), str(unit), "-o", str(work / so.name)]
+                *(f"-I{d}" for d in includes), str(source), "-o", str(work / so.name)]
         _say(f"pysharp: compiling {header.name} ({name}, {dtype}) with "
              f"{Path(cxx).name}, once; cached in {cache}")
         t0 = time.perf_counter()

@@ -18,6 +18,8 @@ class Toy3D(ScaleInvariantModel):
         Strength of the sharpness variation along Gamma.
     """
 
+    _declared_as = ("toy3d.hpp", "Toy3D")
+
     _undefined_reason = "w is zero, where the loss is undefined"
 
     def __init__(self, c: float = 10.0) -> None:

@@ -1,0 +1,195 @@
+// The kernels of one model as XLA FFI handlers (jax.ffi), for pysharp.jax: compiled
+// at run time against jaxlib's headers (pysharp/models/_compiler.py, compile_jax_ffi),
+// one module per model type and real type, so JAX needs no jaxlib at pysharp's build.
+//
+// The generated translation unit is
+//
+//   #include "/path/to/the/model.hpp"
+//   #include "cpu/jax_ffi.hpp"
+//   PYSHARP_JAX_FFI_MODULE(_pysharp_jax_<key>, BNLinearRegression, double)
+//
+// A call names the model instance by the address of its POD view (the `model` member
+// of a holder of pysharp._core or of a loaded model's module, `model_address` there):
+// the handlers only read it. The holder must outlive every call; pysharp.jax keeps it.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/batched.hpp"
+#include "xla/ffi/api/ffi.h"
+
+namespace pysharp::jax_ffi {
+
+namespace ffi = ::xla::ffi;
+
+template <class Real>
+constexpr ffi::DataType kDataType = std::is_same_v<Real, double> ? ffi::F64 : ffi::F32;
+
+template <class Model, class Real>
+struct Handlers {
+  using Buf = ffi::Buffer<kDataType<Real>>;
+  using Out = ffi::ResultBuffer<kDataType<Real>>;
+
+  static const Model& model(std::uint64_t address) {
+    return *reinterpret_cast<const Model*>(static_cast<std::uintptr_t>(address));
+  }
+  // Rows of a (..., D) buffer; an error unless its size is a multiple of D.
+  static ffi::Error rows(const Model& m, std::size_t count, std::int64_t* B) {
+    const std::size_t D = static_cast<std::size_t>(m.dim());
+    if (count % D != 0)
+      return ffi::Error::InvalidArgument("pysharp: an input's last axis must be D = " +
+                                         std::to_string(D));
+    *B = static_cast<std::int64_t>(count / D);
+    return ffi::Error::Success();
+  }
+  // The kernels' row codes (cpu/batched.hpp): 1 computed, 0 the loss undefined there,
+  // 2 a row outside the kernels' safe range (a zero, non-finite or extreme-norm w or v).
+  // As pysharp's Python layer does (models/_base.py), such a row is refused when zero or
+  // not finite, else recomputed on w 2^-e (and v 2^-f), exact by scale invariance, and
+  // its output scaled back by 2^(q f - p e) (output ~ ||w||^-p ||v||^q).
+  static int exponent(const Real* x, int D, bool* finite, bool* zero) {
+    Real top = Real(0);
+    *finite = true;
+    for (int k = 0; k < D; ++k) {
+      *finite = *finite && x[k] - x[k] == Real(0);
+      top = std::max(top, std::abs(x[k]));
+    }
+    *zero = top == Real(0);
+    int e = 0;
+    std::frexp(top, &e);
+    return e;
+  }
+  static std::string at(std::size_t b) {
+    return " at point " + std::to_string(b) + " of the batch";
+  }
+  static ffi::Error undefined(std::size_t b) {
+    return ffi::Error::InvalidArgument("pysharp: the loss is undefined" + at(b) +
+                                       " (a normaliser of the model vanishes there)");
+  }
+  // Row b of the kernel `run(w, v, outs, ok)` (one row) again, scaled; outs[i] has
+  // size[i] entries per row and power (p, q).
+  template <class Run>
+  static ffi::Error rescaled(std::size_t b, int D, const Real* W, const Real* V,
+                             std::initializer_list<std::pair<Real*, int>> outs,
+                             std::initializer_list<std::pair<int, int>> powers, Run run) {
+    bool finite = true, zero = true;
+    const int e = exponent(W + b * D, D, &finite, &zero);
+    if (!finite) return ffi::Error::InvalidArgument("pysharp: w is not finite" + at(b));
+    if (zero)
+      return ffi::Error::InvalidArgument("pysharp: w is zero" + at(b) +
+                                         ", where the loss is undefined");
+    int f = 0;
+    std::vector<Real> ws(D), vs(V ? D : 0);
+    for (int k = 0; k < D; ++k) ws[k] = std::ldexp(W[b * D + k], -e);
+    if (V) {
+      bool vfinite = true, vzero = true;
+      f = exponent(V + b * D, D, &vfinite, &vzero);
+      if (!vfinite) return ffi::Error::InvalidArgument("pysharp: v is not finite" + at(b));
+      if (vzero) f = 0;
+      for (int k = 0; k < D; ++k) vs[k] = std::ldexp(V[b * D + k], -f);
+    }
+    std::uint8_t ok = 0;
+    run(ws.data(), V ? vs.data() : nullptr, b, &ok);
+    if (ok != 1) return undefined(b);
+    auto power = powers.begin();
+    for (const auto& [out, size] : outs) {
+      const int shift = power->second * f - power->first * e;
+      for (int i = 0; i < size; ++i) out[b * size + i] = std::ldexp(out[b * size + i], shift);
+      ++power;
+    }
+    return ffi::Error::Success();
+  }
+
+  static ffi::Error loss_grad(std::uint64_t address, Buf w, Out loss, Out grad) {
+    const Model& m = model(address);
+    std::int64_t B = 0;
+    if (ffi::Error e = rows(m, w.element_count(), &B); e.failure()) return e;
+    const int D = m.dim();
+    Real *L = loss->typed_data(), *G = grad->typed_data();
+    std::vector<std::uint8_t> ok(B);
+    cpu::loss_grad(m, w.typed_data(), B, L, G, ok.data());
+    for (std::size_t b = 0; b < ok.size(); ++b) {
+      if (ok[b] == 1) continue;
+      if (ok[b] == 0) return undefined(b);
+      ffi::Error e = rescaled(b, D, w.typed_data(), nullptr, {{L, 1}, {G, D}}, {{0, 0}, {1, 0}},
+                              [&](const Real* ws, const Real*, std::size_t r, std::uint8_t* k) {
+                                cpu::loss_grad(m, ws, 1, L + r, G + r * D, k);
+                              });
+      if (e.failure()) return e;
+    }
+    return ffi::Error::Success();
+  }
+  template <int Order>
+  static ffi::Error directional(std::uint64_t address, Buf w, Buf v, Out out) {
+    const Model& m = model(address);
+    std::int64_t B = 0;
+    if (ffi::Error e = rows(m, w.element_count(), &B); e.failure()) return e;
+    if (v.element_count() != w.element_count())
+      return ffi::Error::InvalidArgument("pysharp: w and v must have the same shape");
+    const int D = m.dim();
+    Real* O = out->typed_data();
+    std::vector<std::uint8_t> ok(B);
+    cpu::directional<Order>(m, w.typed_data(), v.typed_data(), B, O, ok.data());
+    for (std::size_t b = 0; b < ok.size(); ++b) {
+      if (ok[b] == 1) continue;
+      if (ok[b] == 0) return undefined(b);
+      // H v ~ ||w||^-2 ||v||, D^3L[v, v] ~ ||w||^-3 ||v||^2
+      ffi::Error e = rescaled(b, D, w.typed_data(), v.typed_data(), {{O, D}}, {{Order + 1, Order}},
+                              [&](const Real* ws, const Real* vs, std::size_t r, std::uint8_t* k) {
+                                cpu::directional<Order>(m, ws, vs, 1, O + r * D, k);
+                              });
+      if (e.failure()) return e;
+    }
+    return ffi::Error::Success();
+  }
+
+  // The XLA_FFI_Handler entry points (what XLA_FFI_DEFINE_HANDLER writes, per template).
+  static XLA_FFI_Error* loss_grad_handler(XLA_FFI_CallFrame* frame) {
+    static auto* h = ffi::Ffi::Bind()
+                         .Attr<std::uint64_t>("model")
+                         .template Arg<Buf>()
+                         .template Ret<Buf>()
+                         .template Ret<Buf>()
+                         .To(loss_grad)
+                         .release();
+    return h->Call(frame);
+  }
+  template <int Order>
+  static XLA_FFI_Error* directional_handler(XLA_FFI_CallFrame* frame) {
+    static auto* h = ffi::Ffi::Bind()
+                         .Attr<std::uint64_t>("model")
+                         .template Arg<Buf>()
+                         .template Arg<Buf>()
+                         .template Ret<Buf>()
+                         .To(directional<Order>)
+                         .release();
+    return h->Call(frame);
+  }
+};
+
+// The handlers as PyCapsules, by kernel name, for jax.ffi.register_ffi_target.
+template <class Model, class Real>
+pybind11::dict capsules() {
+  using H = Handlers<Model, Real>;
+  pybind11::dict d;
+  d["loss_and_grad"] = pybind11::capsule(reinterpret_cast<void*>(&H::loss_grad_handler));
+  d["hvp"] = pybind11::capsule(reinterpret_cast<void*>(&H::template directional_handler<1>));
+  d["third"] = pybind11::capsule(reinterpret_cast<void*>(&H::template directional_handler<2>));
+  return d;
+}
+
+}  // namespace pysharp::jax_ffi
+
+#define PYSHARP_JAX_FFI_MODULE(module_name, Model, Real)                      \
+  PYBIND11_MODULE(module_name, m) {                                           \
+    m.attr("HANDLERS") = ::pysharp::jax_ffi::capsules<Model<Real>, Real>();   \
+  }
