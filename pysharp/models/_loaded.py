@@ -241,10 +241,10 @@ class LoadedSquareLossModel(_Compiled, SquareLossModel):
     ----------
     header, model_name, dtype, fields
         As for :class:`LoadedModel`.
-    X : ndarray, shape (n, d)
-        The bound training inputs (the ``X`` field).
-    y : ndarray, shape (n,)
-        The bound targets (the ``y`` field).
+    X : ndarray
+        The bound training inputs (the ``X`` field), n samples by d inputs.
+    y : ndarray
+        The bound targets (the ``y`` field), one per sample.
 
     Notes
     -----
