@@ -4,6 +4,7 @@ rows and checks only the rows the core refused."""
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
@@ -70,6 +71,50 @@ def host_view(x, name: str = "x") -> np.ndarray:
                 raise TypeError(f"{name}: cannot read this {type(x).__name__} as a NumPy "
                                 f"array ({exc})") from exc
     return np.asarray(x)
+
+
+def _array_library(x) -> str | None:
+    """"torch", "jax" or "cupy" for an array of that library, else None (NumPy, lists)."""
+    if isinstance(x, np.ndarray):
+        return None
+    root = type(x).__module__.partition(".")[0]
+    if root in ("jax", "jaxlib"):
+        return "jax"
+    return root if root in ("torch", "cupy") else None
+
+
+def like_input(template, out):
+    """``out`` (an array, or a tuple of them, from a kernel) as arrays of ``template``'s
+    library: a torch tensor for a torch input (sharing the NumPy result's memory), a JAX
+    array for a JAX input, a CuPy array for a CuPy input; unchanged for anything else.
+    Dtypes are kept."""
+    library = _array_library(template)
+    if library is None:
+        return out
+    if isinstance(out, tuple):
+        return tuple(like_input(template, o) for o in out)
+    if not isinstance(out, (np.ndarray, np.generic)):
+        return out
+    out = np.asarray(out)
+    if library == "torch":
+        import torch
+        return torch.from_numpy(out if out.flags.writeable else out.copy())
+    if library == "jax":
+        import jax.numpy as jnp
+        return jnp.asarray(out)
+    import cupy
+    return cupy.asarray(out)
+
+
+def keeps_array_type(method):
+    """Decorator of a kernel method ``f(self, w, ...)``: its results come back in the
+    library of ``w`` (:func:`like_input`), so a torch or JAX caller gets its own type."""
+
+    @functools.wraps(method)
+    def wrapper(self, w, *args, **kwargs):
+        return like_input(w, method(self, w, *args, **kwargs))
+
+    return wrapper
 
 
 def check_finite(a: np.ndarray, name: str) -> None:

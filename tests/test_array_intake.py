@@ -85,9 +85,39 @@ def test_torch_in_place(model, intake):
     Wt = torch.from_numpy(np.asfortranarray(Wn))
     np.testing.assert_array_equal(model.loss(Wt), model.loss(Wn))
     assert intake["w"][0].dtype == np.float64
-    assert model.loss(W.float()).dtype == np.float32
+    assert model.loss(W.float()).dtype == torch.float32
     with pytest.raises(TypeError, match="w"):
         model.loss(W.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("library", ["numpy", "jax", "torch"])
+def test_results_come_back_in_the_callers_array_type(model, library):
+    """Every kernel returns arrays of the input's library, with the NumPy call's values and
+    dtype; square-loss models too (their Jacobians included)."""
+    if library == "numpy":
+        convert, kind = np.asarray, (np.ndarray, np.generic)  # a single loss: a NumPy scalar
+    elif library == "jax":
+        jax = pytest.importorskip("jax")
+        jax.config.update("jax_enable_x64", True)
+        convert, kind = jax.numpy.asarray, jax.Array
+    else:
+        torch = pytest.importorskip("torch")
+        convert, kind = (lambda a: torch.from_numpy(np.array(a))), torch.Tensor
+    net = ps.TwoLayerNet.synthetic(d=3, m=4, n=5, seed=0)
+    for m in (model, net):
+        for dtype in (np.float64, np.float32):
+            Wn = m.random_point(3, seed=0).astype(dtype)
+            Vn = m.random_point(3, seed=1).astype(dtype)
+            outs = kernels(m, convert(Wn), convert(Vn)) + (m.loss(convert(Wn[0])),)
+            if m is net:
+                outs += m.jacobians(convert(Wn)) + (m.gauss_newton_hvp(convert(Wn), Vn),)
+            want = kernels(m, Wn, Vn) + (m.loss(Wn[0]),)
+            if m is net:
+                want += m.jacobians(Wn) + (m.gauss_newton_hvp(Wn, Vn),)
+            for got, ref in zip(outs, want, strict=True):
+                assert isinstance(got, kind), (type(got), library)
+                assert str(got.dtype).endswith(np.dtype(dtype).name)
+                np.testing.assert_array_equal(np.asarray(got), ref)
 
 
 def test_import_pysharp_loads_no_framework():

@@ -17,6 +17,7 @@ from .._validation import (
     as_positive_int,
     check_finite,
     check_nonzero_rows,
+    keeps_array_type,
 )
 from ._compiler import include_dir
 
@@ -244,6 +245,7 @@ class ScaleInvariantModel(abc.ABC):
         # w = Ws 2^ew, v = Vs 2^ev: the output carries 2^-(p ew - q ev).
         return [self._scaled_back(out, p * ew - q * ev, 1) for out, (p, q) in zip(outs, powers)]
 
+    @keeps_array_type
     def loss_and_grad(self, w, *, backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
         """Loss L(w) and gradient grad L(w).
 
@@ -257,10 +259,12 @@ class ScaleInvariantModel(abc.ABC):
         loss, G = self._evaluate(backend, "loss_grad", ((0, 0), (1, 0)), W, single_w=single)
         return self._shape(loss, single), self._shape(G, single)
 
+    @keeps_array_type
     def loss(self, w, *, backend: str = "auto") -> np.ndarray:
         """Loss L(w), shape () or (B,)."""
         return self.loss_and_grad(w, backend=backend)[0]
 
+    @keeps_array_type
     def grad(self, w, *, backend: str = "auto") -> np.ndarray:
         """Gradient grad L(w), shape of ``w``. Orthogonal to w (scale invariance)."""
         return self.loss_and_grad(w, backend=backend)[1]
@@ -272,6 +276,7 @@ class ScaleInvariantModel(abc.ABC):
         (out,) = self._evaluate(backend, kernel, ((power + 1, power),), W, V, single_w, single_v)
         return self._shape(out, single_w and single_v)
 
+    @keeps_array_type
     def hvp(self, w, v, *, backend: str = "auto") -> np.ndarray:
         """Hessian-vector product H(w) v, exact (forward-mode jets, no finite step).
 
@@ -279,6 +284,7 @@ class ScaleInvariantModel(abc.ABC):
         """
         return self._directional(w, v, "hvp", 1, backend)
 
+    @keeps_array_type
     def third(self, w, v, *, backend: str = "auto") -> np.ndarray:
         """Third-order contraction D^3L(w)[v, v]: the vector d/dt H(w + t v) v at t = 0.
 
@@ -287,6 +293,7 @@ class ScaleInvariantModel(abc.ABC):
         """
         return self._directional(w, v, "third", 2, backend)
 
+    @keeps_array_type
     def hessian(self, w, *, backend: str = "auto") -> np.ndarray:
         """Dense Hessian, shape (D, D) or (B, D, D), from D HVPs per point.
 

@@ -13,7 +13,13 @@ from typing import Any
 import numpy as np
 
 from .._backend import core
-from .._validation import as_batch, as_float_array, as_positive_int, as_real
+from .._validation import (
+    as_batch,
+    as_float_array,
+    as_positive_int,
+    as_real,
+    keeps_array_type,
+)
 from ._registry import ModelEntry, register
 
 
@@ -98,20 +104,24 @@ class SquareLossModel(abc.ABC):
         return x[0] if single else x
 
     # -- kernels ----------------------------------------------------------------
+    @keeps_array_type
     def loss_and_grad(self, w) -> tuple[np.ndarray, np.ndarray]:
         """Loss L(w), shape () or (B,), and gradient grad L(w), shape of ``w``."""
         W, single = self._batch(w)
         loss, G, _ = self._core(W.dtype).loss_grad(W)
         return self._shape(loss, single), self._shape(G, single)
 
+    @keeps_array_type
     def loss(self, w) -> np.ndarray:
         """Loss L(w) = (1/2n) sum_i (f(x_i; w) - y_i)^2, shape () or (B,)."""
         return self.loss_and_grad(w)[0]
 
+    @keeps_array_type
     def grad(self, w) -> np.ndarray:
         """Gradient grad L(w), shape of ``w``."""
         return self.loss_and_grad(w)[1]
 
+    @keeps_array_type
     def hvp(self, w, v) -> np.ndarray:
         """Exact Hessian-vector product H(w) v (forward-mode jets).
 
@@ -121,6 +131,7 @@ class SquareLossModel(abc.ABC):
         """
         return self._directional("hvp", w, v)
 
+    @keeps_array_type
     def third(self, w, v) -> np.ndarray:
         """Exact third-order contraction D^3L(w)[v, v], the derivative of H(w) v along v.
 
@@ -142,12 +153,14 @@ class SquareLossModel(abc.ABC):
                                                       np.ascontiguousarray(V))
         return self._shape(out, single_w and single_v)
 
+    @keeps_array_type
     def hessian(self, w) -> np.ndarray:
         """Dense exact Hessian, (D, D) or (B, D, D), from D HVPs per point (small D only)."""
         W, single = self._batch(w)
         H, _ = self._core(W.dtype).hessian(W)
         return self._shape(H, single)
 
+    @keeps_array_type
     def jacobians(self, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Predictions and per-sample gradients on the training inputs.
 
@@ -164,18 +177,22 @@ class SquareLossModel(abc.ABC):
         F, A, GX = self._core(W.dtype).jacobians(W)
         return self._shape(F, single), self._shape(A, single), self._shape(GX, single)
 
+    @keeps_array_type
     def predict(self, w) -> np.ndarray:
         """f(x_i; w) on the training inputs, shape (n,) or (B, n)."""
         return self.jacobians(w)[0]
 
+    @keeps_array_type
     def param_gradients(self, w) -> np.ndarray:
         """Per-sample parameter gradients a_i = grad_W f(x_i; w), (n, D) or (B, n, D)."""
         return self.jacobians(w)[1]
 
+    @keeps_array_type
     def input_gradients(self, w) -> np.ndarray:
         """Per-sample input gradients grad_x f(x_i; w), (n, d) or (B, n, d)."""
         return self.jacobians(w)[2]
 
+    @keeps_array_type
     def gauss_newton_hvp(self, w, v) -> np.ndarray:
         """Gauss-Newton product G v = (1/n) sum_i a_i (a_i . v): the Hessian at interpolation."""
         W, single_w = self._batch(w)
