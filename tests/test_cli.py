@@ -221,7 +221,7 @@ _SLOW_SWEEP = """
 [model]
 name = "bn_linear_regression"
 [grid]
-lr = { geomspace = [0.1, 2.0, 16] }
+lr = { geomspace = [0.1, 2.0, 64] }
 wd = { geomspace = [1e-4, 1e-3, 4] }
 init_norm = 10.0
 [run]
@@ -250,11 +250,11 @@ def test_ctrl_c_during_a_sweep_says_what_was_saved_and_exits_130(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "Task was destroyed" not in err, err
-    m = re.search(r"interrupted: (\d+) of 64 chunks saved to c.zarr; run "
+    m = re.search(r"interrupted: (\d+) of 256 chunks saved to c.zarr; run "
                   r"`pysharp sweep c.toml --no-progress --resume`", err)
     assert m, err
     saved = int(m[1])
-    assert saved == sum(p.stem.isdigit() for p in done.glob("*.json")) and 1 <= saved < 64
+    assert saved == sum(p.stem.isdigit() for p in done.glob("*.json")) and 1 <= saved < 256
 
 
 def test_run_without_sharpness_records_is_refused_before_any_work(capsys):

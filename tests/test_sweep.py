@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -104,7 +105,8 @@ def test_lone_runs_equal_the_grid_before_eos_entry(reference):
 
 def test_chunking_and_executor_do_not_change_a_bit(reference):
     _same(reference, ps.sweep(MODEL, **GRID, **RUN, chunk_size=1000, progress=False))
-    with ProcessPoolExecutor(2) as pool:
+    # forkserver: a fork of a process that has loaded JAX (the framework tests) may deadlock
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver")) as pool:
         _same(reference, ps.sweep(MODEL, **GRID, **RUN, chunk_size=7, executor=pool,
                                   progress=False))
 
