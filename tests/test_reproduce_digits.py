@@ -7,6 +7,7 @@ what to install, and ``run_all`` skips it (checked with a requirement that is ne
 """
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -92,3 +93,14 @@ def test_missing_requirements_are_named_and_skipped(monkeypatch, tmp_path, capsy
     assert main(["reproduce", "all", "--quick", "--out", str(tmp_path)]) == 0
     assert f"skipped digits: {message}" in capsys.readouterr().out
     assert not (tmp_path / "digits.json").exists()
+
+
+def test_a_run_that_never_enters_reports_none_after_entry():
+    steps = np.arange(0, 101, 10)
+    tr = SimpleNamespace(eos_ratio=np.linspace(0.1, 1.0, 11), sharpness=np.linspace(9, 10, 11),
+                         sharpness_steps=steps, steps=steps, loss=np.ones(11), theta_steps=steps,
+                         eos_tol=0.05)
+    numbers = digits._at_entry(tr, -1, np.ones(11), np.ones(11))
+    assert numbers and all(value is None for value in numbers.values())
+    entered = digits._at_entry(tr, 50, np.ones(11), np.ones(11))
+    assert entered["eos_ratio_samples"] == 6 and entered["sharpness_at_entry"] == 9.5

@@ -117,6 +117,27 @@ def _at(steps: np.ndarray, values: np.ndarray, step: int):
     return values[min(int(np.searchsorted(steps, step)), len(steps) - 1)]
 
 
+def _at_entry(tr, entry: int, train_acc: np.ndarray, test_acc: np.ndarray) -> dict:
+    """The numbers at and after EoS entry (the first sharpness record at the edge); each is
+    None for a run that never entered."""
+    after = tr.eos_ratio[tr.sharpness_steps >= entry]
+    s_entry = float(_at(tr.sharpness_steps, tr.sharpness, entry))
+    numbers = {
+        "eos_ratio_median_after_entry": float(np.median(after)),
+        "eos_ratio_min_after_entry": float(after.min()),
+        "eos_ratio_max_after_entry": float(after.max()),
+        "eos_ratio_fraction_in_band": float(np.mean(np.abs(after - 2) <= 2 * tr.eos_tol)),
+        "eos_ratio_samples": int(after.size),
+        "sharpness_at_entry": s_entry,
+        "sharpness_end_over_entry": float(tr.sharpness[-1] / s_entry),
+        "sharpness_fell": bool(tr.sharpness[-1] < s_entry),
+        "train_loss_at_entry": float(_at(tr.steps, tr.loss, entry)),
+        "train_accuracy_at_entry": float(_at(tr.theta_steps, train_acc, entry)),
+        "test_accuracy_at_entry": float(_at(tr.theta_steps, test_acc, entry)),
+    }
+    return numbers if entry >= 0 else dict.fromkeys(numbers)
+
+
 def run(out, quick: bool) -> dict:
     n_train, wd, steps, every = (200, 1e-3, 3_000, 50) if quick else (400, 2e-4, 20_000, 100)
     model, (X_train, odd_train, X_test, odd_test) = build(n_train)
@@ -129,34 +150,19 @@ def run(out, quick: bool) -> dict:
 
     entry = int(tr.eos_entry_step)
     entered = entry >= 0
-    # Without an entry the "after entry" numbers are those of the last record: no regime.
-    at = entry if entered else steps
-    after = tr.eos_ratio[tr.sharpness_steps >= at]
-    band = np.abs(after - 2) <= 2 * tr.eos_tol
-    s_entry = float(_at(tr.sharpness_steps, tr.sharpness, at))
     numbers = {
         "eos_entered": entered, "eos_entry_step": entry,
         "eos_ratio_start": float(tr.eos_ratio[0]),
-        "eos_ratio_median_after_entry": float(np.median(after)),
-        "eos_ratio_min_after_entry": float(after.min()),
-        "eos_ratio_max_after_entry": float(after.max()),
         "eos_band": [2 * (1 - tr.eos_tol), 2 * (1 + tr.eos_tol)],
-        "eos_ratio_fraction_in_band": float(band.mean()), "eos_ratio_samples": int(after.size),
-        "sharpness_start": float(tr.sharpness[0]), "sharpness_at_entry": s_entry,
-        "sharpness_max": float(tr.sharpness.max()), "sharpness_end": float(tr.sharpness[-1]),
-        "sharpness_end_over_entry": float(tr.sharpness[-1] / s_entry),
-        "sharpness_fell": bool(tr.sharpness[-1] < s_entry),
+        **_at_entry(tr, entry, train_acc, test_acc),
+        "sharpness_start": float(tr.sharpness[0]), "sharpness_max": float(tr.sharpness.max()),
+        "sharpness_end": float(tr.sharpness[-1]),
         "sharpness_all_converged": bool(tr.sharpness_converged.all()),
-        "train_loss_start": float(tr.loss[0]),
-        "train_loss_at_entry": float(_at(tr.steps, tr.loss, at)),
-        "train_loss_end": float(tr.loss[-1]),
+        "train_loss_start": float(tr.loss[0]), "train_loss_end": float(tr.loss[-1]),
         # the loss alternates at the edge: the mean over the last tenth of the run
         "train_loss_end_mean": float(tr.loss[-len(tr.loss) // 10:].mean()),
-        "train_accuracy_at_entry": float(_at(tr.theta_steps, train_acc, at)),
         "train_accuracy_end": float(train_acc[-1]),
-        "test_accuracy_start": float(test_acc[0]),
-        "test_accuracy_at_entry": float(_at(tr.theta_steps, test_acc, at)),
-        "test_accuracy_end": float(test_acc[-1]),
+        "test_accuracy_start": float(test_acc[0]), "test_accuracy_end": float(test_acc[-1]),
         "test_accuracy_chance": float(max(odd_test.mean(), 1 - odd_test.mean())),
         "diverged": bool(tr.diverged),
         "check_passed": bool(all(model.report.passed.values())),
