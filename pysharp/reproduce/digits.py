@@ -32,6 +32,7 @@ def bn_tanh_loss(w, X, y, a):
     Parameters
     ----------
     w : jax.Array, shape (h * d,)
+        The rows of W, flattened.
     X : jax.Array, shape (n, d)
         Training inputs.
     y : jax.Array, shape (n,)
@@ -44,7 +45,7 @@ def bn_tanh_loss(w, X, y, a):
     jax.Array, shape ()
         mean_i (a . tanh(BN(W x_i)) - y_i)^2.
     """
-    import jax.numpy as jnp
+    import jax.numpy as jnp  # JAX is optional: imported when the loss is traced
 
     W = w.reshape(a.shape[0], X.shape[1])
     Z = X @ W.T
