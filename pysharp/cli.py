@@ -510,6 +510,9 @@ def _reproduce(args) -> int:
     if args.name == "all":
         results = reproduce.run_all(args.out, quick=args.quick)
         print(f"ran {len(results)} experiments; index at {Path(args.out) / 'index.md'}")
+        for name in reproduce.names():
+            if name not in results:
+                print(f"skipped {name}: {reproduce.missing(name)}")
         return 0
     summary = reproduce.run(args.name, args.out, quick=args.quick)
     for key, value in summary.items():

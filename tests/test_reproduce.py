@@ -28,7 +28,8 @@ def results():
 
 def test_all_experiments_write_figures_and_numbers(results):
     out, res = results
-    assert set(res) == set(reproduce.names())
+    # an experiment whose optional packages are missing is skipped (digits: JAX, scikit-learn)
+    assert set(res) == {name for name in reproduce.names() if reproduce.missing(name) is None}
     for name, summary in res.items():
         for fig in summary["figures"]:
             assert (out / fig).stat().st_size > 10_000
@@ -133,7 +134,8 @@ def test_readme_numbers_are_those_of_a_default_run(tmp_path):
 def test_readme_numbers_all_rows(tmp_path):
     tool = _readme_numbers()
     for name in tool.ROWS:
-        reproduce.run(name, tmp_path, quick=False)
+        if reproduce.missing(name) is None:   # else its row is left unchecked
+            reproduce.run(name, tmp_path, quick=False)
     assert tool.main([str(tmp_path), "--check"]) == 0
 
 

@@ -4,12 +4,15 @@ Each experiment is a module here with ``DESCRIPTION`` (one line) and
 ``run(out: pathlib.Path, quick: bool) -> dict``, which writes its PNG figures
 into ``out`` and returns the measured numbers (saved as ``NAME.json``).
 Defaults take a couple of minutes at most on 2 cores; ``quick`` takes seconds.
-Modules load lazily, so matplotlib is only imported when a figure is drawn.
+Modules load lazily, so matplotlib is only imported when a figure is drawn. A module
+needing optional packages names them in ``REQUIRES`` (import name -> pip name) and
+the command installing them in ``INSTALL``; ``run_all`` skips it when one is missing.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -26,6 +29,7 @@ REGISTRY: dict[str, str] = {
     "central-flow": "central_flow",
     "spectra": "spectra",
     "period-two": "period_two",
+    "digits": "digits",
 }
 
 
@@ -33,15 +37,45 @@ def names() -> list[str]:
     return sorted(REGISTRY)
 
 
+def _module(name: str):
+    if name not in REGISTRY:
+        raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(names()) or 'none'}")
+    return importlib.import_module(f"pysharp.reproduce.{REGISTRY[name]}")
+
+
+def missing(name: str) -> str | None:
+    """What experiment ``name`` needs and this environment lacks, as a sentence; None if nothing.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not an experiment.
+    """
+    module = _module(name)
+    lacking = [pip for mod, pip in getattr(module, "REQUIRES", {}).items()
+               if importlib.util.find_spec(mod) is None]
+    if not lacking:
+        return None
+    return f"`pysharp reproduce {name}` needs {' and '.join(lacking)}: {module.INSTALL}"
+
+
 def run(name: str, out, quick: bool = False) -> dict:
     """Run one experiment; write its figures and ``NAME.json`` into ``out``.
 
     Returns the summary dict (also holding ``seconds``, the wall time).
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not an experiment.
+    ImportError
+        matplotlib, or a package the experiment needs (``missing(name)``), is not installed.
     """
-    if name not in REGISTRY:
-        raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(names()) or 'none'}")
+    module = _module(name)
     plt()  # fail before any work when matplotlib is missing
-    module = importlib.import_module(f"pysharp.reproduce.{REGISTRY[name]}")
+    lacking = missing(name)
+    if lacking:
+        raise ImportError(lacking)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -53,13 +87,21 @@ def run(name: str, out, quick: bool = False) -> dict:
 
 
 def run_all(out, quick: bool = False) -> dict:
-    """Run every experiment and write ``index.md`` linking figures and numbers."""
+    """Run every experiment and write ``index.md`` linking figures and numbers.
+
+    An experiment whose optional packages are missing (``missing(name)``) is skipped:
+    ``index.md`` says so and what to install, and the result has no entry for it.
+    """
     out = Path(out)
-    results = {name: run(name, out, quick) for name in names()}
+    skipped = {name: missing(name) for name in names()}
+    results = {name: run(name, out, quick) for name in names() if not skipped[name]}
     lines = ["# pysharp reproduce: all experiments", ""]
-    for name, summary in results.items():
-        module = importlib.import_module(f"pysharp.reproduce.{REGISTRY[name]}")
-        lines += [f"## {name}", "", module.DESCRIPTION, ""]
+    for name in names():
+        lines += [f"## {name}", "", _module(name).DESCRIPTION, ""]
+        if skipped[name]:
+            lines += [f"Skipped: {skipped[name]}.", ""]
+            continue
+        summary = results[name]
         for fig in summary.get("figures", []):
             lines.append(f"![{name}]({fig})")
         lines += ["", "| quantity | value |", "| --- | --- |"]
