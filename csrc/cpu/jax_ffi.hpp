@@ -17,7 +17,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -27,12 +29,55 @@
 #include "cpu/batched.hpp"
 #include "xla/ffi/api/ffi.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace pysharp::jax_ffi {
 
 namespace ffi = ::xla::ffi;
 
 template <class Real>
 constexpr ffi::DataType kDataType = std::is_same_v<Real, double> ? ffi::F64 : ffi::F32;
+
+// Runs f(first_row, rows) over [0, B) in contiguous chunks of whole lane blocks, one per
+// thread of XLA's intra-op pool (the calling thread takes one), each on one thread: an
+// OpenMP team started inside an XLA program competes for the cores with XLA's own
+// threads, which left a GD loop's kernel at about single-thread speed. The chunks are
+// the kernels' own lane blocks, so the bits are those of one call on the whole batch.
+template <int L, class F>
+void on_pool(ffi::ThreadPool& pool, std::int64_t B, F&& f) {
+  const std::int64_t blocks = (B + L - 1) / L;
+  const std::int64_t tasks = std::clamp<std::int64_t>(pool.num_threads(), 1, blocks);
+  const std::int64_t per = (blocks + tasks - 1) / tasks * L;  // rows per chunk
+  auto run = [&](std::int64_t first) {
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);  // this thread's setting only, restored below
+#endif
+    f(first, std::min(per, B - first));
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#endif
+  };
+  std::mutex mu;
+  std::condition_variable done;
+  std::int64_t pending = 0;
+  for (std::int64_t first = per; first < B; first += per) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++pending;
+    }
+    pool.Schedule([&, first] {
+      run(first);
+      std::lock_guard<std::mutex> lock(mu);
+      if (--pending == 0) done.notify_one();
+    });
+  }
+  run(0);
+  std::unique_lock<std::mutex> lock(mu);
+  done.wait(lock, [&] { return pending == 0; });
+}
 
 template <class Model, class Real>
 struct Handlers {
@@ -109,14 +154,18 @@ struct Handlers {
     return ffi::Error::Success();
   }
 
-  static ffi::Error loss_grad(std::uint64_t address, Buf w, Out loss, Out grad) {
+  static ffi::Error loss_grad(ffi::ThreadPool pool, std::uint64_t address, Buf w, Out loss,
+                              Out grad) {
     const Model& m = model(address);
     std::int64_t B = 0;
     if (ffi::Error e = rows(m, w.element_count(), &B); e.failure()) return e;
     const int D = m.dim();
+    const Real* W = w.typed_data();
     Real *L = loss->typed_data(), *G = grad->typed_data();
     std::vector<std::uint8_t> ok(B);
-    cpu::loss_grad(m, w.typed_data(), B, L, G, ok.data());
+    on_pool<kNativeLanes<Real>>(pool, B, [&](std::int64_t r, std::int64_t n) {
+      cpu::loss_grad(m, W + r * D, n, L + r, G + r * D, ok.data() + r);
+    });
     for (std::size_t b = 0; b < ok.size(); ++b) {
       if (ok[b] == 1) continue;
       if (ok[b] == 0) return undefined(b);
@@ -129,16 +178,20 @@ struct Handlers {
     return ffi::Error::Success();
   }
   template <int Order>
-  static ffi::Error directional(std::uint64_t address, Buf w, Buf v, Out out) {
+  static ffi::Error directional(ffi::ThreadPool pool, std::uint64_t address, Buf w, Buf v,
+                                Out out) {
     const Model& m = model(address);
     std::int64_t B = 0;
     if (ffi::Error e = rows(m, w.element_count(), &B); e.failure()) return e;
     if (v.element_count() != w.element_count())
       return ffi::Error::InvalidArgument("pysharp: w and v must have the same shape");
     const int D = m.dim();
+    const Real *W = w.typed_data(), *V = v.typed_data();
     Real* O = out->typed_data();
     std::vector<std::uint8_t> ok(B);
-    cpu::directional<Order>(m, w.typed_data(), v.typed_data(), B, O, ok.data());
+    on_pool<kNativeLanes<Real>>(pool, B, [&](std::int64_t r, std::int64_t n) {
+      cpu::directional<Order>(m, W + r * D, V + r * D, n, O + r * D, ok.data() + r);
+    });
     for (std::size_t b = 0; b < ok.size(); ++b) {
       if (ok[b] == 1) continue;
       if (ok[b] == 0) return undefined(b);
@@ -155,6 +208,7 @@ struct Handlers {
   // The XLA_FFI_Handler entry points (what XLA_FFI_DEFINE_HANDLER writes, per template).
   static XLA_FFI_Error* loss_grad_handler(XLA_FFI_CallFrame* frame) {
     static auto* h = ffi::Ffi::Bind()
+                         .template Ctx<ffi::ThreadPool>()
                          .Attr<std::uint64_t>("model")
                          .template Arg<Buf>()
                          .template Ret<Buf>()
@@ -166,6 +220,7 @@ struct Handlers {
   template <int Order>
   static XLA_FFI_Error* directional_handler(XLA_FFI_CallFrame* frame) {
     static auto* h = ffi::Ffi::Bind()
+                         .template Ctx<ffi::ThreadPool>()
                          .Attr<std::uint64_t>("model")
                          .template Arg<Buf>()
                          .template Arg<Buf>()
