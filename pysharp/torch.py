@@ -35,8 +35,11 @@ returns that id (the functions above do it for you). The table never keeps a
 model alive; a handle of a collected model raises. Under ``torch.compile`` the
 handle is a constant of the compiled graph (Dynamo guards on the model object
 the function closes over), and the operator stays opaque: the graph calls the
-compiled kernel, Inductor fuses what is around it. ``torch.func`` transforms
-(vmap, grad) are not registered: use autograd, or pass a (B, D) batch.
+compiled kernel, Inductor fuses what is around it. ``torch.func.vmap`` rules make a
+vmapped call (nested too) one kernel call on the whole batch. ``torch.func.grad`` and the
+other function transforms of derivatives refuse these operators in torch 2.13 (the
+autograd of a ``custom_op`` has no ``setup_context`` for functorch); use autograd
+(``backward``, ``torch.autograd.grad``) on a (B, D) batch instead.
 
 Inputs are read in place (``Tensor.numpy()`` on a contiguous CPU tensor, no copy);
 outputs are fresh tensors built on the kernels' NumPy results without a copy.
@@ -211,6 +214,41 @@ def _third_backward(ctx, g):
 
 _hvp.register_autograd(_hvp_backward, setup_context=_pair_setup)
 _third.register_autograd(_third_backward, setup_context=_pair_setup)
+
+
+# -- torch.func.vmap ----------------------------------------------------------------------
+# The kernels take any batch, so a vmapped call is one kernel call on the flattened batch.
+def _to_front(x, bdim, n):
+    """x with its vmapped axis first (expanded to n where it has none)."""
+    return x.movedim(bdim, 0) if bdim is not None else x.expand(n, *x.shape)
+
+
+def _lg_vmap(info, in_dims, model, w):
+    x = _to_front(w, in_dims[1], info.batch_size)
+    L, G = _loss_and_grad(model, x.reshape(-1, x.shape[-1]))
+    return (L.reshape(x.shape[:-1]), G.reshape(x.shape)), (0, 0)
+
+
+def _pair_vmap(op):
+    def rule(info, in_dims, model, w, v):
+        n = info.batch_size
+        w, v = _to_front(w, in_dims[1], n), _to_front(v, in_dims[2], n)
+        shape = (n,) + torch.broadcast_shapes(w.shape[1:], v.shape[1:])
+        w, v = w.expand(shape), v.expand(shape)
+        out = op(model, w.reshape(-1, shape[-1]), v.reshape(-1, shape[-1]))
+        return out.reshape(shape), 0
+    return rule
+
+
+def _hessian_vmap(info, in_dims, model, w):
+    x = _to_front(w, in_dims[1], info.batch_size)
+    return _hessian(model, x.reshape(-1, x.shape[-1])).reshape(x.shape + x.shape[-1:]), 0
+
+
+torch.library.register_vmap(_loss_and_grad, _lg_vmap)
+torch.library.register_vmap(_hvp, _pair_vmap(_hvp))
+torch.library.register_vmap(_third, _pair_vmap(_third))
+torch.library.register_vmap(_hessian, _hessian_vmap)
 
 
 # -- the public functions ---------------------------------------------------------------

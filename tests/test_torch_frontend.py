@@ -223,3 +223,33 @@ def test_loaded_model():
     key = pst.handle(model)
     result = torch.library.opcheck(torch.ops.pysharp.loss_and_grad, (key, w[None].clone()))
     assert all(v == "SUCCESS" for v in result.values())
+
+
+def test_vmap_is_one_kernel_call_on_the_whole_batch(model):
+    W, V = points(model, 6, seed=1), points(model, 6, seed=2)
+    Wn, Vn = W.numpy(), V.numpy()
+    calls = []
+    original = model.loss_and_grad
+
+    def counted(w, *a, **k):
+        calls.append(np.shape(w))
+        return original(w, *a, **k)
+
+    model.loss_and_grad = counted
+    try:
+        L = torch.func.vmap(torch.func.vmap(lambda w: pst.loss(model, w)))(W.reshape(2, 3, -1))
+    finally:
+        del model.loss_and_grad
+    assert calls == [(6, model.dim)]
+    np.testing.assert_array_equal(L.reshape(-1).numpy(), model.loss(Wn))
+    vmap = torch.func.vmap
+    np.testing.assert_array_equal(vmap(lambda w, v: pst.hvp(model, w, v))(W, V).numpy(),
+                                  model.hvp(Wn, Vn))
+    np.testing.assert_array_equal(vmap(lambda w: pst.hvp(model, w, V[0]))(W).numpy(),
+                                  model.hvp(Wn, Vn[0]))
+    np.testing.assert_array_equal(vmap(lambda w, v: pst.third(model, w, v))(W, V).numpy(),
+                                  model.third(Wn, Vn))
+    np.testing.assert_array_equal(vmap(lambda w: pst.hessian(model, w))(W).numpy(),
+                                  model.hessian(Wn))
+    _, G = vmap(lambda w: pst.loss_and_grad(model, w))(W)
+    np.testing.assert_array_equal(G.numpy(), model.grad(Wn))
