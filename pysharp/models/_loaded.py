@@ -133,6 +133,11 @@ class _Compiled:
                             f"not a {self._kind} one; pysharp.models.load_model picks the class "
                             "that fits")
         self.fields = _validated(list(module.FIELDS), dict(fields), self.header)
+        self._dim = int(self._compiled_core(self.dtype).dim)
+
+    @property
+    def dim(self) -> int:
+        return self._dim
 
     def _module(self, dtype: np.dtype):
         dtype = np.dtype(dtype)
@@ -202,11 +207,6 @@ class LoadedModel(_Compiled, ScaleInvariantModel):
                  model_name: str | None = None, include_dirs=()) -> None:
         super().__init__()
         self._load(header, fields, dtype, model_name, include_dirs)
-        self._dim = int(self._core(self.dtype).dim)
-
-    @property
-    def dim(self) -> int:
-        return self._dim
 
     def _core(self, dtype: np.dtype, backend: str = "cpp") -> Any:
         if backend != "cpp":
@@ -248,8 +248,9 @@ class LoadedSquareLossModel(_Compiled, SquareLossModel):
 
     Notes
     -----
-    The model declares no first layer, so :func:`pysharp.input_smoothness` gives the
-    moments without the first-layer bound (``lhs``, ``rhs``, ``holds`` are None).
+    The model declares no first layer, so :func:`pysharp.stability.input_smoothness`
+    gives the moments without the first-layer bound (``grad_x_norm``, ``bound`` and
+    ``holds`` are None).
     """
 
     _kind = "square_loss"
@@ -267,11 +268,6 @@ class LoadedSquareLossModel(_Compiled, SquareLossModel):
                              "PYSHARP_ARRAY(X, n, d) and PYSHARP_ARRAY(y, n); it declares "
                              f"X over ({', '.join(X)}) and y over ({', '.join(y)})")
         self.X, self.y = self.fields["X"], self.fields["y"]
-        self._dim = int(self._core(self.dtype).dim)
-
-    @property
-    def dim(self) -> int:
-        return self._dim
 
     def _core(self, dtype) -> Any:
         return self._compiled_core(dtype)
