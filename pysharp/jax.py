@@ -79,6 +79,9 @@ import weakref
 
 import numpy as np
 
+from .models import ScaleInvariantModel
+from .models._compiler import ModelCompileError, compile_jax_ffi
+
 __all__ = ["loss", "loss_and_grad", "hvp", "third", "hessian"]
 
 
@@ -182,7 +185,6 @@ _REGISTERED: dict[str, dict[str, str]] = {}  # FFI module name -> {kernel: targe
 def _ffi_targets(model, dtype) -> dict[str, str]:
     """The FFI targets of ``model``'s kernels in ``dtype``, compiled (once, cached on disk)
     and registered with XLA (once per process)."""
-    from .models._compiler import compile_jax_ffi
     header, name, include_dirs = model._declaration()
     module = compile_jax_ffi(header, name, np.dtype(dtype).name, include_dirs)
     key = module.__name__
@@ -197,37 +199,38 @@ def _ffi_targets(model, dtype) -> dict[str, str]:
 
 class _FFIKernels:
     """A model's kernels as ``jax.ffi`` calls: per dtype, the registered targets and the
-    address of the model's C++ view, whose holder this object keeps alive."""
+    address of the model's C++ view, whose holder this object keeps alive. The handlers of
+    a dtype are compiled when a call in it is first traced; where they cannot be built (no
+    compiler, a model without a header), ``failed`` is set, with a warning, and the caller
+    falls back to the Python callback."""
 
     def __init__(self, model) -> None:
         self._model = weakref.ref(model)
         self._targets: dict = {}
         self._cores: dict = {}  # strong references: the handlers read these objects
+        self.failed = False
+
+    def ready(self, dtype) -> bool:
+        """Whether the handlers of ``dtype`` are registered (building them on first use)."""
+        dtype = np.dtype(dtype)
+        if not self.failed and dtype not in self._targets:
+            model = self._model()
+            try:
+                self._targets[dtype] = _ffi_targets(model, dtype)
+            except (ModelCompileError, NotImplementedError, OSError) as exc:
+                warnings.warn(f"pysharp.jax: no FFI handlers for {type(model).__name__} "
+                              f"({exc}); calling its kernels through a Python callback "
+                              "instead", stacklevel=2)
+                self.failed = True
+                return False
+            self._cores[dtype] = model._core(dtype)
+        return not self.failed
 
     def __call__(self, kernel: str, shapes, *args):
         dtype = np.dtype(args[0].dtype)
-        if dtype not in self._targets:
-            model = self._model()
-            self._targets[dtype] = _ffi_targets(model, dtype)
-            self._cores[dtype] = model._core(dtype)
         out = tuple(jax.ShapeDtypeStruct(s, d) for s, d in shapes)
         call = jax.ffi.ffi_call(self._targets[dtype][kernel], out, vmap_method="broadcast_all")
         return tuple(call(*args, model=np.uint64(self._cores[dtype].model_address)))
-
-
-def _kernel_path(model, path: str) -> str:
-    """``path``, or "direct" where the model's FFI handlers cannot be built (with a warning
-    that says why: no compiler, a header that is not the model's)."""
-    if path != "ffi":
-        return path
-    from .models._compiler import ModelCompileError
-    try:
-        _ffi_targets(model, np.float64)
-    except (ModelCompileError, NotImplementedError, OSError) as exc:
-        warnings.warn(f"pysharp.jax: no FFI handlers for {type(model).__name__} ({exc}); "
-                      "calling its kernels through a Python callback instead", stacklevel=4)
-        return "direct" if _PRIM is not None else "pure_callback"
-    return "ffi"
 
 
 class _Ops:
@@ -237,27 +240,27 @@ class _Ops:
         ref = weakref.ref(model)
         self.dim = model.dim
         self.requested = path
-        self.path = _kernel_path(model, path)
+        # The callback path: the one asked for, or "direct" where the FFI handlers fail.
+        self._callback_path = "pure_callback" if path == "pure_callback" else "direct"
+        self._ffi = ffi = _FFIKernels(model) if path == "ffi" else None
         cb = {k: _host_call(ref, k) for k in ("loss_and_grad", "hvp", "third", "hessian")}
-        ffi = _FFIKernels(model) if self.path == "ffi" else None
 
         def lg_raw(w):
             shapes = ((w.shape[:-1], w.dtype), (w.shape, w.dtype))
-            if ffi is not None:
+            if ffi is not None and ffi.ready(w.dtype):
                 return ffi("loss_and_grad", shapes, w)
-            return _callback(cb["loss_and_grad"], shapes, w, path=self.path)
+            return _callback(cb["loss_and_grad"], shapes, w, path=self._callback_path)
 
         def pair_raw(kernel, w, v):
             shape = jnp.broadcast_shapes(w.shape, v.shape)
-            if ffi is not None:
+            if ffi is not None and ffi.ready(w.dtype):
                 w, v = jnp.broadcast_to(w, shape), jnp.broadcast_to(v, shape)
                 return ffi(kernel, ((shape, w.dtype),), w, v)[0]
-            return _callback(cb[kernel], ((shape, w.dtype),), w, v, path=self.path)[0]
+            return _callback(cb[kernel], ((shape, w.dtype),), w, v, path=self._callback_path)[0]
 
         def hessian_raw(w):  # a Python callback on every path: not for inner loops
             shape = w.shape + (w.shape[-1],)
-            return _callback(cb["hessian"], ((shape, w.dtype),), w,
-                             path="pure_callback" if self.path == "pure_callback" else "direct")[0]
+            return _callback(cb["hessian"], ((shape, w.dtype),), w, path=self._callback_path)[0]
 
         def zero(t):
             return isinstance(t, SymbolicZero)
@@ -330,12 +333,18 @@ class _Ops:
         self.loss, self.lg, self.hvp, self.third = loss, lg, hvp, third
         self.hessian = hessian_raw
 
+    @property
+    def path(self) -> str:
+        """How the kernels are called now: "ffi", "direct" or "pure_callback"."""
+        if self._ffi is not None and not self._ffi.failed:
+            return "ffi"
+        return self._callback_path
+
 
 _OPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _ops(model) -> _Ops:
-    from .models import ScaleInvariantModel
     if not isinstance(model, ScaleInvariantModel):
         raise TypeError(f"model must be a pysharp model (ScaleInvariantModel or a loaded "
                         f"model), got {type(model).__name__}")
