@@ -12,7 +12,7 @@
 // backend (cupy.RawModule): it must stay free of host-only code.
 #pragma once
 
-#include <cstdint>
+#include "pysharp/core/std.hpp"
 
 #include "pysharp/engine/bn_linreg_spectral.hpp"
 #include "pysharp/engine/lanczos.hpp"

@@ -4,9 +4,7 @@
 // kernels include exactly the code the CPU drivers run: one source of truth.
 #pragma once
 
-#include <cmath>
-#include <type_traits>
-#include <utility>
+#include "pysharp/core/std.hpp"
 
 #if defined(__CUDACC__)
 #define PYSHARP_HD __host__ __device__

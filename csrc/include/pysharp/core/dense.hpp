@@ -8,7 +8,7 @@
 // this is a small GEMM of X with W trajectories.
 #pragma once
 
-#include <type_traits>
+#include "pysharp/core/std.hpp"
 
 #include "pysharp/core/jet.hpp"
 

@@ -8,7 +8,7 @@
 // rounding, with no finite-difference step to tune.
 #pragma once
 
-#include <utility>
+#include "pysharp/core/std.hpp"
 
 #include "pysharp/core/config.hpp"
 

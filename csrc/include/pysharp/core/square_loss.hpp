@@ -3,7 +3,7 @@
 // per-sample sample(w, x_i, y_i, 1/n, g, work) in sample order.
 #pragma once
 
-#include <type_traits>
+#include "pysharp/core/std.hpp"
 
 #include "pysharp/core/config.hpp"
 

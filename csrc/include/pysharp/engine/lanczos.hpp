@@ -13,7 +13,7 @@
 // plain recurrence only: its bits are those the trajectory engine records.
 #pragma once
 
-#include <cstdint>
+#include "pysharp/core/std.hpp"
 
 #include "pysharp/engine/rng.hpp"
 #include "pysharp/engine/tridiagonal.hpp"

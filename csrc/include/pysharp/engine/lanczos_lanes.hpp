@@ -10,7 +10,7 @@
 // Ritz pair by Laguerre's iteration where lanczos() decomposes T_m by QL).
 #pragma once
 
-#include <cstdint>
+#include "pysharp/core/std.hpp"
 
 #include "pysharp/engine/lanczos.hpp"
 

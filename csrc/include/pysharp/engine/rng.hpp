@@ -2,7 +2,7 @@
 // (seed, stream, counter, index), never on threads, chunking or backend.
 #pragma once
 
-#include <cstdint>
+#include "pysharp/core/std.hpp"
 
 #include "pysharp/core/config.hpp"
 

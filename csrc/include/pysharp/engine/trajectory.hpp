@@ -4,7 +4,7 @@
 // once per trajectory; nothing here allocates.
 #pragma once
 
-#include <cstdint>
+#include "pysharp/core/std.hpp"
 
 #include "pysharp/engine/lanczos.hpp"
 #include "pysharp/engine/lanczos_lanes.hpp"

@@ -16,8 +16,7 @@
 // arithmetic for the coefficient kept.
 #pragma once
 
-#include <type_traits>
-#include <utility>
+#include "pysharp/core/std.hpp"
 
 #include "pysharp/core/jet.hpp"
 

@@ -1,0 +1,45 @@
+// The few standard-library names the device-reachable headers use, for every compiler
+// that builds them: g++/clang and nvcc get the standard headers; NVRTC (the CuPy
+// backend, pysharp/_nvrtc.py), which has no C++ standard library, gets libcu++'s
+// <cuda/std/...> (PyPI nvidia-cuda-cccl) with the names used made visible in std.
+//
+// A header reachable from csrc/cuda/kernels.cuh includes this file instead of <cmath>,
+// <cstdint>, <type_traits> or <utility>. A new std name in such a header belongs in
+// the list below; tests/test_nvrtc.py fails until it is there. Math functions are
+// called unqualified (sqrt, exp, frexp, ...): NVRTC provides them as built-ins.
+#pragma once
+
+#if defined(__CUDACC_RTC__)
+
+#include <cuda/std/cstdint>
+#include <cuda/std/type_traits>
+#include <cuda/std/utility>
+
+namespace std {
+using ::cuda::std::int32_t;
+using ::cuda::std::int64_t;
+using ::cuda::std::uint8_t;
+using ::cuda::std::uint32_t;
+using ::cuda::std::uint64_t;
+
+using ::cuda::std::decay_t;
+using ::cuda::std::declval;
+using ::cuda::std::enable_if_t;
+using ::cuda::std::false_type;
+using ::cuda::std::integral_constant;
+using ::cuda::std::is_arithmetic;
+using ::cuda::std::is_same;
+using ::cuda::std::remove_const_t;
+using ::cuda::std::remove_pointer_t;
+using ::cuda::std::true_type;
+using ::cuda::std::void_t;
+}  // namespace std
+
+#else
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#endif
