@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# The GPU checks, for a machine with an NVIDIA GPU (the team's lent H200): build pysharp with
-# the CUDA module into the machine's Python, run the GPU tests (pytest -m gpu: the CUDA
-# engine's bits independent of placement, CUDA against the CPU core before EoS entry and
-# against the oracles), the GPU benchmark (bench.gpu) and the rest of the suite on that
-# machine's CPU, each step bounded. Logs and figures go to $OUT (or ./gpu-check/).
+# The GPU checks, for a machine with an NVIDIA GPU (the team's lent H200), within 8 minutes:
+# measure the device's two ceilings (FP64 GEMM, device copy), build pysharp with the CUDA
+# module into the machine's Python, run the quick GPU tests (pytest -m gpu: the CUDA engine's
+# bits independent of placement, CUDA against the CPU core before EoS entry and against the
+# oracles) and the GPU benchmark against JAX on the same GPU, then write
+# bench/results/gpu_h200.json and regenerate the GPU table of docs/tutorials/gpu.rst from it
+# (bench.gpu_report; both files are also copied to $OUT). Logs and figures go to $OUT (or
+# ./gpu-check/). Every step is bounded by what is left of the 8 minutes.
 #
 # Usage: bash bench/gpu_check.sh [STAGE] [bench.gpu options, e.g. --quick]
-#   build   machine facts, then the build                       (~5 min on the H200 lease)
-#   tests   the quick GPU tests, then the long placement ones   (needs a build)
-#   bench   the GPU benchmark                                   (needs a build; ~3 min)
-#   all     build, quick tests, bench, placement tests, CPU suite  (the default)
-# One device call may run 10 minutes and a lease holds 15 in all: run `build` and `tests`
-# in one call, then `bench` in a second call while the machine is still warm.
+#   ceilings  FP64 GEMM and device copy (CuPy, else JAX)           (~30 s)
+#   build     machine facts, then the build                        (~4 min on the H200)
+#   bench     ceilings, the GPU benchmark, the JSON and the table  (needs a build; ~2.5 min)
+#   tests     the quick GPU tests                                  (needs a build)
+#   extra     the long placement tests, then the CPU suite         (a second call)
+#   all       ceilings, build, bench, tests (the default)
+# One device call may run 10 minutes and a lease holds 15 in all.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 repo="$PWD"
 stage="all"
-case "${1:-}" in build | tests | bench | all) stage="$1"; shift ;; esac
+case "${1:-}" in ceilings | build | tests | bench | extra | all) stage="$1"; shift ;; esac
 out="${OUT:-$repo/gpu-check}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -24,6 +28,23 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false  # JAX would take 75 % of the GPU's m
 py=python3
 stamp() { echo "== $(date +%T) $*"; }
 want() { [[ $stage == all || $stage == "$1" ]]; }
+deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-480}))
+# the time cap of a step: its own cap $1, or what is left of the 8 minutes if less
+cap() {
+  local left=$((deadline - SECONDS))
+  ((left < 1)) && left=1
+  echo $(($1 < left ? $1 : left))
+}
+
+ceilings() {
+  stamp "ceilings: FP64 GEMM and device copy"
+  (cd "$repo" && timeout "$(cap 60)" $py -m bench.gpu_ceilings --seconds 8 \
+    --json "$out/ceilings.json") 2>&1 | tee "$out/ceilings.txt"
+}
+if want ceilings; then
+  ceilings
+fi
+[[ $stage == ceilings ]] && exit 0
 
 if want build; then
   stamp machine
@@ -33,7 +54,7 @@ if want build; then
   command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
   stamp build
   t0=$SECONDS
-  if ! CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" PYSHARP_CUDA=ON \
+  if ! CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" PYSHARP_CUDA=ON timeout "$(cap 270)" \
       $py -m pip install -v --no-build-isolation --no-deps . >>"$out/build.log" 2>&1; then
     tail -40 "$out/build.log"
     exit 1
@@ -44,32 +65,44 @@ if want build; then
   pkg="$(cd /tmp && $py -c 'import os, pysharp; print(os.path.dirname(pysharp.__file__))')"
   cuobjdump --list-elf "$pkg"/_cuda*.so 2>&1 | grep -o 'sm_[0-9]*' | sort | uniq -c | tee -a "$out/build.log"
 fi
-cd "$(mktemp -d)"  # from here on the installed pysharp, not the source tree
+cd "$(mktemp -d)" || exit 1  # from here on the installed pysharp, not the source tree
 $py -c "import pysharp, json; print(json.dumps(pysharp.backends()['cuda']))" || exit 1
 
 gpu_tests() {  # $1: -k expression, $2: time cap in seconds
-  timeout "$2" $py -m pytest -q -rs -v --durations=15 -m gpu -k "$1" -p no:cacheprovider \
-    "$repo/tests" 2>&1 | tee -a "$out/gpu-tests.txt" | grep -v PASSED | tail -30
+  timeout "$(cap "$2")" $py -m pytest -q -rs -v --durations=15 -m gpu -k "$1" \
+    -p no:cacheprovider "$repo/tests" 2>&1 | tee -a "$out/gpu-tests.txt" | grep -v PASSED |
+    tail -30
 }
 # On the first lease (2026-12-04) the GPU tests took 4-19 s each, most likely the driver
 # JIT-compiling the sm_75 PTX that build carried (CMake's default arch, fixed since) in every
-# new process. The quick checks run first and the long bit-equality runs last all the same.
+# new process. In `all` the benchmark (which checks every rate's accuracy against the CPU
+# core before taking it) runs before the quick tests, so that the JSON is written in time;
+# the long bit-equality runs are in `extra`.
+if want bench; then
+  [[ $stage == bench ]] && ceilings
+  stamp "GPU benchmark"
+  (cd "$repo" && timeout "$(cap 200)" $py -m bench.gpu "$@" --json "$out/gpu-bench.json") \
+    2>&1 | tee "$out/gpu-bench.txt"
+  if [[ -s $out/gpu-bench.json ]]; then
+    stamp "bench/results/gpu_h200.json and the docs' GPU table"
+    note="bench/gpu_check.sh, $(date -u +%F), commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    (cd "$repo" && $py -m bench.gpu_report --ceilings "$out/ceilings.json" \
+      --bench "$out/gpu-bench.json" --note "$note") &&
+      cp "$repo/bench/results/gpu_h200.json" "$repo/docs/tutorials/gpu.rst" "$out/"
+  else
+    echo "no benchmark JSON (the run failed or ran out of time): gpu_h200.json unchanged"
+  fi
+fi
 if want tests; then
   stamp "GPU tests"
-  gpu_tests "not placement" 200
+  gpu_tests "not placement" 120
 fi
-if want bench; then
-  stamp "GPU benchmark"
-  (cd "$repo" && timeout 240 $py -m bench.gpu "$@" --json "$out/gpu-bench.json") 2>&1 |
-    tee "$out/gpu-bench.txt"
-fi
-if want tests; then
+if [[ $stage == extra ]]; then
+  deadline=$((SECONDS + 540))
   stamp "GPU placement tests"
   gpu_tests "placement" 200
-fi
-if [[ $stage == all ]]; then
   stamp "the rest of the suite, on this machine's CPU"
-  timeout 90 $py -m pytest -q -x -n 8 -m "not gpu" -p no:cacheprovider "$repo/tests" 2>&1 |
-    tee -a "$out/gpu-tests.txt" | tail -15
+  timeout "$(cap 90)" $py -m pytest -q -x -n 8 -m "not gpu" -p no:cacheprovider \
+    "$repo/tests" 2>&1 | tee -a "$out/gpu-tests.txt" | tail -15
 fi
-stamp done
+stamp "done in $((SECONDS)) s"
