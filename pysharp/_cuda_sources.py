@@ -48,10 +48,18 @@ def cuda_units(executor: Path) -> list[tuple[str, str]]:
     return re.findall(r"X\((\w+),\s*(\w+)\)", body)
 
 
+_HOST_ONLY_RE = re.compile(r'^\s*#\s*include\s*[<"](pybind11/|cuda_runtime)', re.M)
+
+
 def tile_sources(cuda_dir: Path | None = None) -> list[Path]:
-    """The fused tile kernels' sources: csrc/cuda/*tile*.cu and *tile*.cuh, sorted."""
+    """The fused tile kernels' sources: csrc/cuda/*tile*.cu and *tile*.cuh, sorted.
+
+    Host glue (a file that includes pybind11 or the CUDA runtime API, such as a binding
+    unit) is not a kernel source and is left out: NVRTC compiles device code only.
+    """
     d = cuda_dir or CSRC / "cuda"
-    return sorted(p for p in d.glob("*tile*") if p.suffix in (".cu", ".cuh"))
+    return sorted(p for p in d.glob("*tile*") if p.suffix in (".cu", ".cuh")
+                  and not _HOST_ONLY_RE.search(p.read_text()))
 
 
 _INSTANTIATE_RE = re.compile(r"^\s*//\s*pysharp-instantiate:\s*(.+?)\s*$", re.M)

@@ -103,3 +103,15 @@ def test_gpu_report_reads_the_first_runs_log_and_writes_the_table(tmp_path):
     # the committed JSON is what the docs' table was generated from
     committed = json.loads((_REPO / "bench" / "results" / "gpu_h200.json").read_text())
     assert gpu_report.table(committed) in (_REPO / "docs" / "tutorials" / "gpu.rst").read_text()
+
+
+def test_tile_sources_are_found_by_name_and_host_glue_is_left_out(tmp_path):
+    from pysharp import _cuda_sources as cs
+    (tmp_path / "bn_tile.cuh").write_text(
+        "// pysharp-instantiate: pysharp::tile::step<double, 40>\n__global__ void k() {}\n")
+    (tmp_path / "bind_tile.cu").write_text("#include <pybind11/pybind11.h>\n")
+    (tmp_path / "kernels.cuh").write_text("")
+    assert [p.name for p in cs.tile_sources(tmp_path)] == ["bn_tile.cuh"]
+    assert cs.declared_instantiations(tmp_path / "bn_tile.cuh") == [
+        "pysharp::tile::step<double, 40>"]
+    assert cs.source_text(tmp_path / "bn_tile.cuh") == '#include "cuda/bn_tile.cuh"\n'
