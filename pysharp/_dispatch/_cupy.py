@@ -101,28 +101,27 @@ def _cache_dir() -> Path:
 
 
 @cache
-def _functions(model: str, prec: str, arch: str) -> dict:
-    """Short kernel name -> cupy function, compiled (or read from the cache) once."""
+def _functions(model: str, prec: str, device: int) -> dict:
+    """Short kernel name -> cupy function on ``device``, compiled (or read from the disk
+    cache) once per architecture and loaded once per device."""
     import cupy
+    arch = f"sm_{cupy.cuda.Device(device).compute_capability}"
     names = cs.kernel_names(model, prec)
     path = _cache_dir() / f"{model}_{prec}_{arch}_{_sources_digest()}.cubin"
     lowered_path = path.with_suffix(".names")
     if not (path.is_file() and lowered_path.is_file()):
         out = _nvrtc.compile_cuda(cs.KERNELS_SOURCE, arch=arch, name=f"{model}_{prec}.cu",
                                   name_expressions=list(names.values()))
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(out.cubin)
-        tmp.replace(path)
-        lowered_path.write_text("\n".join(out.lowered[e] for e in names.values()))
+        # names first, the cubin last, each replaced whole: a reader sees both or no cubin
+        for target, data in ((lowered_path, "\n".join(out.lowered[e] for e in names.values())
+                              .encode()), (path, out.cubin)):
+            tmp = target.with_suffix(f".tmp{id(out)}")
+            tmp.write_bytes(data)
+            tmp.replace(target)
     lowered = lowered_path.read_text().split("\n")
-    module = cupy.RawModule(path=str(path))
-    return {short: module.get_function(low) for short, low in zip(names, lowered)}
-
-
-def _arch() -> str:
-    import cupy
-    dev = cupy.cuda.Device()
-    return f"sm_{dev.compute_capability}"
+    with cupy.cuda.Device(device):
+        module = cupy.RawModule(path=str(path))
+        return {short: module.get_function(low) for short, low in zip(names, lowered)}
 
 
 def _fro2(Xc, real) -> float:
@@ -148,6 +147,7 @@ class _CupyCore:
         self.real = np.dtype(real)
         self._prec = "f64" if self.real == np.float64 else "f32"
         self._keep: list = []  # device arrays the struct points to
+        self._device_id = cupy.cuda.Device().id  # the model's data live there
 
     def _device(self, a, dtype) -> int:
         d = self._cp.asarray(np.ascontiguousarray(a, dtype=dtype))
@@ -161,7 +161,10 @@ class _CupyCore:
         self._struct = s[()]  # numpy.void: CuPy passes it by value
 
     def _fn(self, kernel: str):
-        return _functions(self._model, self._prec, _arch())[kernel]
+        if self._cp.cuda.Device().id != self._device_id:
+            raise ValueError(f"this {self._model} core holds its data on device "
+                             f"{self._device_id}, not the current device")
+        return _functions(self._model, self._prec, self._device_id)[kernel]
 
     def _rows(self, W):
         W = self._cp.asarray(W)
