@@ -48,14 +48,16 @@ def cuda_units(executor: Path) -> list[tuple[str, str]]:
     return re.findall(r"X\((\w+),\s*(\w+)\)", body)
 
 
-_HOST_ONLY_RE = re.compile(r'^\s*#\s*include\s*[<"](pybind11/|cuda_runtime)', re.M)
+_HOST_ONLY_RE = re.compile(r'^\s*#\s*include\s*[<"](pybind11/|cuda_runtime|cuda/executor\.cuh)',
+                           re.M)
 
 
 def tile_sources(cuda_dir: Path | None = None) -> list[Path]:
     """The fused tile kernels' sources: csrc/cuda/*tile*.cu and *tile*.cuh, sorted.
 
-    Host glue (a file that includes pybind11 or the CUDA runtime API, such as a binding
-    unit) is not a kernel source and is left out: NVRTC compiles device code only.
+    Host glue (a file that includes pybind11, the CUDA runtime API or cuda/executor.cuh,
+    such as a binding unit) is not a kernel source and is left out: NVRTC compiles device
+    code only.
     """
     d = cuda_dir or CSRC / "cuda"
     return sorted(p for p in d.glob("*tile*") if p.suffix in (".cu", ".cuh")

@@ -25,6 +25,11 @@ _PACKAGE = Path(__file__).resolve().parent
 # libcu++'s constexpr functions are __host__ __device__ already.
 BASE_OPTIONS = ("-std=c++17", "-default-device")
 
+#: Standard headers that a device-reachable file may include directly: under NVRTC each one
+#: is a stand-in that includes pysharp/core/std.hpp, the one place that maps the std names
+#: used to libcu++ (so a name missing there fails with NVRTC's own message).
+STD_STAND_INS = ("cmath", "cstddef", "cstdint", "type_traits", "utility")
+
 
 class NvrtcError(RuntimeError):
     """NVRTC is missing, or a compilation failed (``log`` holds NVRTC's messages)."""
@@ -151,7 +156,10 @@ def compile_cuda(source: str, *, arch: str = "sm_90", name: str = "pysharp.cu",
     dirs = list(include_dirs) if include_dirs is not None else source_include_dirs()
     dirs.append(cccl_include_dir())
     opts = [*BASE_OPTIONS, f"--gpu-architecture={arch}", *(f"-I{d}" for d in dirs), *options]
-    prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []),
+    stand_in = b'#include "pysharp/core/std.hpp"\n'
+    prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), len(STD_STAND_INS),
+                                           [stand_in] * len(STD_STAND_INS),
+                                           [h.encode() for h in STD_STAND_INS]),
                   "nvrtcCreateProgram")
     try:
         for expr in name_expressions:

@@ -107,3 +107,9 @@ def test_std_names_come_only_from_the_shim():
            "__global__ void k(int* x) { x[0] = std::is_pointer<int*>::value; }\n")
     with pytest.raises(_nvrtc.NvrtcError, match="is_pointer"):
         _nvrtc.compile_cuda(bad, arch="sm_90", include_dirs=INCLUDE)
+
+
+def test_a_direct_standard_include_goes_through_the_shim():
+    src = ("#include <cstdint>\n#include <type_traits>\n"
+           "__global__ void k(std::uint64_t* x) { x[0] = std::is_same<int, int>::value; }\n")
+    assert _nvrtc.compile_cuda(src, arch="sm_90", include_dirs=INCLUDE).cubin
