@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._methods import METHODS
+
 #: The demo's single run: the paper's BN linear regression setting.
 _DEMO = {"model": "bn_linear_regression", "d": 40, "n": 20, "lr": 0.5, "wd": 2e-4,
          "init_norm": 10.0, "record_every": 10, "sharpness_every": 500, "eos_tol": 0.05}
@@ -419,7 +421,11 @@ def _run(args) -> int:
     model, name, title, parameters = _run_model(args)
     if args.sharpness_every == 0:
         raise ValueError("--sharpness-every must be >= 1: the table and plots show sharpness")
-    ds = ps.sweep(model, lr=args.lr, wd=args.wd, seeds=args.seeds,
+    method = METHODS[args.method]
+    # defaults by method: no weight decay where it has none, a unit start on the sphere
+    args.wd = args.wd or [2e-4 if method.uses_wd else 0.0]
+    args.init_norm = args.init_norm or [1.0 if method.on_sphere else 10.0]
+    ds = ps.sweep(model, lr=args.lr, wd=args.wd, seeds=args.seeds, method=method.name,
                   init_norm=args.init_norm, steps=args.steps, record_every=args.record_every,
                   sharpness_every=args.sharpness_every, progress=False)
     identity = json.loads(ds.attrs["pysharp_sweep"])
@@ -453,7 +459,8 @@ def _run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = {"model": name, "model_parameters": parameters, "title": title,
-               "lr": list(args.lr), "wd": list(args.wd), "seeds": list(args.seeds),
+               "method": method.name, "lr": list(args.lr), "wd": list(args.wd),
+               "seeds": list(args.seeds),
                "init_norm": list(args.init_norm), "steps": int(settings["steps"]),
                "record_every": int(settings["record_every"]), "sharpness_every": every,
                "eos_tol": eos_tol,
@@ -496,8 +503,8 @@ def _run(args) -> int:
             if flat.sizes["trajectory"] > shown else "")
     values = ", ".join(f"{label} {' '.join(f'{v:g}' for v in vs)}" for label, vs in (
         ("lr", args.lr), ("wd", args.wd), ("seed", args.seeds), ("||w0||", args.init_norm)))
-    fig.suptitle(f"GD+WD on {title}\n{values}; {int(settings['steps'])} steps, sharpness every "
-                 f"{every} steps{more}", fontsize=10)
+    fig.suptitle(f"{method.label} on {title}\n{values}; {int(settings['steps'])} steps, "
+                 f"sharpness every {every} steps{more}", fontsize=10)
     fig.savefig(out / "run.png", dpi=110)
     plt.close(fig)
     print(f"wrote {out / 'run.png'} and {out / 'run.json'}")
@@ -634,8 +641,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="fix a grid axis (nearest value) before reducing")
     pl.add_argument("--out", help="PNG path")
     pl.set_defaults(func=_plot)
-    rn = sub.add_parser("run", help="one batch of GD+WD trajectories: a table, run.png and "
-                                    "run.json")
+    rn = sub.add_parser("run", help="one batch of GD+WD (or --method) trajectories: a table, "
+                                    "run.png and run.json")
     rn.add_argument("model", help="a registered model name (" + ", ".join(_model_names())
                     + "), your model's C++ header (see the 'Your own model' tutorial), or a "
                     "loss written in JAX as FILE.py:FUNCTION (with --dim)")
@@ -644,10 +651,16 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--dim", type=_whole, help="a JAX loss's number of parameters D")
     rn.add_argument("--param", action="append", metavar="KEY=VALUE",
                     help="model parameter, e.g. d=40 (repeatable)")
+    rn.add_argument("--method", default="gd_wd",
+                    choices=[name for name, m in METHODS.items() if m.sweep],
+                    help="the optimiser (default gd_wd); pgd takes --lr as its constant "
+                         "effective LR")
     rn.add_argument("--lr", type=float, nargs="+", default=[0.5])
-    rn.add_argument("--wd", type=float, nargs="+", default=[2e-4])
+    rn.add_argument("--wd", type=float, nargs="+",
+                    help="weight decays (default 2e-4; 0 for a method without one)")
     rn.add_argument("--seeds", type=_whole, nargs="+", default=[0])
-    rn.add_argument("--init-norm", type=float, nargs="+", default=[10.0])
+    rn.add_argument("--init-norm", type=float, nargs="+",
+                    help="initial norms ||w0|| (default 10; 1 for a method on the sphere)")
     rn.add_argument("--steps", type=_whole, default=20_000, help="e.g. 20000 or 2e4")
     rn.add_argument("--record-every", type=_whole, help="loss records (default steps // 100)")
     rn.add_argument("--sharpness-every", type=_whole,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._engine import Method
+from .._methods import METHODS
 
 
 def _u8(ok) -> np.ndarray:
@@ -78,7 +79,8 @@ class NumbaCore(_Cast):
         """As the compiled core's: ``config`` is ``EngineConfig.to_core()``."""
         W0, lr, wd = self._f64(W0, lr, wd)
         c, lz = config, config["lanczos"]
-        missing = ("the Quasi-RMSprop scheduler" if c["method"] == Method.PGD_QUASI_RMSPROP else
+        spec = METHODS[Method(c["method"]).name.lower()]
+        missing = (f"port of {spec.label} (method {spec.name!r})" if not spec.numba else
                    "in-run top-k eigenvalues (top_k)" if c["top_k"] else None)
         if missing:
             from . import BackendUnavailable

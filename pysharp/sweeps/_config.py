@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from .._methods import METHODS
 from . import _spec
 from ._compute import METHOD_DIMS
 
@@ -57,7 +58,7 @@ _SECTIONS = {
 }
 _REQUIRED = {"model": {"name"}, "grid": {"lr"}, "run": {"steps"}}
 #: Methods whose grid needs ``wd`` (the others default it to 0).
-_NEED_WD = ("gd_wd", "scalar_rmsprop")
+_NEED_WD = tuple(name for name, m in METHODS.items() if m.sweep and m.uses_wd)
 
 
 def _toml():
