@@ -14,8 +14,9 @@ from ._dispatch import resolve
 from ._engine import EngineConfig, LanczosOptions, Method
 from ._hyper import broadcast_batch, per_trajectory
 from ._methods import METHODS, method_spec
-from ._validation import as_positive_int, as_real, check_nonzero_rows, require_scale_invariant
+from ._validation import as_positive_int, as_real, check_nonzero_rows
 from .models import ScaleInvariantModel
+from .models._kinds import require_scale_invariant
 
 STABLE, EOS, UNSTABLE = 0, 1, 2
 REGIME_NAMES = ("stable", "eos", "unstable")

@@ -10,8 +10,9 @@ import numpy as np
 from ._backend import core
 from ._dispatch import core_only, resolve
 from ._engine import LanczosOptions
-from ._validation import as_batch, as_positive_int, as_real, require_scale_invariant
+from ._validation import as_batch, as_positive_int, as_real
 from .models import ScaleInvariantModel
+from .models._kinds import require_scale_invariant
 
 _WHICH = ("LA", "SA")
 

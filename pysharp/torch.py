@@ -58,6 +58,8 @@ import weakref
 
 import numpy as np
 
+from .models import ScaleInvariantModel
+
 __all__ = ["loss", "loss_and_grad", "hvp", "third", "hessian", "handle"]
 
 _MODELS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -74,7 +76,6 @@ def _register(model) -> int:
 
 def handle(model) -> int:
     """The integer by which the operators find ``model`` (its id, registered weakly)."""
-    from .models import ScaleInvariantModel
     if not isinstance(model, ScaleInvariantModel):
         raise TypeError(f"model must be a pysharp model (ScaleInvariantModel or a loaded "
                         f"model), got {type(model).__name__}")

@@ -30,8 +30,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ._check import _jax_x64
+from ._check import check as run_check
 from ._compiler import cache_dir
-from ._loaded import LoadedModel
+from ._loaded import LoadedModel, fields_from_files
 
 #: Primitives translated on values that depend on w (data-only equations may use any
 #: primitive: JAX evaluates them). Calls (jit/pjit, closed_call, custom_jvp_call,
@@ -998,7 +1000,6 @@ def _header(cg: _Codegen, loss_name: str, where: str, w_shape, inputs, groups) -
 
 @contextlib.contextmanager
 def _x64(jax):
-    from ._check import _jax_x64
     with _jax_x64(jax):
         yield
 
@@ -1186,7 +1187,6 @@ def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",
                      source=traced.source, loss_fn=loss, data=dict(data), jaxpr=traced.jaxpr,
                      w_shape=w.shape)
     if check:
-        from ._check import check as run_check
         report = run_check(model, model.reference(), framework="jax", points=check_points)
         model.report = report
         compared = ("loss", "gradient", "hvp", "third")
@@ -1220,8 +1220,6 @@ def from_jax_file(target: str, dim: int, data=None, params: dict | None = None, 
         Further keywords of :func:`from_jax` (``groups``, ``dtype``, ``check``).
     """
     import importlib.util
-
-    from ._loaded import fields_from_files
 
     path, sep, name = str(target).rpartition(":")
     if not sep or not path.endswith(".py") or not name.isidentifier():

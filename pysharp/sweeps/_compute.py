@@ -25,6 +25,7 @@ from ..dynamics import run_method
 from ..models import ScaleInvariantModel
 from ..models._registry import entry_of
 from ..sgd import run_sgd
+from ..sharpness import spherical_sharpness
 from ..stability import second_moment_operator
 from . import _spec
 
@@ -229,7 +230,6 @@ def end_sharpness(model: ScaleInvariantModel, w: np.ndarray, lr, wd, *,
         lies along the top eigenvector), so no random start enters and each row is
         computed alone: a row's value does not depend on the rest of the batch.
     """
-    from ..sharpness import spherical_sharpness
     w = np.atleast_2d(np.asarray(w, dtype=np.float64))
     lr = np.broadcast_to(np.asarray(lr, dtype=np.float64), w.shape[:1])
     wd = np.broadcast_to(np.asarray(wd, dtype=np.float64), w.shape[:1])

@@ -18,6 +18,7 @@ import numpy as np
 from .._dispatch import resolve
 from .._methods import METHODS
 from .._validation import as_positive_int, as_real, check_nonzero_rows, check_record_every
+from .._version import __version__
 from ..models import BNLinearRegression, ScaleInvariantModel, SquareLossModel
 from ..models._registry import REGISTRY, entry_of
 from . import _spec
@@ -405,7 +406,6 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         check_disk(out_layout, shape, store)
     bounds = chunk_bounds(shape, chunk_size)
     n_chunks = len(bounds)
-    from .. import __version__
     identity = json.loads(json.dumps({
         "model": _spec.describe(spec), "grid": {d: grid[d].tolist() for d in dims},
         "settings": settings.identity(), "method": method, "chunk_size": chunk_size,
