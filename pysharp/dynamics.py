@@ -321,6 +321,23 @@ def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
         BN linear regression only: carry the update in the singular basis of
         Xc (O(rank) per step instead of O(n d); exact algebra, equal to the
         direct update up to rounding). Default: whenever possible (jitter = 0).
+
+    Examples
+    --------
+    The paper's BN linear regression: GD+WD reaches the Edge of Stability, where the
+    effective LR times the spherical sharpness settles at 2.
+
+    >>> import pysharp as ps
+    >>> model = ps.BNLinearRegression.synthetic(d=40, n=20)
+    >>> w0 = model.random_point(seed=0, norm=10.0)
+    >>> tr = ps.run_gd_wd(model, w0, 0.5, 2e-4, 20_000, sharpness_every=500)
+    >>> int(tr.eos_entry_step), bool(abs(tr.eos_ratio[-1] - 2) < 0.05)
+    (18500, True)
+
+    A list of learning rates is a batch, one trajectory each (-1: never at the edge):
+
+    >>> ps.run_gd_wd(model, w0, [0.1, 0.5], 2e-4, 20_000, sharpness_every=500).eos_entry_step
+    array([   -1, 18500])
     """
     return run_method(model, w0, lr, wd, steps, method="gd_wd", record_every=record_every,
                       sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
@@ -350,6 +367,17 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
         Starting directions (normalised on entry).
     eff_lr : float or array_like, shape (B,)
         The (initial) effective learning rate, > 0.
+
+    Examples
+    --------
+    With a constant effective LR eta the sharpness climbs to the edge 2 / eta and stays:
+
+    >>> import pysharp as ps
+    >>> model = ps.BNLinearRegression.synthetic(d=40, n=20)
+    >>> theta0 = model.random_point(seed=0)
+    >>> tr = ps.run_pgd(model, theta0, 0.3, 3000, sharpness_every=100)
+    >>> int(tr.eos_entry_step), round(float(tr.norm2[-1]), 12)
+    (100, 1.0)
     """
     if (lr is None) != (wd is None):
         raise ValueError("give both lr and wd (adaptive effective LR) or neither (constant)")
@@ -432,5 +460,6 @@ def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
                       first_trajectory=first_trajectory, top_k=top_k, rms_beta=beta, rms_eps=eps)
 
 
-for _f in (run_gd_wd, run_pgd, run_scalar_rmsprop):
-    _f.__doc__ = _f.__doc__.rstrip() + "\n" + _COMMON_DOC
+for _f in (run_gd_wd, run_pgd, run_scalar_rmsprop):  # the common parameters before Examples
+    _head, _examples, _tail = _f.__doc__.rstrip().partition("\n    Examples\n")
+    _f.__doc__ = _head + "\n" + _COMMON_DOC + (_examples + _tail if _examples else "")

@@ -340,6 +340,16 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
     -----
     Needs the ``sweep`` extra (xarray; zarr and dask for ``store``; tqdm for the bar).
     Use :func:`pysharp.run_gd_wd` directly for a handful of trajectories.
+
+    Examples
+    --------
+    >>> import pysharp as ps
+    >>> ds = ps.sweep("bn_linear_regression", lr=[0.1, 0.5], wd=[1e-4, 2e-4], steps=2000,
+    ...               progress=False)
+    >>> dict(ds.eos_entry_step.sizes)
+    {'lr': 2, 'wd': 2, 'seed': 1, 'init_norm': 1}
+    >>> ds.eos_entry_step.sel(seed=0, init_norm=1.0).values.tolist()  # -1: never
+    [[-1, -1], [0, 0]]
     """
     xr = _need("xarray")
     if not isinstance(method, str) or method not in METHOD_DIMS:
