@@ -40,7 +40,8 @@ from ._loaded import LoadedModel, fields_from_files
 #: custom_vjp_call, remat) are inlined.
 SUPPORTED = (
     "add", "add_any", "sub", "mul", "div", "neg", "max", "min", "square", "integer_pow", "pow",
-    "sqrt", "rsqrt", "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "abs", "sign",
+    "sqrt", "rsqrt", "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos",
+    "abs", "sign",
     "select_n", "clamp", "gt", "lt", "ge", "le", "eq", "ne", "and", "or", "not",
     "dot_general", "reduce_sum", "reduce_max", "reduce_min", "broadcast_in_dim", "reshape",
     "transpose", "squeeze", "expand_dims", "concatenate", "slice", "pad", "split",
@@ -52,7 +53,7 @@ _CALLS = ("jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_
 _ALIASES = ("reshape", "squeeze", "expand_dims", "copy", "copy_p", "reduce_precision",
             "optimization_barrier")
 _RESERVED = {"w", "loss", "g", "work", "S", "Real", "dim", "work_size", "loss_grad", "n_groups",
-             "value_of", "select", "sqrt_", "exp_", "log_", "tanh_", "matvec_rows",
+             "value_of", "select", "sqrt_", "exp_", "log_", "tanh_", "sin_", "cos_", "matvec_rows",
              "matvec_cols", "mask_t", "pysharp"}
 
 
@@ -541,6 +542,12 @@ class _Codegen:
 
     def _p_tanh(self, e):
         self._unary(e, lambda x: f"tanh_({x})")
+
+    def _p_sin(self, e):
+        self._unary(e, lambda x: f"sin_({x})")
+
+    def _p_cos(self, e):
+        self._unary(e, lambda x: f"cos_({x})")
 
     def _p_logistic(self, e):
         self._unary(e, lambda x: f"Real(1) / (Real(1) + exp_(-{x}))")
