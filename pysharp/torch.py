@@ -344,11 +344,14 @@ class _Hvp(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.key = inputs[0]
+        ctx.set_materialize_grads(False)  # no tangent for w (or v): None, not zeros
         ctx.save_for_backward(inputs[1], inputs[2])
         ctx.save_for_forward(inputs[1], inputs[2])
 
     @staticmethod
     def backward(ctx, g):
+        if g is None:
+            return None, None, None
         return (None, *_hvp_vjp(_Hvp.apply, _Third.apply, ctx.key, *ctx.saved_tensors, g,
                                 *ctx.needs_input_grad[1:]))
 
@@ -376,11 +379,14 @@ class _Third(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.key = inputs[0]
+        ctx.set_materialize_grads(False)  # no tangent for w (or v): None, not zeros
         ctx.save_for_backward(inputs[1], inputs[2])
         ctx.save_for_forward(inputs[1], inputs[2])
 
     @staticmethod
     def backward(ctx, g):
+        if g is None:
+            return None, None, None
         return (None, *_third_vjp(_Third.apply, ctx.key, *ctx.saved_tensors, g,
                                   *ctx.needs_input_grad[1:]))
 
