@@ -1,4 +1,4 @@
-"""pysharp's exact kernels as PyTorch custom operators: autograd and torch.compile work.
+"""pysharp's exact kernels as PyTorch custom operators: autograd, torch.func and torch.compile.
 
 ::
 
@@ -10,36 +10,58 @@
     w = torch.tensor(model.random_point(8), requires_grad=True)   # (B, D) float64
     pst.loss(model, w).sum().backward()        # w.grad from the gradient kernel
     L, G = pst.loss_and_grad(model, w.detach())
+    f = lambda w: pst.loss(model, w)
+    G = torch.func.vmap(torch.func.grad(f))(w.detach())   # one kernel call on the batch
+    H = torch.func.hessian(f)(w.detach()[0])              # rows from the HVP kernel
 
 Functions (``model`` is any :class:`pysharp.ScaleInvariantModel`, built-in or
 loaded with :func:`pysharp.load_model`; ``w`` and ``v`` are CPU tensors of shape
 (D,) or (B, D), float64 or float32):
 
-- :func:`loss` -- L(w), () or (B,); ``backward`` uses the gradient the forward
-  kernel computed (no second call), double backward the HVP kernel.
+- :func:`loss` -- L(w), () or (B,); its gradient is the one the forward kernel
+  call computed (no second call), the gradient's derivative the HVP kernel.
 - :func:`loss_and_grad` -- (L, grad L) from one kernel call; differentiable
-  (the gradient's backward is the HVP kernel).
-- :func:`hvp` -- H(w) v; backward in v is the HVP kernel (H is symmetric), in w
-  ``D^3L(w)[v, g]`` from the third-order kernel by polarization.
-- :func:`third` -- D^3L(w)[v, v]; backward in v only (in w it would need the
-  fourth derivative: NotImplementedError).
+  (the gradient's derivative is the HVP kernel).
+- :func:`hvp` -- H(w) v; derivative in v the HVP kernel (H is symmetric), in w
+  ``D^3L(w)[v, .]`` from the third-order kernel by polarization.
+- :func:`third` -- D^3L(w)[v, v]; differentiable in v (``2 D^3L(w)[v, .]``); in w it
+  would be the fourth derivative of the loss, which no kernel gives: NotImplementedError.
 - :func:`hessian` -- dense Hessian, (D, D) or (B, D, D); not differentiable.
+
+Every derivative is exact (kernels, no finite steps) and differentiable again, up to the
+third derivative of the loss, outside ``torch.compile`` (see below):
+
+- autograd: ``backward``, ``torch.autograd.grad`` with ``create_graph=True`` (double and
+  triple backward), ``torch.autograd.forward_ad``;
+- ``torch.func``: ``grad``, ``grad_and_value``, ``vjp``, ``jvp``, ``jacrev``, ``jacfwd``,
+  ``hessian`` (jacfwd over jacrev), and ``vmap`` of any of them, which is one kernel call
+  on the whole batch (nested vmaps too).
+- Refused with NotImplementedError rather than answered wrongly: forward mode nested in
+  forward mode (``jacfwd(jacfwd(f))``, ``jvp`` of a ``jvp``). Torch 2.13 drops the outer
+  tangent of what an ``autograd.Function``'s jvp rule computes (pytorch/pytorch#197867), so
+  it would return zeros for the second derivative. Put a reverse transform inside
+  (``torch.func.hessian``, ``jacrev(jacrev(f))``, ``jacrev(jacfwd(f))``).
 
 Design: the operators are ``torch.library.custom_op``\\ s in the ``pysharp``
 namespace (``torch.ops.pysharp.loss_and_grad``, ``hvp``, ``third``, ``hessian``),
-each with ``register_fake`` (shapes for torch.compile / FakeTensor) and
-``register_autograd``. An operator's arguments can only be tensors and
-plain values, so the model travels as an integer handle: :func:`handle`
+each with ``register_fake`` (shapes for torch.compile / FakeTensor),
+``register_autograd`` and ``register_vmap``. A custom op's autograd cannot serve
+``torch.func`` (functorch asks for an ``autograd.Function`` with ``setup_context``), so
+the public functions call ``autograd.Function``\\ s whose forwards call the operators and
+whose backward and jvp rules (the same formulas as the operators') call the Functions
+again; their vmap rule is generated from the operators'. An operator's arguments can only
+be tensors and plain values, so the model travels as an integer handle: :func:`handle`
 registers the model in a table of weak references keyed by ``id(model)`` and
 returns that id (the functions above do it for you). The table never keeps a
 model alive; a handle of a collected model raises. Under ``torch.compile`` the
-handle is a constant of the compiled graph (Dynamo guards on the model object
-the function closes over), and the operator stays opaque: the graph calls the
-compiled kernel, Inductor fuses what is around it. ``torch.func.vmap`` rules make a
-vmapped call (nested too) one kernel call on the whole batch. ``torch.func.grad`` and the
-other function transforms of derivatives refuse these operators in torch 2.13 (the
-autograd of a ``custom_op`` has no ``setup_context`` for functorch); use autograd
-(``backward``, ``torch.autograd.grad``) on a (B, D) batch instead.
+functions call the operators themselves (Dynamo refuses an ``autograd.Function`` with a
+jvp rule), so a compiled graph holds the operators with their autograd: ``backward``
+through a compiled function works. Keep higher derivatives outside ``torch.compile``:
+torch.compile does not differentiate a compiled backward again, and Dynamo fails on
+``torch.compile(torch.func.hessian(f))`` (it traces the operators under functorch, whose
+custom-op autograd has no ``setup_context``). The handle is a constant of
+the compiled graph (Dynamo guards on the model object the function closes over), and the
+operator stays opaque: the graph calls the compiled kernel, Inductor fuses what is around it.
 
 Inputs are read in place (``Tensor.numpy()`` on a contiguous CPU tensor, no copy);
 outputs are fresh tensors built on the kernels' NumPy results without a copy.

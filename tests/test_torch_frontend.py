@@ -177,8 +177,12 @@ def test_create_graph_second_grad_is_the_hvp_kernel(model):
     x = W.clone().requires_grad_()
     (g,) = torch.autograd.grad(pst.loss(model, x).sum(), x, create_graph=True)
     np.testing.assert_array_equal(g.detach().numpy(), model.grad(W.numpy()))
-    (Ht,) = torch.autograd.grad((g * T).sum(), x)
-    np.testing.assert_array_equal(Ht.numpy(), model.hvp(W.numpy(), T.numpy()))
+    (Ht,) = torch.autograd.grad((g * T).sum(), x, create_graph=True)
+    np.testing.assert_array_equal(Ht.detach().numpy(), model.hvp(W.numpy(), T.numpy()))
+    # triple backward: grad of <H t, t> is D^3L[t, t], the third-order kernel (polarized)
+    (D3,) = torch.autograd.grad((Ht * T).sum(), x)
+    np.testing.assert_allclose(D3.numpy(), model.third(W.numpy(), T.numpy()), rtol=0,
+                               atol=1e-12 * np.abs(model.third(W.numpy(), T.numpy())).max())
     # forward mode (torch.autograd.forward_ad) along T: dL = <grad L, T>, d grad L = H T
     import torch.autograd.forward_ad as fwAD
     with fwAD.dual_level():
