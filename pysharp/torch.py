@@ -282,7 +282,9 @@ def _pair_vmap(op):
         n = info.batch_size
         w, v = _to_front(w, in_dims[1], n), _to_front(v, in_dims[2], n)
         shape = (n,) + torch.broadcast_shapes(w.shape[1:], v.shape[1:])
-        w, v = w.expand(shape), v.expand(shape)
+        # a single vector against a batch: its axes broadcast after the vmapped one
+        w, v = (x.reshape(x.shape[:1] + (1,) * (len(shape) - x.dim()) + x.shape[1:])
+                .expand(shape) for x in (w, v))
         out = op(model, w.reshape(-1, shape[-1]), v.reshape(-1, shape[-1]))
         return out.reshape(shape), 0
     return rule

@@ -220,6 +220,32 @@ def test_func_derivatives_of_hvp_and_third(model):
 
 
 @FORWARD_AD
+def test_func_hvp_of_a_single_vector_against_a_batch(model):
+    ref = bn_loss(model)
+    w, v = points(model, 2, seed=18)
+    W, V = points(model, 3, seed=19), points(model, 4, seed=20)
+    Wn, Vn = W.numpy(), V.numpy()
+    # vmap over single points, each against the whole batch V: (3, 4, D), one kernel call
+    out = torch.func.vmap(lambda w: pst.hvp(model, w, V))(W)
+    np.testing.assert_array_equal(out.numpy(), np.stack([model.hvp(x, Vn) for x in Wn]))
+    out = torch.func.vmap(lambda v: pst.hvp(model, W, v))(V)
+    np.testing.assert_array_equal(out.numpy(), np.stack([model.hvp(Wn, x) for x in Vn]))
+
+    def ref_hvp(w, v):
+        return torch.func.jvp(torch.func.grad(ref), (w,), (v,))[1]
+
+    ref_batch_v = torch.func.vmap(ref_hvp, in_dims=(None, 0))
+    ref_batch_w = torch.func.vmap(ref_hvp, in_dims=(0, None))
+    for transform in (torch.func.jacrev, torch.func.jacfwd):
+        for f, f_ref, args in (
+                (lambda w, V: pst.hvp(model, w, V), ref_batch_v, (w, V)),
+                (lambda W, v: pst.hvp(model, W, v), ref_batch_w, (W, v))):
+            for argnums in (0, 1):
+                J = transform(f, argnums=argnums)(*args)
+                J_ref = transform(f_ref, argnums=argnums)(*args)
+                np.testing.assert_allclose(J.numpy(), J_ref.numpy(), rtol=0, atol=1e-12)
+
+@FORWARD_AD
 def test_refused_derivatives_raise(model):
     w, v = points(model, 2, seed=16)
     f = lambda w: pst.loss(model, w)  # noqa: E731
