@@ -393,6 +393,7 @@ def test_input_errors(model):
         pst.loss(model, torch.zeros(40, dtype=torch.float64))
 
 
+@FORWARD_AD
 def test_loaded_model():
     import importlib.util
     spec = importlib.util.spec_from_file_location(
@@ -409,6 +410,10 @@ def test_loaded_model():
     H = torch.autograd.functional.hessian(lambda w: pst.loss(model, w), w)
     H_ref = torch.autograd.functional.hessian(lambda w: pr.loss_torch(w, X, y, 1.0), w)
     np.testing.assert_allclose(H.numpy(), H_ref.numpy(), rtol=0, atol=1e-12)
+    H = torch.func.hessian(lambda w: pst.loss(model, w))(w)
+    np.testing.assert_allclose(H.numpy(), H_ref.numpy(), rtol=0, atol=1e-12)
+    g = torch.func.grad(lambda w: pst.loss(model, w))(w)
+    np.testing.assert_allclose(g.numpy(), x2.grad.numpy(), rtol=0, atol=1e-13)
     key = pst.handle(model)
     result = torch.library.opcheck(torch.ops.pysharp.loss_and_grad, (key, w[None].clone()))
     assert all(v == "SUCCESS" for v in result.values())
