@@ -461,12 +461,20 @@ def _apply(function, op, *args):
     """
     if torch.compiler.is_compiling():
         return op(*args)
-    if (torch._C._are_functorch_transforms_active()
-            or torch.autograd.forward_ad._current_level >= 0
+    if (_transforms_active() or _forward_level() >= 0
             or (torch.is_grad_enabled()
                 and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args))):
         return function.apply(*args)
     return op(*args)
+
+
+# torch internals read by _apply; without them (another torch) every call takes the Function
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+
+
+def _forward_level() -> int:
+    """The innermost torch.autograd.forward_ad level, -1 outside any (0 where unknown)."""
+    return getattr(torch.autograd.forward_ad, "_current_level", 0)
 
 
 def loss_and_grad(model, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
