@@ -1,4 +1,4 @@
-// pysharp._core.tile: the fused tile algorithms of the GPU engine (csrc/include/pysharp/
+// pysharp._core's _tile_* helpers: the fused tile algorithms of the GPU engine (csrc/include/pysharp/
 // tile/) run on the CPU over the emulated warp (EmuWarp), so that their fragment
 // layouts, padding, reductions, divergence freezing and placement are tested without
 // a GPU. Not an API for speed: the emulation is slow on purpose (one lane at a time).
@@ -50,7 +50,7 @@ void with_shape_impl(int d, int n, F&& f, std::index_sequence<I...>) {
   };
   (one(std::tuple_element_t<I, Shapes>{}), ...);
   check(found, "no tile compiled for d = " + std::to_string(d) + ", n = " + std::to_string(n) +
-                   " (see pysharp._core.tile.BN_LINREG_SHAPES)");
+                   " (see pysharp._core._TILE_BN_LINREG_SHAPES)");
 }
 template <class F>
 void with_shape(int d, int n, F&& f) {
@@ -222,23 +222,23 @@ py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& 
 
 }  // namespace
 
-void bind_tile(py::module_& parent) {
-  py::module_ m = parent.def_submodule(
-      "tile", "The GPU engine's tile algorithms on an emulated warp (for tests; slow).");
-  m.attr("BN_LINREG_SHAPES") = shape_list();
-  m.def("mma_m8n8k4", &mma_m8n8k4, py::arg("A"), py::arg("B"), py::arg("C"),
+// Test helpers of the module, named _tile_* (a submodule would turn the one-file type
+// stub, pysharp/_core.pyi, into a package).
+void bind_tile(py::module_& m) {
+  m.attr("_TILE_BN_LINREG_SHAPES") = shape_list();
+  m.def("_tile_mma_m8n8k4", &mma_m8n8k4, py::arg("A"), py::arg("B"), py::arg("C"),
         "A @ B + C through the fragments of mma.m8n8k4 f64 on the emulated warp.");
-  m.def("bn_linreg_loss_grad", &bn_linreg_loss_grad, py::arg("Xc"), py::arg("u"),
+  m.def("_tile_bn_linreg_loss_grad", &bn_linreg_loss_grad, py::arg("Xc"), py::arg("u"),
         py::arg("scale"), py::arg("W"),
         "(loss (B,), grad (B, d), ok (B,)) of BN linear regression from the tile's step.");
-  m.def("bn_linreg_gd_wd", &bn_linreg_gd_wd, py::arg("Xc"), py::arg("u"), py::arg("scale"),
-        py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"),
+  m.def("_tile_bn_linreg_gd_wd", &bn_linreg_gd_wd, py::arg("Xc"), py::arg("u"),
+        py::arg("scale"), py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"),
         py::arg("record_every"), py::arg("placement") = py::none(),
         "GD+WD on BN linear regression, 8 trajectories per tile: (w_final (B, d), "
         "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,)).");
-  m.def("toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"), py::arg("wd"),
-        py::arg("steps"), py::arg("record_every"),
-        "GD+WD on Toy3D, one thread per trajectory: the same tuple as bn_linreg_gd_wd.");
+  m.def("_tile_toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"),
+        py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        "GD+WD on Toy3D, one thread per trajectory: the same tuple as _tile_bn_linreg_gd_wd.");
 }
 
 }  // namespace pysharp::module

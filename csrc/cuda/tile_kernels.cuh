@@ -1,7 +1,7 @@
 // The fused tile kernels of the GPU engine (issue 28): one persistent launch runs all
 // steps of GD+WD, the state in registers, the data in shared memory. The per-tile
 // algorithms live in csrc/include/pysharp/tile/ and are written once over a warp
-// policy: here DeviceWarp, in the CPU tests (pysharp._core.tile) EmuWarp.
+// policy: here DeviceWarp, in the CPU tests (pysharp._core's _tile_* helpers) EmuWarp.
 //
 // Kernels are specialised at compile time on the model's shapes; tile_kernels.cu
 // instantiates the benchmark's. tests/test_tile.py compiles that file with nvcc and
