@@ -290,3 +290,42 @@ def test_tile_kernels_have_no_spill_and_no_stack():
     assert any("toy3d" in k for k in tiles), report
     for name, (regs, stack, spill_st, spill_ld) in tiles.items():
         assert (stack, spill_st, spill_ld) == (0, 0, 0), (name, regs, stack, spill_st, spill_ld)
+
+
+# ------------------------------------------------------------------ on a device
+
+needs_cuda = pytest.mark.skipif(not ps.backends()["cuda"]["available"],
+                                reason=f"no CUDA backend: {ps.backends()['cuda']['reason']}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("d, n, steps", [(40, 20, 300), (100, 200, 60)])
+def test_device_tiles_match_the_engine_the_emulation_and_their_placement(d, n, steps):
+    import pysharp._cuda as cuda
+
+    model = ps.BNLinearRegression.synthetic(d=d, n=n, seed=0)
+    B = 37  # 5 tiles, the last with 3 padding rows
+    W0 = _start(model, B, seed=11)
+    lr, wd = np.linspace(0.02, 0.2, B), np.linspace(1e-4, 1e-3, B)
+    dev = cuda._tile_bn_linreg_gd_wd(*_data(model), W0, lr, wd, steps, 10)
+    emu = core._tile_bn_linreg_gd_wd(*_data(model), W0, lr, wd, steps, 10)
+    ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=10, backend="cpp", reduced=False)
+    assert rel_err(dev[0], ref.w) < 1e-10 and rel_err(dev[1], ref.loss) < 1e-10
+    assert rel_err(dev[0], emu[0]) < 1e-12  # DMMA's rounding against the emulation's order
+    rev = cuda._tile_bn_linreg_gd_wd(*_data(model), W0[::-1], lr[::-1], wd[::-1], steps, 10)
+    assert _same(rev[0][::-1], dev[0]) and _same(rev[1][:, ::-1], dev[1])
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_device_toy3d_tile_matches_the_engine_and_the_emulation():
+    import pysharp._cuda as cuda
+
+    B, steps = 1000, 400
+    W0 = np.random.default_rng(12).standard_normal((B, 3))
+    lr, wd = np.linspace(0.05, 0.3, B), np.full(B, 1e-3)
+    dev = cuda._tile_toy3d_gd_wd(10.0, W0, lr, wd, steps, 5)
+    ref = ps.run_gd_wd(ps.Toy3D(c=10.0), W0, lr, wd, steps, record_every=5, backend="cpp")
+    assert rel_err(dev[0], ref.w) < 1e-10 and rel_err(dev[1], ref.loss) < 1e-10
+    assert rel_err(dev[0], core._tile_toy3d_gd_wd(10.0, W0, lr, wd, steps, 5)[0]) < 1e-12

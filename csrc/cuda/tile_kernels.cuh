@@ -7,8 +7,9 @@
 // instantiates the benchmark's. tests/test_tile.py compiles that file with nvcc and
 // fails on any spill or stack frame in a kernel whose name contains "tile".
 //
-// Not yet launched by pysharp._cuda: what remains is the dispatch from backend="cuda"
-// and the measurements on a device (docs/architecture.rst, "Fused tiles").
+// pysharp._cuda launches them as _tile_* functions (bind_tile.cu); what remains is the
+// dispatch from backend="cuda" and the measurements on a device (docs/architecture.rst,
+// "Fused GPU tiles").
 #pragma once
 
 #include <cstdint>
