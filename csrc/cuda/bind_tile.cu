@@ -81,6 +81,10 @@ void launch_bn_linreg(const carray<double>& Xc, const carray<double>& u, double 
   constexpr int smem = cuda::bn_linreg_tile_smem_bytes<D, N>();
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "shared memory of the tile kernel");
+  int dev = 0, major = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "capability");
+  require(major >= 8, "the BN linear regression tile kernel needs FP64 mma (compute capability 8.0+)");
   const long long tiles = (run.B + 7) / 8;
   const int blocks = persistent_blocks(kernel, smem, (tiles + cuda::kTileWarps - 1) /
                                                          cuda::kTileWarps);

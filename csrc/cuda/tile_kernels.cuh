@@ -40,6 +40,9 @@ constexpr int bn_linreg_tile_smem_bytes() {
 template <int D, int N>
 __global__ void __launch_bounds__(kTileThreads, 1)
     bn_linreg_gd_wd_tile_kernel(tile::BNLinRegTileData data, tile::GdWdTileIO io) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // FP64 mma needs sm_80+ (and an emulation by shuffles took ptxas minutes)
+#else
   using Tile = tile::BNLinRegTile<tile::DeviceWarp, D, N>;
   extern __shared__ double smem[];
   constexpr int kXc = Tile::NP * Tile::DP;
@@ -52,8 +55,10 @@ __global__ void __launch_bounds__(kTileThreads, 1)
   for (long long k = static_cast<long long>(blockIdx.x) * warps + threadIdx.x / 32; k < tiles;
        k += static_cast<long long>(gridDim.x) * warps) {
     const long long b = 8 * k + (lane >> 2);
-    t.run(b < io.batch ? b : -1LL, io, smem + kXc + Tile::NP + (threadIdx.x / 32) * Tile::kParkDoubles);
+    t.run(b < io.batch ? b : -1LL, io,
+          smem + kXc + Tile::NP + (threadIdx.x / 32) * Tile::kParkDoubles);
   }
+#endif
 }
 
 // GD+WD on Toy3D, one thread per trajectory, grid-stride over the batch.

@@ -228,18 +228,11 @@ struct DeviceWarp {
         : "+d"(c0), "+d"(c1)
         : "d"(a), "d"(b));
 #else
-    // Before sm_80 (no f64 mma): the same product from shuffles, in EmuWarp's order.
-    const int l = lane(), group = l >> 2, quad = l & 3;
-    double acc0 = c0, acc1 = c1;
-    for (int k = 0; k < 4; ++k) {
-      const double ak = __shfl_sync(0xffffffffu, a, group * 4 + k);
-      const double b0 = __shfl_sync(0xffffffffu, b, (2 * quad) * 4 + k);
-      const double b1 = __shfl_sync(0xffffffffu, b, (2 * quad + 1) * 4 + k);
-      acc0 = fma(ak, b0, acc0);
-      acc1 = fma(ak, b1, acc1);
-    }
-    c0 = acc0;
-    c1 = acc1;
+    // No f64 mma before sm_80: the tile kernels compile to a trap there
+    // (tile_kernels.cuh), and their launchers refuse such a device.
+    (void)a;
+    (void)b;
+    c0 = c1 = __longlong_as_double(0x7ff8000000000000LL);  // NaN
 #endif
   }
   __device__ __forceinline__ static bool any(bool m) { return __any_sync(0xffffffffu, m); }
