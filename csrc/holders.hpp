@@ -83,5 +83,6 @@ void bind_models_f64(py::module_& m);  // bind_models.cpp: the scale-invariant m
 void bind_models_f32(py::module_& m);
 void bind_stability(py::module_& m);   // bind_stability.cpp: SGD linear stability
 void bind_spectra(py::module_& m);     // bind_spectra.cpp: SLQ
+void bind_tile(py::module_& m);        // bind_tile.cpp: the GPU tiles on an emulated warp
 
 }  // namespace pysharp::module

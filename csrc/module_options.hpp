@@ -70,14 +70,10 @@ inline LanczosOptions lanczos_options_from(const pybind11::dict& d, int D) {
   return lanczos_options(D, k, max_iter, min_iter, tol, seed, smallest);
 }
 
-// The names and values of the update rules (pysharp._engine.Method mirrors them).
+// The names and values of the update rules (the method table, engine/methods.hpp).
 inline pybind11::dict method_names() {
   pybind11::dict m;
-  m["gd_wd"] = int(Method::gd_wd);
-  m["pgd"] = int(Method::pgd);
-  m["pgd_adaptive"] = int(Method::pgd_adaptive);
-  m["scalar_rmsprop"] = int(Method::scalar_rmsprop);
-  m["pgd_quasi_rmsprop"] = int(Method::pgd_quasi_rmsprop);
+  for (int i = 0; i < kMethodCount; ++i) m[kMethodNames[i]] = i;
   return m;
 }
 
@@ -112,7 +108,7 @@ inline EngineConfig engine_config_from(const pybind11::dict& d, int D, bool can_
   require(cfg.top_k == 0 || (cfg.top_k >= 2 && cfg.top_k <= cfg.lanczos.max_iter),
           "top_k must be 0 (off) or in [2, lanczos max_iter]");
   require(!*reduced || (can_reduce && cfg.jitter == 0 &&
-                        (cfg.method == Method::gd_wd || cfg.method == Method::scalar_rmsprop)),
+                        method_has_reduced(cfg.method)),
           "the reduced update exists for BN linear regression, GD+WD or scalar RMSprop, "
           "without jitter");
   return cfg;

@@ -940,6 +940,52 @@ class TwoLayerNet_f32:
         Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
         """
 
+def _tile_bn_linreg_gd_wd(
+    Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    scale: typing.SupportsFloat | typing.SupportsIndex,
+    W0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    record_every: typing.SupportsInt | typing.SupportsIndex,
+    placement: typing.Annotated[numpy.typing.ArrayLike, numpy.int64] | None = None,
+) -> tuple:
+    """
+    GD+WD on BN linear regression, 8 trajectories per tile: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,)).
+    """
+
+def _tile_bn_linreg_loss_grad(
+    Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    scale: typing.SupportsFloat | typing.SupportsIndex,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+) -> tuple:
+    """
+    (loss (B,), grad (B, d), ok (B,)) of BN linear regression from the tile's step.
+    """
+
+def _tile_mma_m8n8k4(
+    A: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    B: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    C: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+) -> numpy.typing.NDArray[numpy.float64]:
+    """
+    A @ B + C through the fragments of mma.m8n8k4 f64 on the emulated warp.
+    """
+
+def _tile_toy3d_gd_wd(
+    c: typing.SupportsFloat | typing.SupportsIndex,
+    W0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    record_every: typing.SupportsInt | typing.SupportsIndex,
+) -> tuple:
+    """
+    GD+WD on Toy3D, one thread per trajectory: the same tuple as _tile_bn_linreg_gd_wd.
+    """
+
 def _tridiagonal_eigenvectors(
     d: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     e: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -1169,4 +1215,5 @@ SAFE_NORM2: dict = {
     "float64": (4.909093465297727e-91, 2.037035976334486e90),
     "float32": (5.960464477539063e-08, 16777216.0),
 }
+_TILE_BN_LINREG_SHAPES: list = [(40, 20), (100, 200), (13, 11)]
 __version__: str = "0.1.0"

@@ -635,6 +635,32 @@ class Toy3D_f32:
         Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
         """
 
+def _tile_bn_linreg_gd_wd(
+    Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    scale: typing.SupportsFloat | typing.SupportsIndex,
+    W0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    record_every: typing.SupportsInt | typing.SupportsIndex,
+) -> tuple:
+    """
+    GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,)).
+    """
+
+def _tile_toy3d_gd_wd(
+    c: typing.SupportsFloat | typing.SupportsIndex,
+    W0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    record_every: typing.SupportsInt | typing.SupportsIndex,
+) -> tuple:
+    """
+    GD+WD on Toy3D on the device's tile kernel: the same tuple as _tile_bn_linreg_gd_wd.
+    """
+
 def device_error() -> str:
     """
     Empty when a CUDA device can run the kernels, else the reason.
@@ -642,4 +668,11 @@ def device_error() -> str:
 
 def device_info() -> dict: ...
 
-METHODS: dict = {"gd_wd": 0, "pgd": 1, "pgd_adaptive": 2, "scalar_rmsprop": 3}
+METHODS: dict = {
+    "gd_wd": 0,
+    "pgd": 1,
+    "pgd_adaptive": 2,
+    "scalar_rmsprop": 3,
+    "pgd_quasi_rmsprop": 4,
+}
+_TILE_BN_LINREG_SHAPES: list = [(40, 20), (100, 200)]

@@ -1,7 +1,7 @@
 """The typed interface to the trajectory engine and Lanczos of every backend.
 
 One definition of what a ``run`` or ``lanczos`` call into a backend carries:
-:class:`Method`, :class:`LanczosOptions` and :class:`EngineConfig`. Backends
+``Method``, :class:`LanczosOptions` and :class:`EngineConfig`. Backends
 receive them by field name (``to_core()`` gives the plain dict the compiled
 modules read, refusing unknown or missing fields), so the C++ core, the CUDA
 module and the Numba port cannot disagree on an argument's position, and the
@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field
 
+from ._methods import METHODS, method_spec
 from ._validation import as_positive_int
 
 #: Krylov dimension cap of one Lanczos run: kLanczosMaxIter in engine/lanczos.hpp
@@ -22,24 +23,19 @@ LANCZOS_MAX_ITER = 1024
 IN_RUN_MAX_ITER = 128
 
 
-class Method(enum.IntEnum):
-    """Update rules of the engine; values are those of ``enum class Method`` in
-    engine/trajectory.hpp (``pysharp._core.METHODS`` lists them)."""
+#: Update rules of the engine, one member per row of the method table
+#: (``pysharp._methods.METHODS``; the values are those of engine/methods.hpp's
+#: ``enum class Method``, which the same table generates).
+Method = enum.IntEnum("Method", {m.name.upper(): m.code for m in METHODS.values()},
+                      module=__name__)
 
-    GD_WD = 0           # w+ = (1 - lr wd) w - lr grad L(w)
-    PGD = 1             # theta+ = Pi(theta - eta grad L(theta)), constant eta
-    PGD_ADAPTIVE = 2    # as PGD, eta follows the GD+WD recursion (Lemma 3.1)
-    SCALAR_RMSPROP = 3  # GD+WD with lr / (sqrt(v) + eps), v an EMA of ||grad||^2
-    PGD_QUASI_RMSPROP = 4  # as PGD, eta follows a Quasi-RMSprop scheduler
 
-    @classmethod
-    def named(cls, name: str) -> Method:
-        """The method called ``name`` ("gd_wd", "pgd", ...)."""
-        try:
-            return cls[name.upper()]
-        except KeyError:
-            raise ValueError(f"unknown method {name!r}; choose one of "
-                             f"{[m.name.lower() for m in cls]}") from None
+def _named(cls, name: str) -> Method:
+    """The method called ``name`` ("gd_wd", "pgd", ...)."""
+    return cls(method_spec(name).code)
+
+
+Method.named = classmethod(_named)
 
 
 @dataclass(frozen=True)

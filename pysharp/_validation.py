@@ -175,21 +175,3 @@ def as_real(x, name: str, *, minimum: float | None = None, strict: bool = False)
     if minimum is not None and (v <= minimum if strict else v < minimum):
         raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum}, got {v}")
     return v
-
-
-def require_scale_invariant(model, tool: str, instead: str) -> None:
-    """Raise TypeError unless ``model`` is a ScaleInvariantModel.
-
-    A square-loss model (LinearRegression, TwoLayerNet) is a pysharp model too, so
-    its refusal says why (``tool`` needs scale invariance) and what to use
-    (``instead``); anything else gets "model must be a pysharp model".
-    """
-    from .models import ScaleInvariantModel, SquareLossModel
-
-    if isinstance(model, ScaleInvariantModel):
-        return
-    name = type(model).__name__
-    if isinstance(model, SquareLossModel):
-        raise TypeError(f"{tool} needs a scale-invariant model; {name} is a square-loss model, "
-                        f"not defined up to scale: {instead}")
-    raise TypeError(f"model must be a pysharp model, got {name}")

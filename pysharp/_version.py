@@ -9,7 +9,7 @@ def _version() -> str:
         return version("pysharp")
     except PackageNotFoundError:
         try:
-            from ._core import __version__ as built
+            from ._core import __version__ as built  # lazy: only without installed metadata
         except ImportError:
             return "0+unknown"
         return built

@@ -94,11 +94,13 @@ from ._dispatch import resolve
 from ._dormand_prince import B4 as _B4
 from ._dormand_prince import B5 as _B5
 from ._dormand_prince import A as _A
+from ._methods import METHODS
 from ._validation import as_batch, as_positive_int, as_real
 from .models import ScaleInvariantModel, TwoLayerNet
 from .models._square_loss import SquareLossModel
 
-_METHODS = ("gd_wd", "gd", "scalar_rmsprop")
+#: The engine methods the method table gives a central flow, and "gd" (gd_wd with wd = 0).
+_METHODS = (*(name for name, m in METHODS.items() if m.central_flow), "gd")
 
 
 @dataclass

@@ -3,14 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import inspect
 import json
+import multiprocessing
+import os
 import re
 import shlex
+import signal
 import sys
+import textwrap
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+import pysharp as ps
+
+from . import reproduce
+from ._methods import METHODS
+from ._version import __version__
+from .models import _compiler, from_jax_file, load_model_files
+from .models._registry import REGISTRY, entry_of
+from .sweeps import open_sweep, plot
+from .sweeps._compute import METHOD_DIMS, end_sharpness
+from .sweeps._config import load_config, model_parameters, whole_number
+from .sweeps._plot import selection_text
+from .sweeps._spec import factory_parameters
+from .sweeps._sweep import SweepInterrupted
 
 #: The demo's single run: the paper's BN linear regression setting.
 _DEMO = {"model": "bn_linear_regression", "d": 40, "n": 20, "lr": 0.5, "wd": 2e-4,
@@ -31,11 +53,6 @@ def _entry_text(entry: int, every: int, eos_tol: float) -> str:
 
 def _model_parameters(name: str, params: dict) -> dict:
     """A registered model's factory parameters, the defaults filled in (its sizes among them)."""
-    import inspect
-
-    from .models._registry import REGISTRY
-    from .sweeps._spec import factory_parameters
-
     sig = inspect.signature(REGISTRY[name].factory).parameters
     return {k: params.get(k, sig[k].default) for k in factory_parameters(name)}
 
@@ -59,10 +76,6 @@ def _interrupted(command: str, stop, again: str) -> int:
 
 
 def _demo(args) -> int:
-    import pysharp as ps
-
-    from .sweeps._sweep import SweepInterrupted
-
     steps = 20_000 if args.quick else 100_000
     c = _DEMO
     every = c["sharpness_every"]
@@ -84,7 +97,6 @@ def _demo(args) -> int:
     # The theory's sharpness reduction starts at the edge: the peak reached at entry
     # (step 0 is a random start, far from the minimisers and their sharpness), and ends
     # at the mean over the two phases of the period-two oscillation.
-    from .sweeps._compute import end_sharpness
     entry = max(entry_step, 0)
     at_entry = float(tr.sharpness[tr.sharpness_steps <= entry].max())
     at_end = float(end_sharpness(model, tr.w[None], c["lr"], c["wd"])[0])
@@ -110,7 +122,6 @@ def _demo(args) -> int:
     grid = {"lr": np.geomspace(*lr_range, n_side), "wd": np.geomspace(*wd_range, n_side),
             "seeds": np.arange(n_seeds)}
     sweep_every = steps // 50
-    import importlib.util
     store = out / f"demo-sweep-{steps}.zarr" if importlib.util.find_spec("zarr") else None
     n = n_side * n_side * n_seeds
     print(f"\n  sweep: lr x wd = {n_side} x {n_side} (log-spaced) x {n_seeds} seeds = {n} "
@@ -160,8 +171,6 @@ def _demo(args) -> int:
                  f"||w0|| = {c['init_norm']:g}; sharpness every {every} steps", fontsize=10)
     fig.savefig(out / "demo.png", dpi=110)
     plt.close(fig)
-    from .models._registry import entry_of
-    from .sweeps import plot
     fig = plot(ds, x="lr", y="wd", metric=list(entry_of(model).plot_metrics))
     fig.suptitle(f"GD+WD on BN linear regression (d = {c['d']}, n = {c['n']}): "
                  f"{n_side} x {n_side} log-spaced lr x wd, mean over {n_seeds} seeds, "
@@ -231,7 +240,6 @@ def _print_sweep(ds, seconds: float) -> dict:
 
 def _ignore_sigint() -> None:
     """Worker processes leave Ctrl-C to the parent, which stops the sweep and says so."""
-    import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -249,9 +257,6 @@ def _executor(args):
         client = Client(args.scheduler)
         return client.get_executor(), lambda interrupted=False: client.close()
     if args.workers:
-        import multiprocessing
-        import os
-        from concurrent.futures import ProcessPoolExecutor
         if args.workers < 1:
             raise ValueError("--workers must be >= 1")
         # each worker's engine gets its share of the cores (read when a worker starts,
@@ -277,11 +282,6 @@ def _executor(args):
 
 
 def _sweep(args) -> int:
-    import pysharp as ps
-
-    from .sweeps._config import load_config
-    from .sweeps._sweep import SweepInterrupted
-
     kwargs = load_config(args.config)
     if args.method:
         kwargs["method"] = args.method
@@ -326,8 +326,6 @@ def _parse_sel(items: list[str]) -> dict:
 
 
 def _plot(args) -> int:
-    from .sweeps import open_sweep, plot
-
     ds = open_sweep(args.store)
     metrics = args.metric.split(",")
     out = Path(args.out) if args.out else Path(args.store).with_name(
@@ -335,27 +333,22 @@ def _plot(args) -> int:
     sel = _parse_sel(args.sel)
     plot(ds, x=args.x, y=args.y, hue=args.hue, metric=metrics, reduce=args.reduce,
          sel=sel, out=out)
-    from .sweeps._plot import selection_text
     at = selection_text(ds, sel)
     print(f"wrote {out}" + (f" (at {at})" if at else ""))
     return 0
 
 
 def _model_names() -> list[str]:
-    from .models._registry import REGISTRY
     # a loaded model is named by its header's path instead
     return [name for name in REGISTRY if not name.startswith("loaded")]
 
 
 def _method_names() -> list[str]:
-    from .sweeps._compute import METHOD_DIMS
     return list(METHOD_DIMS)
 
 
 def _params(items: list[str] | None, model: str) -> dict:
     """``--param KEY=VALUE`` items as the model factory's typed parameters."""
-    from .sweeps._config import model_parameters
-
     return model_parameters(model, _key_values(items), "--param")
 
 
@@ -383,8 +376,6 @@ def _run_model(args) -> tuple:
     a registered name with ``--param`` factory parameters, or a model header with
     ``--data`` arrays and ``--param`` scalar fields."""
     if _is_python(args.model):
-        from .models import from_jax_file
-
         if args.dim is None:
             raise ValueError("a JAX model (FILE.py:FUNCTION) needs --dim D, its number of "
                              "parameters")
@@ -401,7 +392,6 @@ def _run_model(args) -> tuple:
         params = _params(args.param, args.model)
         return ({"name": args.model, **params}, args.model, _model_title(args.model, params),
                 _model_parameters(args.model, params))
-    from .models import load_model_files
 
     model = load_model_files(args.model, args.data, _key_values(args.param))
     scalars = {k: v for k, v in model.fields.items() if not isinstance(v, np.ndarray)}
@@ -414,12 +404,14 @@ def _run_model(args) -> tuple:
 
 
 def _run(args) -> int:
-    import pysharp as ps
-
     model, name, title, parameters = _run_model(args)
     if args.sharpness_every == 0:
         raise ValueError("--sharpness-every must be >= 1: the table and plots show sharpness")
-    ds = ps.sweep(model, lr=args.lr, wd=args.wd, seeds=args.seeds,
+    method = METHODS[args.method]
+    # defaults by method: no weight decay where it has none, a unit start on the sphere
+    args.wd = args.wd or [2e-4 if method.uses_wd else 0.0]
+    args.init_norm = args.init_norm or [1.0 if method.on_sphere else 10.0]
+    ds = ps.sweep(model, lr=args.lr, wd=args.wd, seeds=args.seeds, method=method.name,
                   init_norm=args.init_norm, steps=args.steps, record_every=args.record_every,
                   sharpness_every=args.sharpness_every, progress=False)
     identity = json.loads(ds.attrs["pysharp_sweep"])
@@ -429,7 +421,6 @@ def _run(args) -> int:
     after = (ds.sharpness_step >= ds.eos_entry_step) & (ds.eos_entry_step >= 0)
     ds["min_sharpness_after_entry"] = ds.sharpness.where(after).min("sharpness_step")
     flat = ds.stack(trajectory=("lr", "wd", "seed", "init_norm"))
-    from .models._registry import REGISTRY
     extra = [m for m in REGISTRY[name].summaries if m in ds]
     cols = ["lr", "wd", "seed", "init_norm", "eos_entry_step", "final_sharpness",
             "min_sharpness_after_entry", "final_loss", "final_eff_lr", "diverged"] + extra
@@ -453,7 +444,8 @@ def _run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = {"model": name, "model_parameters": parameters, "title": title,
-               "lr": list(args.lr), "wd": list(args.wd), "seeds": list(args.seeds),
+               "method": method.name, "lr": list(args.lr), "wd": list(args.wd),
+               "seeds": list(args.seeds),
                "init_norm": list(args.init_norm), "steps": int(settings["steps"]),
                "record_every": int(settings["record_every"]), "sharpness_every": every,
                "eos_tol": eos_tol,
@@ -496,8 +488,8 @@ def _run(args) -> int:
             if flat.sizes["trajectory"] > shown else "")
     values = ", ".join(f"{label} {' '.join(f'{v:g}' for v in vs)}" for label, vs in (
         ("lr", args.lr), ("wd", args.wd), ("seed", args.seeds), ("||w0||", args.init_norm)))
-    fig.suptitle(f"GD+WD on {title}\n{values}; {int(settings['steps'])} steps, sharpness every "
-                 f"{every} steps{more}", fontsize=10)
+    fig.suptitle(f"{method.label} on {title}\n{values}; {int(settings['steps'])} steps, "
+                 f"sharpness every {every} steps{more}", fontsize=10)
     fig.savefig(out / "run.png", dpi=110)
     plt.close(fig)
     print(f"wrote {out / 'run.png'} and {out / 'run.json'}")
@@ -505,8 +497,6 @@ def _run(args) -> int:
 
 
 def _reproduce(args) -> int:
-    from . import reproduce
-
     if args.name == "all":
         results = reproduce.run_all(args.out, quick=args.quick)
         print(f"ran {len(results)} experiments; index at {Path(args.out) / 'index.md'}")
@@ -526,11 +516,6 @@ def _reproduce(args) -> int:
 
 def _experiments() -> str:
     """The experiments of ``pysharp reproduce``, one line each (for its --help)."""
-    import importlib
-    import textwrap
-
-    from . import reproduce
-
     lines = ["experiments:"]
     for name in reproduce.names():
         module = importlib.import_module(f"pysharp.reproduce.{reproduce.REGISTRY[name]}")
@@ -540,10 +525,7 @@ def _experiments() -> str:
 
 
 def _info(args) -> int:
-    import pysharp as ps
-
     print(json.dumps({"version": ps.__version__, "core": ps.build_info()}, indent=2))
-    from .models import _compiler
     try:
         flags = _compiler.build_flags()
         print(f"run-time models (load_model): {flags['compiler']} {' '.join(flags['flags'])}\n"
@@ -567,8 +549,6 @@ class _Parser(argparse.ArgumentParser):
 
 def _whole(text: str) -> int:
     """argparse type of counts: a whole number, also written as an integral float (1e5)."""
-    from .sweeps._config import whole_number
-
     try:
         return whole_number(text, "value")
     except ValueError:
@@ -584,8 +564,6 @@ def main(argv: list[str] | None = None) -> int:
         The exit status: 0, 2 for a bad argument or missing extra (its message on
         stderr, no traceback), 130 when interrupted (Ctrl-C).
     """
-    from ._version import __version__
-
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _Parser(prog="pysharp", description="pysharp: sharpness and the Edge of Stability "
                      "of GD with weight decay, from the command line.",
@@ -634,8 +612,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="fix a grid axis (nearest value) before reducing")
     pl.add_argument("--out", help="PNG path")
     pl.set_defaults(func=_plot)
-    rn = sub.add_parser("run", help="one batch of GD+WD trajectories: a table, run.png and "
-                                    "run.json")
+    rn = sub.add_parser("run", help="one batch of GD+WD (or --method) trajectories: a table, "
+                                    "run.png and run.json")
     rn.add_argument("model", help="a registered model name (" + ", ".join(_model_names())
                     + "), your model's C++ header (see the 'Your own model' tutorial), or a "
                     "loss written in JAX as FILE.py:FUNCTION (with --dim)")
@@ -644,10 +622,16 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--dim", type=_whole, help="a JAX loss's number of parameters D")
     rn.add_argument("--param", action="append", metavar="KEY=VALUE",
                     help="model parameter, e.g. d=40 (repeatable)")
+    rn.add_argument("--method", default="gd_wd",
+                    choices=[name for name, m in METHODS.items() if m.sweep],
+                    help="the optimiser (default gd_wd); pgd takes --lr as its constant "
+                         "effective LR")
     rn.add_argument("--lr", type=float, nargs="+", default=[0.5])
-    rn.add_argument("--wd", type=float, nargs="+", default=[2e-4])
+    rn.add_argument("--wd", type=float, nargs="+",
+                    help="weight decays (default 2e-4; 0 for a method without one)")
     rn.add_argument("--seeds", type=_whole, nargs="+", default=[0])
-    rn.add_argument("--init-norm", type=float, nargs="+", default=[10.0])
+    rn.add_argument("--init-norm", type=float, nargs="+",
+                    help="initial norms ||w0|| (default 10; 1 for a method on the sphere)")
     rn.add_argument("--steps", type=_whole, default=20_000, help="e.g. 20000 or 2e4")
     rn.add_argument("--record-every", type=_whole, help="loss records (default steps // 100)")
     rn.add_argument("--sharpness-every", type=_whole,

@@ -13,8 +13,10 @@ import numpy as np
 from ._dispatch import resolve
 from ._engine import EngineConfig, LanczosOptions, Method
 from ._hyper import broadcast_batch, per_trajectory
-from ._validation import as_positive_int, as_real, check_nonzero_rows, require_scale_invariant
+from ._methods import METHODS, method_spec
+from ._validation import as_positive_int, as_real, check_nonzero_rows
 from .models import ScaleInvariantModel
+from .models._kinds import require_scale_invariant
 
 STABLE, EOS, UNSTABLE = 0, 1, 2
 REGIME_NAMES = ("stable", "eos", "unstable")
@@ -97,12 +99,23 @@ def first_eos_step(regime: np.ndarray, sharpness_steps: np.ndarray) -> np.ndarra
     return first.astype(np.int64)
 
 
-def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
-         sharpness_every, theta_every, jitter, seed, dtype, backend, eos_tol, lanczos_tol,
-         lanczos_max_iter, first_trajectory=0, reduced=None, rms_beta=0.99,
-         rms_eps=1e-12, qr_kappa=0.0, top_k=1) -> Trajectory:
-    caller = "run_pgd" if method.startswith("pgd") else f"run_{method}"
-    require_scale_invariant(model, caller,
+def run_method(model: ScaleInvariantModel, w0, lr, wd, steps: int, *, method: str,
+               record_every: int | None = None, sharpness_every: int | None = None,
+               theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
+               backend: str = "auto", eos_tol: float = 0.05, lanczos_tol: float = 1e-10,
+               lanczos_max_iter: int | None = None, first_trajectory: int = 0,
+               reduced: bool | None = None, rms_beta: float = 0.99, rms_eps: float = 1e-12,
+               qr_kappa: float = 0.0, top_k: int = 1) -> Trajectory:
+    """One batch of the engine's ``method`` (a row of ``pysharp._methods.METHODS``).
+
+    The table-driven entry under every ``run_*`` function and ``pysharp.sweep``: ``lr`` and
+    ``wd`` are the engine's two per-trajectory hyperparameters, meaning what the method's
+    ``MethodSpec.hyper`` says (e.g. eta_0 and c for Quasi-RMSprop). Prefer the public
+    ``run_*`` functions, which take each method's hyperparameters by their own names;
+    the other arguments are theirs (see :func:`run_gd_wd`).
+    """
+    spec = method_spec(method)
+    require_scale_invariant(model, spec.runner,
                             "use pysharp.run_sgd (batch = n for full-batch GD)")
     backend = resolve(backend, w0, trajectories=True)
     steps = as_positive_int(steps, "steps", minimum=0)
@@ -126,18 +139,20 @@ def _run(model: ScaleInvariantModel, w0, lr, wd, steps, *, method, record_every,
     wd_a = per_trajectory(wd, "wd")
     W0, hyper, single = broadcast_batch(w0, model.dim, dtype, lr=lr_a, wd=wd_a)
     check_nonzero_rows(W0, "w0")
-    if method in ("pgd", "pgd_adaptive", "pgd_quasi_rmsprop"):
+    if spec.on_sphere:
         # Rows first scaled by powers of two: a norm that over- or underflows
         # would otherwise turn a valid start into a zero or NaN row.
         scaled, _ = model._unit_scale(W0)
         W0 = scaled / np.linalg.norm(scaled, axis=1, keepdims=True)
-    can_reduce = (model._has_reduced_engine and jitter == 0
-                  and method in ("gd_wd", "scalar_rmsprop") and backend in ("cpp", "cuda"))
+    can_reduce = (model._has_reduced_engine and jitter == 0 and spec.reduced
+                  and backend in ("cpp", "cuda"))
     if reduced and not can_reduce:
+        with_reduced = ", ".join(m.name for m in METHODS.values() if m.reduced)
         raise ValueError("reduced=True needs a model with a reduced engine (BNLinearRegression), "
-                         "GD+WD or scalar RMSprop, jitter = 0 and the cpp or cuda backend")
+                         f"a method that has one ({with_reduced}), jitter = 0 and the cpp or "
+                         "cuda backend")
     reduced = can_reduce if reduced is None else bool(reduced)
-    if method != "pgd_quasi_rmsprop" and np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
+    if spec.uses_wd and np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
     model.loss(W0, backend=backend)  # a start where the loss is undefined is refused, not run
     config = EngineConfig(
@@ -306,12 +321,29 @@ def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
         BN linear regression only: carry the update in the singular basis of
         Xc (O(rank) per step instead of O(n d); exact algebra, equal to the
         direct update up to rounding). Default: whenever possible (jitter = 0).
+
+    Examples
+    --------
+    The paper's BN linear regression: GD+WD reaches the Edge of Stability, where the
+    effective LR times the spherical sharpness settles at 2.
+
+    >>> import pysharp as ps
+    >>> model = ps.BNLinearRegression.synthetic(d=40, n=20)
+    >>> w0 = model.random_point(seed=0, norm=10.0)
+    >>> tr = ps.run_gd_wd(model, w0, 0.5, 2e-4, 20_000, sharpness_every=500)
+    >>> int(tr.eos_entry_step), bool(abs(tr.eos_ratio[-1] - 2) < 0.05)
+    (18500, True)
+
+    A list of learning rates is a batch, one trajectory each (-1: never at the edge):
+
+    >>> ps.run_gd_wd(model, w0, [0.1, 0.5], 2e-4, 20_000, sharpness_every=500).eos_entry_step
+    array([   -1, 18500])
     """
-    return _run(model, w0, lr, wd, steps, method="gd_wd", record_every=record_every,
-                sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
-                seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
-                lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                first_trajectory=first_trajectory, top_k=top_k, reduced=reduced)
+    return run_method(model, w0, lr, wd, steps, method="gd_wd", record_every=record_every,
+                      sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
+                      seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
+                      lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
+                      first_trajectory=first_trajectory, top_k=top_k, reduced=reduced)
 
 
 def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, wd=None,
@@ -335,6 +367,17 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
         Starting directions (normalised on entry).
     eff_lr : float or array_like, shape (B,)
         The (initial) effective learning rate, > 0.
+
+    Examples
+    --------
+    With a constant effective LR eta the sharpness climbs to the edge 2 / eta and stays:
+
+    >>> import pysharp as ps
+    >>> model = ps.BNLinearRegression.synthetic(d=40, n=20)
+    >>> theta0 = model.random_point(seed=0)
+    >>> tr = ps.run_pgd(model, theta0, 0.3, 3000, sharpness_every=100)
+    >>> int(tr.eos_entry_step), round(float(tr.norm2[-1]), 12)
+    (100, 1.0)
     """
     if (lr is None) != (wd is None):
         raise ValueError("give both lr and wd (adaptive effective LR) or neither (constant)")
@@ -348,21 +391,22 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
             raise ValueError(f"scheduler.beta must be < 1, got {beta}")
         kappa = as_real(scheduler.kappa, "scheduler.kappa", minimum=0.0)
         per_trajectory(scheduler.lr, "scheduler.lr", positive=True)
-        tr = _run(model, theta0, eff_lr, scheduler.c, steps, method="pgd_quasi_rmsprop",
-                  record_every=record_every, sharpness_every=sharpness_every,
-                  theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
-                  backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
-                  lanczos_max_iter=lanczos_max_iter, first_trajectory=first_trajectory, top_k=top_k,
-                  rms_beta=beta, qr_kappa=kappa)
+        tr = run_method(model, theta0, eff_lr, scheduler.c, steps, method="pgd_quasi_rmsprop",
+                        record_every=record_every, sharpness_every=sharpness_every,
+                        theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
+                        backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
+                        lanczos_max_iter=lanczos_max_iter, first_trajectory=first_trajectory,
+                        top_k=top_k, rms_beta=beta, qr_kappa=kappa)
         # the sharpness-reduction flow's time per step (pysharp.flow.compare_to_flow)
         tr.meta["flow_time_per_step"] = scheduler.flow_time_per_step
         return tr
     if lr is None:
-        return _run(model, theta0, eff_lr, 0.0, steps, method="pgd", record_every=record_every,
-                    sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
-                    seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
-                    lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                first_trajectory=first_trajectory, top_k=top_k)
+        return run_method(model, theta0, eff_lr, 0.0, steps, method="pgd",
+                          record_every=record_every, sharpness_every=sharpness_every,
+                          theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
+                          backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
+                          lanczos_max_iter=lanczos_max_iter, first_trajectory=first_trajectory,
+                          top_k=top_k)
     # The engine's pgd_adaptive takes eta_0 through its lr slot and lr * wd
     # through the decay factor: pass lr' = eta_0 and wd' = lr wd / eta_0.
     eta0 = per_trajectory(eff_lr, "eff_lr", positive=True)
@@ -374,11 +418,12 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
         raise ValueError("eff_lr, lr and wd must have equal lengths (or be scalars)") from None
     if np.any(np.multiply(lr_a, wd_a) >= 1):
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
-    return _run(model, theta0, eta0, lr_a * wd_a / eta0, steps, method="pgd_adaptive",
-                record_every=record_every, sharpness_every=sharpness_every,
-                theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype, backend=backend,
-                eos_tol=eos_tol, lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                first_trajectory=first_trajectory, top_k=top_k)
+    return run_method(model, theta0, eta0, lr_a * wd_a / eta0, steps, method="pgd_adaptive",
+                      record_every=record_every, sharpness_every=sharpness_every,
+                      theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
+                      backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
+                      lanczos_max_iter=lanczos_max_iter, first_trajectory=first_trajectory,
+                      top_k=top_k)
 
 
 def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
@@ -408,12 +453,13 @@ def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
     if beta >= 1:
         raise ValueError(f"beta must be < 1, got {beta}")
     eps = as_real(eps, "eps", minimum=0.0)
-    return _run(model, w0, lr, wd, steps, method="scalar_rmsprop", record_every=record_every,
-                sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
-                seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
-                lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                first_trajectory=first_trajectory, top_k=top_k, rms_beta=beta, rms_eps=eps)
+    return run_method(model, w0, lr, wd, steps, method="scalar_rmsprop", record_every=record_every,
+                      sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
+                      seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
+                      lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
+                      first_trajectory=first_trajectory, top_k=top_k, rms_beta=beta, rms_eps=eps)
 
 
-for _f in (run_gd_wd, run_pgd, run_scalar_rmsprop):
-    _f.__doc__ = _f.__doc__.rstrip() + "\n" + _COMMON_DOC
+for _f in (run_gd_wd, run_pgd, run_scalar_rmsprop):  # the common parameters before Examples
+    _head, _examples, _tail = _f.__doc__.rstrip().partition("\n    Examples\n")
+    _f.__doc__ = _head + "\n" + _COMMON_DOC + (_examples + _tail if _examples else "")

@@ -33,13 +33,15 @@ import numpy as np
 from ._dormand_prince import B4 as _B4
 from ._dormand_prince import B5 as _B5
 from ._dormand_prince import A as _A
-from ._validation import as_batch, as_positive_int, as_real, require_scale_invariant
+from ._validation import as_batch, as_positive_int, as_real
 from .central_flow import (  # noqa: F401 (re-exported: pysharp.flow.CentralFlow)
     CentralFlow,
     CentralFlowSolution,
     compare_to_central,
 )
+from .dynamics import QuasiRMSprop, run_pgd
 from .models import ScaleInvariantModel
+from .models._kinds import require_scale_invariant
 
 
 class FlowError(RuntimeError):
@@ -139,7 +141,6 @@ class SharpnessReductionFlow:
         #: flow time one step tracks (None: lr * wd of the GD+WD run compared)
         self.time_per_step: float | None = None
         if scheduler is not None:
-            from .dynamics import QuasiRMSprop
             if not isinstance(scheduler, QuasiRMSprop) or np.ndim(scheduler.lr) != 0:
                 raise TypeError("scheduler must be a QuasiRMSprop with a scalar lr")
             self.weight = float(2.0 / scheduler.c)
@@ -219,8 +220,6 @@ class SharpnessReductionFlow:
         FlowError
             When the gradient does not fall below ``tol`` in ``max_iter`` Newton steps.
         """
-        from .dynamics import run_pgd
-
         theta = self._unit(theta)
         max_iter = as_positive_int(max_iter, "max_iter")
         flow_steps = as_positive_int(flow_steps, "flow_steps")

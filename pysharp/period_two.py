@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._validation import require_scale_invariant
 from .dynamics import Trajectory
 from .flow import FlowError, SharpnessReductionFlow
 from .models import ScaleInvariantModel
+from .models._kinds import require_scale_invariant
 
 #: phi_{t+2} - phi_t is predicted as -DRIFT_COEFFICIENT * h_t^2 * grad_Gamma log lambda_1(phi_t).
 DRIFT_COEFFICIENT = 2.0

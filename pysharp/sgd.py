@@ -109,6 +109,17 @@ def run_sgd(model: SquareLossModel | BNLinearRegression, w0, lr, batch, steps: i
     SGDResult
         Per-trajectory arrays drop the batch axis when every input was unbatched.
 
+    Examples
+    --------
+    Linear regression with more samples than parameters: SGD with batch 2 interpolates.
+
+    >>> import numpy as np
+    >>> import pysharp as ps
+    >>> model = ps.LinearRegression.synthetic(d=5, n=10, seed=0)
+    >>> res = ps.run_sgd(model, np.zeros(5), 0.1, 2, 2000, seed=0)
+    >>> bool(res.loss[-1] < 1e-20), bool(res.diverged)
+    (True, False)
+
     Notes
     -----
     For ``BNLinearRegression`` the step is ghost BN, as BN nets are trained

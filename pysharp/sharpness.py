@@ -10,8 +10,9 @@ import numpy as np
 from ._backend import core
 from ._dispatch import core_only, resolve
 from ._engine import LanczosOptions
-from ._validation import as_batch, as_positive_int, as_real, require_scale_invariant
+from ._validation import as_batch, as_positive_int, as_real
 from .models import ScaleInvariantModel
+from .models._kinds import require_scale_invariant
 
 _WHICH = ("LA", "SA")
 
@@ -87,6 +88,16 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, which: str
     EigenResult
         Leading shapes follow ``w``: eigenvalues (k,) or (B, k), eigenvectors
         (k, D) or (B, k, D).
+
+    Examples
+    --------
+    >>> import pysharp as ps
+    >>> model = ps.BNLinearRegression.synthetic(d=40, n=20)
+    >>> w = model.random_point(seed=0, norm=10.0)
+    >>> round(float(ps.spherical_sharpness(model, w).eigenvalues[0]), 4)
+    3.9781
+    >>> ps.spherical_sharpness(model, [w, 2 * w], k=3).eigenvalues.shape  # scale-free
+    (2, 3)
     """
     require_scale_invariant(model, "spherical_sharpness",
                             "use pysharp.hessian_spectrum(model, w) for its Hessian's eigenvalues")

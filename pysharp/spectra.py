@@ -36,6 +36,7 @@ from ._backend import core
 from ._dispatch import resolve
 from ._validation import as_batch, as_float_array, as_positive_int, as_real
 from .models import ScaleInvariantModel, SquareLossModel
+from .sharpness import spherical_sharpness
 
 __all__ = ["Spectrum", "TraceEstimate", "SpectralDensity", "LossSlice", "hessian_spectrum",
            "hessian_trace", "spectral_density", "loss_slice", "rademacher"]
@@ -543,7 +544,6 @@ def loss_slice(model, w, directions=None, grid=None, *, backend: str = "auto") -
     w0 = w0[0]
     if directions is None:
         if isinstance(model, ScaleInvariantModel) and model.dim > 512:
-            from .sharpness import spherical_sharpness
             U = spherical_sharpness(model, w0, k=min(2, model.dim), backend=backend).eigenvectors
         else:
             U = hessian_spectrum(model, w0, spherical=False, eigenvectors=True,

@@ -58,6 +58,7 @@ from ._backend import core
 from ._dispatch import core_only
 from ._validation import as_batch, as_float_array, as_positive_int, as_real
 from .models import BNLinearRegression, SquareLossModel
+from .sharpness import lanczos
 
 __all__ = ["StabilityQuantities", "SecondMomentOperator", "MomentGrowth", "StabilityConditions",
            "InputSmoothness", "per_sample_gradients", "kappa", "sharpness_nonuniformity",
@@ -189,8 +190,6 @@ def _sharp_nonuni_one(A: np.ndarray, method: str, tol: float, seed: int):
         vs = A.T @ ((U * ginv) @ (U.T @ c))
         conv = True
     else:  # lanczos
-        from .sharpness import lanczos
-
         rh = lanczos(h_mv, D, 1, tol=tol, seed=seed)
         rs = lanczos(s_mv, D, 1, tol=tol, seed=seed + 1)
         a, va, s2, vs = (float(rh.eigenvalues[0]), rh.eigenvectors[0],

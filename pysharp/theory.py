@@ -15,7 +15,14 @@ from .models import BNLinearRegression, BNMatrixCompletion, Toy3D
 
 
 def effective_lr(lr, wd, norm2):
-    """eta_eff = lr / ((1 - lr wd) ||w||^2): GD+WD is projected GD with this LR (Lemma 3.1)."""
+    """eta_eff = lr / ((1 - lr wd) ||w||^2): GD+WD is projected GD with this LR (Lemma 3.1).
+
+    Examples
+    --------
+    >>> from pysharp import theory
+    >>> round(float(theory.effective_lr(0.5, 2e-4, 100.0)), 6)  # ||w|| = 10
+    0.005001
+    """
     return np.asarray(lr) / ((1 - np.asarray(lr) * np.asarray(wd)) * np.asarray(norm2))
 
 

@@ -8,6 +8,11 @@ plus the paper's BN-linreg size); tests of every public tool take ``any_case``.
 
 Everything here is cheap (the largest model has D = 40), so the whole suite
 runs in seconds. Models are built once per session; tests must not mutate them.
+
+The gaps that mutation testing (tools/mutation.py) found are closed beside the other tests
+of their module, with value checks from independent oracles (a hand computation, an
+enumeration over all batches, dense NumPy algebra, an exact power-of-two identity, or a
+boundary input whose verdict the documented contract fixes), not "some witness exists".
 """
 
 from __future__ import annotations

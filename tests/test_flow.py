@@ -1,11 +1,23 @@
-"""The sharpness-reduction flow and GD+WD against the theory (Lyu, Li, Arora 2022)."""
+"""The sharpness-reduction flow and GD+WD against the theory (Lyu, Li, Arora 2022).
+
+Also by hand on made-up solutions: the flow's velocity, its Hermite dense output and
+compare_to_flow's alignment at the EoS entry step.
+"""
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
 import pysharp as ps
-from pysharp.flow import FlowError, SharpnessReductionFlow, compare_to_flow
+from pysharp.flow import (
+    FlowError,
+    FlowGeometry,
+    FlowSolution,
+    SharpnessReductionFlow,
+    compare_to_flow,
+)
 from pysharp.reproduce._common import loglog_slope, theory_start
 
 
@@ -176,3 +188,57 @@ def test_projection_reaches_a_critical_point_from_outside_newtons_basin():
         zeta, residual = flow.project(model.random_point(seed=seed))
         assert residual <= 1e-9 and abs(np.linalg.norm(zeta) - 1) < 1e-14
         assert np.linalg.norm(model.grad(zeta)) == residual
+
+
+# -- the flow's velocity and dense output, compare_to_flow's alignment -------------------
+def _unit(v):
+    return v / np.linalg.norm(v)
+
+
+def test_flow_velocity_and_dense_output_by_hand():
+    geo = FlowGeometry(1.0, np.zeros(2), 1.0, 1, np.eye(2), np.array([3.0, 4.0]))
+    assert np.allclose(geo.velocity, -2 * np.array([3.0, 4.0]) / 29)
+    z0, z1 = np.array([1.0, 0.0, 0.0]), np.array([0.0, 1.0, 0.0])
+    f0, f1 = np.array([0.0, 0.0, 1.0]), np.array([0.0, 0.0, -1.0])
+    sol = FlowSolution(np.array([0.0, 2.0]), np.stack([z0, z1]), np.ones(2), np.zeros(2),
+                       np.ones(2), True, "", np.stack([f0, f1]))
+    assert np.array_equal(sol.sol(0.0), z0) and np.allclose(sol.sol(2.0), z1)
+    # Hermite at s = 1/2, h = 2: (y0 + y1) / 2 + (h / 8) (f0 - f1), renormalised
+    mid = (z0 + z1) / 2 + 0.25 * (f0 - f1)
+    assert np.allclose(sol.sol(1.0), mid / np.linalg.norm(mid), atol=1e-15)
+    with pytest.raises(ValueError, match="tau"):
+        sol.sol(2.1)
+
+
+def _fake_flow(D=3):
+    rng = np.random.default_rng(0)
+    zeta = np.array([_unit(rng.standard_normal(D)) for _ in range(3)])
+    return FlowSolution(np.array([0.0, 1.0, 2.0]), zeta, np.ones(3), np.zeros(3), np.ones(3),
+                        True, "", np.zeros((3, D)))
+
+
+def test_compare_to_flow_aligns_at_the_eos_entry_step_by_default():
+    flow = _fake_flow()
+    lr, wd, entry = 0.5, 0.02, 50  # tau = 0.01 (t - 50)
+    steps = np.arange(0, 301, 10)
+    tau = lr * wd * (steps - entry)
+    inside = (tau >= 0) & (tau <= 2)
+    theta = np.tile(_unit(np.ones(3)), (len(steps), 1))
+    theta[inside] = flow.sol(tau[inside])
+    tr = SimpleNamespace(theta=theta, theta_steps=steps, lr=lr, wd=wd, eos_entry_step=entry)
+    res = compare_to_flow(tr, flow)
+    assert np.array_equal(res.steps, steps[inside]) and np.allclose(res.tau, tau[inside])
+    assert res.max_error < 1e-14
+    assert compare_to_flow(tr, flow, t_eos=40).max_error > 1e-3
+    never = SimpleNamespace(theta=theta, theta_steps=steps, lr=lr, wd=wd, eos_entry_step=-1)
+    res0 = compare_to_flow(never, flow)
+    assert np.array_equal(res0.steps, steps[steps <= 200]) and res0.tau[0] == 0.0
+    assert np.array_equal(res0.error, compare_to_flow(never, flow, t_eos=0).error)
+    # a batch: trajectory 1 holds the aligned snapshots
+    batched = SimpleNamespace(theta=np.stack([np.roll(theta, 1, axis=1), theta], 1),
+                              theta_steps=steps, lr=np.array([0.5, lr]), wd=np.array([0.5, wd]),
+                              eos_entry_step=np.array([0, entry]))
+    assert compare_to_flow(batched, flow, index=1).max_error < 1e-14
+    with pytest.raises(ValueError, match="theta_every"):
+        compare_to_flow(SimpleNamespace(theta=None), flow)
+

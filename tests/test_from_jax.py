@@ -216,6 +216,20 @@ def test_many_primitives():
     assert_like_jax(model, lambda w: grab(w, X, y, 0.7), W, V, 1e-12, 1e-11)
 
 
+def test_sin_and_cos_to_the_third_derivative():
+    """sin and cos: the jets' coupled recurrence against JAX's own derivatives."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((7, 5))
+
+    def wave(w, X):
+        z = X @ (w / jnp.sqrt(w @ w))
+        return jnp.mean(jnp.sin(2.0 * z) ** 2 + jnp.cos(z) * z)
+    model = ps.models.from_jax(wave, np.ones(5), X=X)
+    assert "sin_(" in model.source and "cos_(" in model.source
+    W, V = points(5)
+    assert_like_jax(model, lambda w: wave(w, X), W, V, 1e-12, 1e-11)
+
+
 def test_pysharp_run_and_sweep_take_a_jax_loss_file(tmp_path):
     """``pysharp run FILE.py:FUNCTION --dim D`` and ``[model] python = ...`` (issue 27.5)."""
     import json

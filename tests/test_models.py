@@ -4,7 +4,8 @@ Every identity of docs/theory.rst is checked for every model in float64
 and float32; the compiled kernels are compared with the NumPy oracles of
 pysharp.reference and with finite differences; the closed forms of section 2
 (BN linear regression, BN matrix completion, the 3-D toy) are recomputed here
-independently of both.
+independently of both. Scale invariance is also checked to the bit (powers of
+two), and a model's registered sweep summaries apply only where they are defined.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import get_case, rel_err, tol
 
+import pysharp as ps
 import pysharp._core as _core
 from pysharp.models import BNLinearRegression, BNMatrixCompletion, Toy3D
 from pysharp.reference import BNMatrixCompletionReference, Toy3DReference
@@ -805,3 +807,46 @@ def test_hvp_third_with_badly_scaled_v(case, dtype):
     va = (v * a).astype(dtype)
     assert rel_err(case.model.third(w, va).astype(np.float64) / a**2,
                    case.model.third(w, v.astype(dtype))) < tol(dtype, 1e-13, 1e-5)
+
+
+# -- exact scale invariance, broadcasting, which summaries apply -----------------------
+def test_scale_invariance_is_exact_for_powers_of_two():
+    model = ps.BNMatrixCompletion.synthetic(size=5, true_rank=2, rank=2, n_obs=12, seed=1)
+    w = model.random_point(seed=2)
+    v = np.random.default_rng(0).standard_normal(model.dim)
+    for e in (300, -300):
+        c = 2.0 ** e
+        assert model.loss(c * w) == model.loss(w)
+        assert np.array_equal(model.grad(c * w), model.grad(w) / c)
+        assert np.array_equal(model.hessian(c * w), model.hessian(w) / c ** 2)
+        assert np.array_equal(model.hvp(c * w, v), model.hvp(w, v) / c ** 2)
+        assert np.array_equal(model.hvp(w, c * v), model.hvp(w, v) * c)
+        assert np.array_equal(model.third(c * w, v), model.third(w, v) / c ** 3)
+        assert np.array_equal(model.third(w, c * v), model.third(w, v) * c ** 2)
+
+
+def test_single_vectors_broadcast_against_batches():
+    model = ps.BNLinearRegression.synthetic(d=6, n=9, seed=2)
+    W, V = model.random_point(3, seed=1), np.random.default_rng(1).standard_normal((3, 6))
+    rows = np.stack([model.hvp(W[i], V[i]) for i in range(3)])
+    assert np.allclose(model.hvp(W, V), rows, rtol=1e-13)
+    assert np.allclose(model.hvp(W[0], V), np.stack([model.hvp(W[0], v) for v in V]), rtol=1e-13)
+    assert np.allclose(model.hvp(W, V[0]), np.stack([model.hvp(w, V[0]) for w in W]), rtol=1e-13)
+    assert model.hvp(W[0], V[0]).shape == (6,) and model.loss(W).shape == (3,)
+    with pytest.raises(ValueError, match="3 rows but v has 2"):
+        model.hvp(W, V[:2])
+    P = model.random_point(4, seed=7, norm=2.5, dtype=np.float32)
+    assert P.dtype == np.float32 and np.allclose(np.linalg.norm(P, axis=1), 2.5, rtol=1e-6)
+    assert np.array_equal(model.random_point(seed=7), model.random_point(1, seed=7)[0])
+
+
+def test_matrix_completion_sv_gap_only_when_the_truth_has_lower_rank():
+    from pysharp.sweeps._compute import Settings, layout
+
+    s = Settings(steps=10, record_every=1, sharpness_every=5, jitter=0.0, eos_tol=0.05,
+                 backend="cpp")
+    equal = ps.BNMatrixCompletion.synthetic(size=6, true_rank=2, rank=2, n_obs=18, seed=0)
+    lower = ps.BNMatrixCompletion.synthetic(size=6, true_rank=2, rank=3, n_obs=18, seed=0)
+    assert "sv_gap" not in layout(equal, s) and "sv_gap" in layout(lower, s)
+    assert "test_loss" in layout(equal, s)
+

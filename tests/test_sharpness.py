@@ -1,7 +1,9 @@
-"""Top-k / bottom-k eigenpairs with multiplicity (issue 13 item 5).
+"""spherical_sharpness and lanczos: top-k / bottom-k eigenpairs with multiplicity (issue 13
+item 5), the eigenvectors' sign convention, the defaults and the Krylov cap.
 
 The oracle is numpy.linalg.eigvalsh of the dense Hessian built from the NumPy
-reference HVP (backend="numpy"), independent of the Lanczos code.
+reference HVP (backend="numpy"), independent of the Lanczos code, or a
+diagonal operator whose eigenpairs are known.
 """
 
 import numpy as np
@@ -193,3 +195,58 @@ def test_numba_lanczos_matches_cpp_with_multiplicity(linreg_paper):
         assert np.abs(a.eigenvalues - b.eigenvalues).max() <= 1e-10 * np.abs(a.eigenvalues).max()
         np.testing.assert_array_equal(a.converged, b.converged)
         np.testing.assert_array_equal(a.iterations, b.iterations)
+
+
+# -- spherical_sharpness and lanczos: sign convention, defaults, caps --------------------
+def test_eigenvector_sign_convention_and_k_equal_to_d():
+    model = ps.BNLinearRegression.synthetic(d=12, n=8, seed=1)
+    W = model.random_point(2, seed=3, norm=3.0)
+    dense = ps.spherical_sharpness(model, W, k=12, method="dense")
+    H = model.hessian(W / 3.0)
+    assert np.allclose(dense.eigenvalues, np.linalg.eigvalsh(H)[:, ::-1], atol=1e-10)
+    for res in (dense, ps.spherical_sharpness(model, W, k=2, method="lanczos")):
+        V = res.eigenvectors
+        peak = np.take_along_axis(V, np.abs(V).argmax(-1)[..., None], -1)
+        assert np.all(peak > 0)
+        assert np.allclose(np.linalg.norm(V, axis=-1), 1.0)
+    single = ps.spherical_sharpness(model, W[0], k=1, method="lanczos")
+    assert single.eigenvalues.shape == (1,) and single.iterations.ndim == 0
+    assert bool(single.converged) and single.iterations >= 8
+    with pytest.raises(ValueError, match="k must be <= D"):
+        ps.spherical_sharpness(model, W, k=13)
+    with pytest.raises(ValueError, match="tol"):
+        ps.spherical_sharpness(model, W, tol=0.0)
+    top = ps.lanczos(lambda v: np.arange(1.0, 6.0) * v, 5, k=5)
+    assert np.allclose(top.eigenvalues, [5, 4, 3, 2, 1])
+    assert ps.lanczos(lambda v: np.arange(1.0, 6.0) * v, 5).eigenvalues.shape == (1,)
+    with pytest.raises(ValueError, match="k must be <= dim"):
+        ps.lanczos(lambda v: v, 5, k=6)
+    with pytest.raises(ValueError, match="max_iter"):
+        ps.lanczos(lambda v: v, 5, k=3, max_iter=2)
+
+
+def test_spherical_sharpness_defaults_and_the_numpy_backend():
+    model = ps.BNLinearRegression.synthetic(d=20, n=10, seed=3)
+    W = model.random_point(2, seed=4)
+    default = ps.spherical_sharpness(model, W, k=2)  # D > 16: Lanczos, seed 0
+    seeded = ps.spherical_sharpness(model, W, k=2, seed=0)
+    assert np.array_equal(default.eigenvectors, seeded.eigenvectors)
+    other = ps.spherical_sharpness(model, W, k=2, seed=1)
+    assert not np.array_equal(other.eigenvectors, seeded.eigenvectors)
+    assert np.allclose(other.eigenvalues, seeded.eigenvalues, rtol=1e-9)
+    dense = ps.spherical_sharpness(model, W, k=2, backend="numpy")  # "numpy" offers dense only
+    assert np.allclose(dense.eigenvalues, seeded.eigenvalues, rtol=1e-9)
+    assert np.all(dense.iterations == 20)
+    with pytest.raises(ValueError, match="kernels only"):
+        ps.spherical_sharpness(model, W, method="lanczos", backend="numpy")
+
+
+def test_default_krylov_cap_admits_more_than_128_eigenpairs():
+    """Default max_iter = min(D, 1024, max(128, 4k)): k = 130 of a diagonal D = 200 operator."""
+    diag = np.arange(1.0, 201.0)
+    res = ps.lanczos(lambda v: diag * v, 200, k=130)
+    assert np.allclose(res.eigenvalues, diag[::-1][:130], rtol=1e-9)
+    # iterations add up the Krylov steps of every run: the first (capped at
+    # D = 200) and, for k > 1, the complement check runs of the locking scheme
+    assert res.converged and 200 <= res.iterations <= 2 * 200
+

@@ -2,13 +2,15 @@
 
 Oracles: dense NumPy algebra for linear regression (H_i = x_i x_i^T), finite
 differences for the two-layer net, exhaustive enumeration of all batches of a
-tiny problem for E (I - eta H_I)^2 and for T_2, and an independent NumPy SGD
-that follows the engine's own batches (``sgd_batches``).
+tiny problem for E (I - eta H_I)^2 and for T_2, the closed forms of D = 1
+linear regression (T_2 is a number there), and an independent NumPy SGD that
+follows the engine's own batches (``sgd_batches``).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -387,3 +389,180 @@ def test_bn_linreg_per_sample_jacobians_match_finite_differences(linreg_small):
     assert rel_err(gx, np.broadcast_to(wt, gx.shape)) < 1e-13
     s = stability.sharpness_nonuniformity(m, w)
     assert s.sharpness > 0 and np.isfinite(s.nonuniformity)
+
+
+# -- the Gram and Lanczos methods, other orders, verdicts at the boundary ----------------
+def _line(x):
+    """D = 1 linear regression: a_i = x_i, T_2 is the number (1 - eta a)^2 + eta^2 kappa s^2."""
+    x = np.asarray(x, dtype=float)
+    return LinearRegression(x[:, None], 0.7 * x)
+
+
+_NET = TwoLayerNet(3, 4, X=np.random.default_rng(3).standard_normal((7, 3)), y=np.arange(7.0))
+
+
+@pytest.mark.parametrize("model", [_linreg(30, 6, 1), _linreg(5, 12, 2), _NET],
+                         ids=["n>D", "n<D", "net"])
+def test_gram_and_lanczos_methods_match_dense_numpy(model):
+    W = model.random_point(2, seed=1)
+    A = model.jacobians(W)[1]
+    for b in range(2):
+        n = A.shape[1]
+        H = A[b].T @ A[b] / n
+        sq = np.sum(A[b] ** 2, axis=1)
+        Sigma = (A[b].T * sq) @ A[b] / n - H @ H
+        a, s2 = np.linalg.eigvalsh(H)[-1], np.linalg.eigvalsh(Sigma)[-1]
+        for method in ("dense", "gram", "lanczos"):
+            q = stability.sharpness_nonuniformity(model, W[b], method=method)
+            assert q.method == method and q.n == n and q.dim == model.dim
+            assert q.sharpness == pytest.approx(a, rel=1e-9)
+            assert q.nonuniformity == pytest.approx(math.sqrt(s2), rel=1e-7)
+            assert q.trace_h == pytest.approx(np.trace(H), rel=1e-12)
+            assert q.rank == np.linalg.matrix_rank(A[b])
+            assert q.converged and np.all(q.residuals <= 1e-7 * a)
+    qb = stability.sharpness_nonuniformity(model, W, method="gram")
+    assert qb.sharpness.shape == (2,) and qb.residuals.shape == (2, 2)
+    assert qb.sharpness[1] == pytest.approx(stability.sharpness_nonuniformity(
+        model, W[1], method="dense").sharpness, rel=1e-9)
+
+
+def test_auto_method_switches_to_gram_beyond_128_parameters():
+    model = _linreg(10, 130, 4)
+    w = np.zeros(model.dim)
+    q = stability.sharpness_nonuniformity(model, w)
+    X = model.X
+    assert q.method == "gram"
+    assert q.sharpness == pytest.approx(np.linalg.eigvalsh(X.T @ X / 10)[-1], rel=1e-10)
+    assert stability.sharpness_nonuniformity(_linreg(10, 128, 4), np.zeros(128)).method == "dense"
+
+
+def _exact_line_rate(x, eta, B, order):
+    """E_I |1 - eta h_I|^k over all B-subsets (D = 1): the exact per-step growth."""
+    h = np.asarray(x, dtype=float) ** 2
+    vals = [abs(1 - eta * h[list(I)].mean()) ** order
+            for I in itertools.combinations(range(len(h)), B)]
+    return float(np.mean(vals))
+
+
+def test_moment_growth_rate_and_interval_match_the_enumerated_scalar_rate():
+    x = [1.0, 0.5, -1.5, 2.0, 0.8]
+    model, B, eta = _line(x), 2, 0.7
+    exact = _exact_line_rate(x, eta, B, 2)
+    wide = stability.moment_growth(model, np.zeros(1), eta, B, steps=200, n_runs=1024, level=0.99)
+    narrow = stability.moment_growth(model, np.zeros(1), eta, B, steps=200, n_runs=1024, level=0.5)
+    assert wide.rate == pytest.approx(exact, rel=0.03)
+    assert wide.ci[0] < wide.rate < wide.ci[1]
+    assert wide.ci[0] <= exact <= wide.ci[1]
+    assert narrow.rate == wide.rate  # same particles, only the quantile differs
+    assert wide.ci[0] < narrow.ci[0] < narrow.ci[1] < wide.ci[1]
+    assert wide.burn_in == 50 and wide.level == 0.99 and wide.meta["dim"] == 1
+    # the k = 2 rate is T_2's spectral radius, here the closed form
+    a, s2 = np.mean(np.square(x)), np.mean(np.power(x, 4)) - np.mean(np.square(x)) ** 2
+    kap = stability.kappa(5, B)
+    assert exact == pytest.approx((1 - eta * a) ** 2 + eta ** 2 * kap * s2, rel=1e-12)
+
+
+@pytest.mark.parametrize("order", [1, 4])
+def test_is_linearly_stable_other_orders_follow_the_enumerated_rate(order):
+    x = [1.0, 0.5, -1.5, 2.0, 0.8]
+    model, B = _line(x), 2
+    lo, hi = 0.3, 1.6  # exact rates well below and well above 1 for both orders
+    assert _exact_line_rate(x, lo, B, order) < 0.8 and _exact_line_rate(x, hi, B, order) > 1.5
+    assert stability.is_linearly_stable(model, np.zeros(1), lo, B, order=order, steps=120,
+                                        n_runs=512)
+    assert not stability.is_linearly_stable(model, np.zeros(1), hi, B, order=order, steps=120,
+                                            n_runs=512)
+
+
+def test_order_two_verdict_flips_at_the_critical_learning_rate():
+    model = _linreg(6, 3, 7)
+    w = np.zeros(3)
+    eta = stability.critical_lr(model, w, 2)
+    assert stability.is_linearly_stable(model, w, eta * (1 - 1e-6), 2)
+    assert not stability.is_linearly_stable(model, w, eta * (1 + 1e-4), 2)
+    assert stability.second_moment_operator(model, w, eta, 2).spectral_radius == pytest.approx(
+        1.0, abs=1e-9)
+
+
+def test_d1_verdicts_by_closed_form_including_a_point_between_two_tolerances():
+    """D = 1: rho(T_2) = (1 - eta a)^2 + eta^2 kappa s^2 =: 1 + delta with delta = 5e-10."""
+    x = np.array([1.0, -2.0, 0.5, 1.5])
+    model, B = _line(x), 1
+    a, s2 = np.mean(x ** 2), np.mean(x ** 4) - np.mean(x ** 2) ** 2
+    kap = stability.kappa(4, B)
+    assert kap == 1.0  # (n - B) / (B (n - 1)) = 3 / 3
+    c, delta = a * a + kap * s2, 5e-10
+    eta = (2 * a + math.sqrt(4 * a * a + 4 * c * delta)) / (2 * c)
+    loose = stability.stability_conditions(model, np.zeros(1), eta, B)  # rtol 1e-9 > delta
+    assert loose.spectral_radius == pytest.approx(1 + delta, abs=1e-13)
+    assert loose.vector_criterion == pytest.approx(1 + delta, abs=1e-13)
+    assert loose.stable and loose.sufficient
+    tight = stability.stability_conditions(model, np.zeros(1), eta, B, rtol=1e-10)
+    assert not tight.stable and not tight.sufficient
+    # the stated bounds, by hand
+    assert loose.sharpness_bound == 2 / eta and loose.sharpness == pytest.approx(a, rel=1e-14)
+    assert loose.nonuniformity_bound == pytest.approx(1 / (eta * math.sqrt(kap)), rel=1e-15)
+    assert loose.nonuniformity == pytest.approx(math.sqrt(s2), rel=1e-12)
+    assert loose.sharpness_ok == (a <= 2 / eta)
+    assert loose.nonuniformity_ok == (math.sqrt(s2) <= 1 / eta) and loose.wu_pair
+    # s > 1 / eta with kappa = 1 forces rho > 1 here: Wu's s bound fails with the verdict
+    rough = stability.stability_conditions(model, np.zeros(1), 1.1 / math.sqrt(s2), B)
+    assert not rough.nonuniformity_ok and not rough.wu_pair and not rough.stable
+    # critical_lr is that closed-form root for delta = 0: eta* = 2a / c
+    assert stability.critical_lr(model, np.zeros(1), B) == pytest.approx(2 * a / c, rel=1e-10)
+    assert stability.critical_lr(model, np.zeros(1), B, criterion="sufficient") == \
+        pytest.approx(2 * a / c, rel=1e-10)
+
+
+def test_violated_conditions_are_reported_as_violated():
+    model = _linreg(6, 3, 8)
+    w = np.zeros(3)
+    q = stability.sharpness_nonuniformity(model, w)
+    crit = stability.critical_lr(model, w, 2)
+    c = stability.stability_conditions(model, w, 1.5 * crit, 2)
+    assert not c.stable and not c.sufficient and c.spectral_radius > 1 and c.vector_criterion > 1
+    over = stability.stability_conditions(model, w, 2.5 / q.sharpness, 2)
+    assert not over.sharpness_ok and not over.stable and not over.wu_pair
+    assert over.sharpness_bound == pytest.approx(0.8 * q.sharpness, rel=1e-14)
+    full = stability.stability_conditions(model, w, 0.5 / q.sharpness, 6)  # B = n: kappa = 0
+    assert full.kappa == 0 and full.nonuniformity_bound == math.inf and full.nonuniformity_ok
+    assert full.stable and full.sufficient and full.sharpness_ok
+    assert stability.critical_lr(model, w, 6) == pytest.approx(2 / q.sharpness, rel=1e-12)
+
+
+def test_kappa_boundary_and_bounds_by_hand():
+    assert stability.kappa(5, 5) == 0.0
+    assert stability.kappa(5, 1) == 1.0
+    assert stability.kappa(5, 2) == pytest.approx(3 / 8)
+    assert stability.kappa(1, 1) == 1.0
+    assert stability.kappa(5, 7, replacement=True) == pytest.approx(1 / 7)
+    with pytest.raises(ValueError, match="batch"):
+        stability.kappa(5, 6)
+    b = stability.stability_boundary(0.5, 2, 5, points=3)
+    assert b["a_max"] == 4.0 and b["kappa"] == pytest.approx(3 / 8)
+    assert b["s_max"] == pytest.approx(math.sqrt(8 / 3) / 0.5, rel=1e-15)
+    assert np.allclose(b["a"], [0.0, 2.0, 4.0])
+    # (1 - eta a)^2 + eta^2 kappa s^2 = 1 at a = 2: s = sqrt(1 / kappa) / eta
+    assert np.allclose(b["s"], [0.0, math.sqrt(8 / 3) / 0.5, 0.0], atol=1e-7)
+    assert np.all(stability.stability_boundary(0.5, 5, 5)["s"] == np.inf)
+
+
+def test_gradient_moment_ratio_by_hand():
+    """x_i = (1, 2), (3, -1): k = 2 moment (1/n) sum ||a_i||_4^4 = (17 + 82) / 2."""
+    model = LinearRegression(np.array([[1.0, 2.0], [3.0, -1.0]]), np.zeros(2))
+    eta, B = 0.1, 2
+    r1 = stability.gradient_moment_ratio(model, np.zeros(2), eta, B, k=1)
+    assert r1 == pytest.approx((5 + 10) / 2 / (2 * 2 / eta), rel=1e-14)
+    r2 = stability.gradient_moment_ratio(model, np.zeros(2), eta, B, k=2)
+    assert r2 == pytest.approx((17 + 82) / 2 / (2 * 2 * (2 * B) / eta ** 2), rel=1e-14)
+
+
+def test_rank_zero_hessian_is_trivially_stable():
+    """All a_i = 0: H = 0, linearised SGD does not move (spectral radius 0 on an empty range)."""
+    model = LinearRegression(np.zeros((4, 2)), np.zeros(4))
+    op = stability.second_moment_operator(model, np.zeros(2), 0.1, 2)
+    assert op.spectral_radius == 0.0 and op.rank == 0 and op.null_dim == 2
+    assert stability.critical_lr(model, np.zeros(2), 2) == math.inf
+    c = stability.stability_conditions(model, np.zeros(2), 0.1, 2)
+    assert c.stable and c.sufficient and c.vector_criterion == 0.0
+

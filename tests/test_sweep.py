@@ -1,4 +1,8 @@
-"""Sweeps: the grid's numbers equal raw engine calls; the store survives kills and corruption."""
+"""Sweeps: the grid's numbers equal raw engine calls; the store survives kills and corruption.
+
+Bad arguments are refused before a store is created, and the default settings and summaries
+are recorded as documented.
+"""
 
 from __future__ import annotations
 
@@ -394,3 +398,84 @@ def test_sweep_summary_median_skips_nan_without_a_warning():
         warnings.simplefilter("error")
         s = _sweep_summary(ds, 1.0)
     assert s["median_sharpness_drop"] is None and s["median_cosine_min_norm"] == 0.5
+
+
+# -- argument checks before the store, default settings and summaries ------------------
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"lr": [0.0, 0.1]}, ValueError, "lr must be > 0"),
+    ({"seeds": [1e19]}, ValueError, "seeds"),
+    ({"seeds": [2 ** 63]}, ValueError, "seeds"),
+    ({"init_norm": [0.0, 1.0]}, ValueError, "init_norm"),
+    ({"progress": "yes"}, TypeError, "progress"),
+    ({"steps": 0}, ValueError, "steps"),
+    ({"chunk_size": 0}, ValueError, "chunk_size"),
+    ({"eos_tol": -1e-300}, ValueError, "eos_tol"),
+])
+def test_sweep_rejects_bad_arguments_before_creating_the_store(tmp_path, kwargs, exc, match):
+    pytest.importorskip("zarr")
+    store = tmp_path / "s.zarr"
+    args = {"lr": 0.1, "wd": 0.01, "steps": 10, "progress": False} | kwargs
+    with pytest.raises(exc, match=match):
+        ps.sweep("toy3d", store=store, **args)
+    assert not store.exists()
+
+
+def test_sweep_refuses_a_store_path_that_is_a_file(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("x")
+    with pytest.raises(ValueError, match="not a directory"):
+        ps.sweep("toy3d", lr=0.1, wd=0.01, steps=10, store=path, progress=False)
+    assert path.read_text() == "x"
+
+
+def test_sweep_defaults_and_summaries_against_its_own_records_and_a_raw_run():
+    pytest.importorskip("xarray")
+    model = ps.Toy3D(c=4.0)
+    ds = ps.sweep(model, lr=[0.05, 0.4], wd=[0.0, 0.02], seeds=[0, 1], init_norm=1.5, steps=200,
+                  progress=False)
+    assert np.array_equal(ds["step"], np.arange(0, 201, 2))  # steps // 100
+    assert np.array_equal(ds["sharpness_step"], np.arange(0, 201, 10))  # steps // 20
+    sharp = ds["sharpness"].values
+    assert np.array_equal(ds["final_sharpness"].values, sharp[..., -1])
+    assert np.array_equal(ds["min_sharpness"].values, np.nanmin(sharp, axis=-1))
+    assert np.array_equal(ds["final_loss"].values, ds["loss"].values[..., -1])
+    assert np.array_equal(ds["final_eff_lr"].values, ds["eff_lr"].values[..., -1])
+    # one grid point against run_gd_wd from the documented start
+    w0 = model.random_point(seed=1)
+    w0 = 1.5 * w0 / np.linalg.norm(w0)
+    tr = ps.run_gd_wd(model, w0, 0.05, 0.02, 200, record_every=2, sharpness_every=10)
+    point = ds.sel(lr=0.05, wd=0.02, seed=1, init_norm=1.5)
+    assert np.allclose(point["loss"], tr.loss, rtol=1e-12, atol=1e-15)
+    assert np.allclose(point["sharpness"], tr.sharpness, rtol=1e-9)
+    assert int(point["eos_entry_step"]) == int(tr.eos_entry_step)
+    assert float(point["final_sharpness"]) == pytest.approx(tr.sharpness[-1], rel=1e-9)
+
+
+def test_sweep_records_its_default_settings_and_resumes_the_progress_count(tmp_path, monkeypatch):
+    pytest.importorskip("zarr")
+    import json
+
+    from pysharp.sweeps import _sweep
+
+    seen = []
+
+    class Recorder:
+        def __init__(self, enabled, total, initial):
+            seen.append((enabled, total, initial))
+
+        def update(self, n):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(_sweep, "_Progress", Recorder)
+    args = dict(lr=[0.05, 0.1, 0.2], wd=0.01, steps=40, store=tmp_path / "s.zarr", chunk_size=2)
+    ds = ps.sweep("toy3d", **args)
+    settings = json.loads(ds.attrs["pysharp_sweep"])["settings"]
+    assert settings["eos_tol"] == 0.05 and settings["jitter"] == 0.0
+    assert settings["record_every"] == 1 and settings["sharpness_every"] == 2
+    again = ps.sweep("toy3d", **args)
+    assert again.attrs["chunks_reused"] == 2 and again.attrs["chunks_computed"] == 0
+    assert seen == [(True, 3, 0), (True, 3, 3)]  # resumed: the bar starts at 3 trajectories
+

@@ -220,7 +220,7 @@ def test_lr_by_batch_heatmap():
     (BN, dict(method="pgd", init_norm=2.0), "init_norm must be 1"),
     (BN, dict(method="gd_wd"), "wd is required"),
     (BN, dict(method="gd_wd", wd=0.0, batch=4), "batch applies to method='sgd' only"),
-    (BN, dict(method="pgd", rms_beta=0.9), "rms_beta and rms_eps apply"),
+    (BN, dict(method="pgd", rms_beta=0.9), "rms_beta applies to method 'scalar_rmsprop' only"),
     (BN, dict(method="scalar_rmsprop", wd=0.0, record_every=7), "must divide steps"),
     ("toy3d", dict(method="sgd", batch=2), "method='sgd' needs a square-loss model"),
     ({"name": "bn_matrix_completion", "size": 4, "rank": 1, "n_obs": 8},

@@ -1,17 +1,20 @@
-"""pysharp.theory: Theorem 4.2 of Lyu, Li & Arora (2022) and the smoothness constant rho_2.
+"""pysharp.theory: the GD+WD norm and effective-LR recursions, the min-norm interpolant,
+Theorem 4.2 of Lyu, Li & Arora (2022) with its witness, and the smoothness constant rho_2.
 
 Oracles: numbers worked out by hand from the paper's statement, Hessians
 evaluated along a path into the set where rho_2 blows up, Hessian norms
-maximised by sampling against the proven bound, and a GD+WD run whose
-step 0 does not meet the theorem's gradient bound.
+maximised by sampling against the proven bound, the pseudo-inverse, and a
+GD+WD run whose step 0 does not meet the theorem's gradient bound.
 """
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import pysharp as ps
+from pysharp import theory
 
 
 def _unit(v):
@@ -129,3 +132,97 @@ def test_theorem_4_2_claim_holds_on_a_run_where_step_0_fails_the_bound():
     k = int(np.searchsorted(tr.steps, t))
     assert tr.grad_norm[k] ** 2 <= thm.grad_norm2_bound and tr.eff_lr[k] <= thm.eff_lr_bound
     assert np.all(tr.grad_norm[:k] ** 2 > thm.grad_norm2_bound)
+
+
+# -- the recursions, the interpolant and Theorem 4.2's edges, by hand ----------------------
+def test_gd_wd_norm_and_effective_lr_recursions_by_hand():
+    """lr = 0.1, wd = 0.5 (decay 0.95), ||w||^2 = 4, ||grad L(w)||^2 = 9/4."""
+    assert theory.effective_lr(0.1, 0.5, 4.0) == pytest.approx(0.1 / (0.95 * 4.0), rel=1e-15)
+    # 0.95^2 * 4 + 0.01 * 2.25 = 3.61 + 0.0225
+    assert theory.next_norm2(4.0, 0.1, 0.5, 2.25) == pytest.approx(3.6325, rel=1e-15)
+    # 1 / (0.9025 (1/0.2 + 0.2 * 5)) = 1 / 5.415
+    assert theory.next_effective_lr(0.2, 0.1, 0.5, 5.0) == pytest.approx(1 / 5.415, rel=1e-15)
+    # the two recursions agree: ||grad L(theta)||^2 = ||w||^2 ||grad L(w)||^2
+    lr, wd, n2, g2w = 0.03, 0.7, 2.5, 0.4
+    eta1 = theory.effective_lr(lr, wd, theory.next_norm2(n2, lr, wd, g2w))
+    eta1_direct = theory.next_effective_lr(theory.effective_lr(lr, wd, n2), lr, wd, g2w * n2)
+    assert eta1 == pytest.approx(eta1_direct, rel=1e-14)
+
+
+def test_theorem_4_2_at_lr_wd_exactly_one_half_by_hand():
+    """lr = 1, wd = 1/2, rho2 = 1, ||w0||^2 = 100: eta_eff(0) = 1/50 <= 2/pi^2.
+
+    T0 = ceil(ln(100 / pi^2) / 1) = ceil(2.3157) = 3; gradient bound 8 pi^4 * 0.5 = 4 pi^4;
+    eta_eff bound 2 / (pi^2 / 2) = 4 / pi^2.
+    """
+    w0 = np.array([6.0, 0.0, 8.0])
+    thm = theory.theorem_4_2(ps.Toy3D(), w0, 1.0, 0.5, rho2=1.0)
+    assert thm.applicable and thm.reason == "hypotheses hold"
+    assert thm.T0 == 3
+    assert thm.grad_norm2_bound == pytest.approx(4 * math.pi ** 4, rel=1e-14)
+    assert thm.eff_lr_bound == pytest.approx(4 / math.pi ** 2, rel=1e-14)
+    over = theory.theorem_4_2(ps.Toy3D(), w0, 1.0, 0.5 * (1 + 1e-12), rho2=1.0)
+    assert not over.applicable and "> 1/2" in over.reason
+    for bad in ({"lr": 0.0}, {"wd": 0.0}, {"rho2": 0.0}):
+        args = {"lr": 0.1, "wd": 0.1, "rho2": 1.0} | bad
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            theory.theorem_4_2(ps.Toy3D(), w0, args["lr"], args["wd"], rho2=args["rho2"])
+
+
+def test_theorem_4_2_with_a_sampled_rho2_says_so():
+    model = ps.Toy3D(c=2.0)
+    assert theory.smoothness_bound(model)[0] is None
+    thm = theory.theorem_4_2(model, np.array([1.0, 2.0, 30.0]), 0.1, 0.01)
+    assert thm.rho2_source == "sampled" and "approximate" in thm.reason
+    assert thm.rho2 == theory.smoothness_constant(model)
+
+
+def test_smoothness_constant_is_the_largest_sampled_hessian_norm():
+    model = ps.Toy3D(c=3.0)
+    thetas = model.random_point(16, seed=5)
+    norms = [np.abs(np.linalg.eigvalsh(model.hessian(t))).max() for t in thetas]
+    assert theory.smoothness_constant(model, samples=16, seed=5) == pytest.approx(max(norms),
+                                                                                  rel=1e-12)
+
+
+def test_full_rank_smoothness_bound_is_the_stated_formula():
+    model = ps.BNLinearRegression.synthetic(d=4, n=15, seed=2)
+    Xc = model.X - model.X.mean(axis=0)
+    sv = np.linalg.svd(Xc, compute_uv=False)
+    bound, why = theory.smoothness_bound(model)
+    assert bound == pytest.approx(4 / math.sqrt(3) * np.var(model.y) * (sv[0] / sv[-1]) ** 2,
+                                  rel=1e-12)
+    assert theory.smoothness_bound(ps.BNMatrixCompletion.synthetic(size=4, rank=2))[0] == math.inf
+
+
+def test_min_norm_interpolant_by_pseudo_inverse():
+    model = ps.BNLinearRegression.synthetic(d=9, n=6, seed=4)
+    Xc = model.X - model.X.mean(axis=0)
+    wt = theory.min_norm_interpolant(model)
+    yc = model.y - model.y.mean()
+    assert np.allclose(Xc @ wt, yc, atol=1e-12)  # d >= n: it interpolates
+    assert np.allclose(wt, np.linalg.lstsq(Xc, yc, rcond=None)[0], atol=1e-12)  # min norm
+    with pytest.raises(TypeError):
+        theory.min_norm_interpolant(ps.Toy3D())
+
+
+def test_witness_is_the_first_record_meeting_all_three_conditions():
+    tr = SimpleNamespace(steps=np.array([0, 10, 20, 30, 40]),
+                         grad_norm=np.array([3.0, 2.0, 0.5, 0.5, 0.1]),
+                         eff_lr=np.array([0.1, 0.05, 0.2, 0.1, 0.01]))
+
+    def thm(T0, g2, eff, applicable=True):
+        return theory.Theorem42(1.0, T0, g2, eff, applicable, "why")
+
+    assert thm(35, 0.25, 0.1).witness(tr) == 30  # step 20 fails eta_eff, 40 is past T0
+    assert thm(30, 0.25, 0.1).witness(tr) == 30  # t <= T0, inclusive
+    assert thm(29, 0.25, 0.1).witness(tr) == -1
+    assert thm(40, 0.25, 0.2).witness(tr) == 20  # bounds inclusive
+    assert thm(40, 0.2499, 0.2).witness(tr) == 40
+    batched = SimpleNamespace(steps=tr.steps,
+                              grad_norm=np.stack([tr.grad_norm, tr.grad_norm * 0], 1),
+                              eff_lr=np.stack([tr.eff_lr, tr.eff_lr * 0], 1))
+    assert thm(40, 0.25, 0.2).witness(batched) == 20  # the first trajectory
+    with pytest.raises(ValueError, match="why"):
+        thm(40, 1.0, 1.0, applicable=False).witness(tr)
+

@@ -3,11 +3,13 @@
 
 Also: accepted-but-unusual input (non-contiguous views, integers) gives the same
 result as the plain float array, and no call crashes the interpreter or
-silently returns NaN.
+silently returns NaN. The helpers of pysharp._validation are checked at their
+boundaries: the last value accepted and the first refused.
 """
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import textwrap
@@ -16,6 +18,13 @@ import numpy as np
 import pytest
 
 import pysharp as ps
+from pysharp._validation import (
+    as_batch,
+    as_float_array,
+    as_positive_int,
+    as_real,
+    check_nonzero_rows,
+)
 from pysharp.models import BNLinearRegression, BNMatrixCompletion, Toy3D
 
 W_KERNELS = ["loss", "grad", "loss_and_grad", "hessian", "hvp", "third"]
@@ -760,3 +769,46 @@ def test_pgd_start_of_any_norm_is_normalised_exactly(scale):
     np.testing.assert_allclose(far.w, plain.w, rtol=0, atol=1e-14)  # unit vectors
     with pytest.raises(ValueError, match=r"w0\[1\] is the zero vector"):
         ps.run_pgd(model, np.vstack([w0[:1], np.zeros((1, 3))]), 0.05, 20)
+
+
+# -- the _validation helpers at their boundaries ---------------------------------------
+def test_validation_boundaries():
+    assert as_real(0.0, "x", minimum=0.0) == 0.0
+    with pytest.raises(ValueError, match="x must be > 0.0"):
+        as_real(0.0, "x", minimum=0.0, strict=True)
+    with pytest.raises(ValueError, match="x must be >= 0.0"):
+        as_real(-1e-300, "x", minimum=0.0)
+    assert as_real(-5.0, "x") == -5.0 and isinstance(as_real(np.float32(0.5), "x"), float)
+    for bad, exc in ((True, TypeError), ("1", TypeError), (math.inf, ValueError),
+                     (math.nan, ValueError)):
+        with pytest.raises(exc, match="x"):
+            as_real(bad, "x")
+    assert as_positive_int(0, "k", minimum=0) == 0 and as_positive_int(np.int64(3), "k") == 3
+    for bad, exc in ((0, ValueError), (np.bool_(True), TypeError), (2.0, TypeError)):
+        with pytest.raises(exc, match="k"):
+            as_positive_int(bad, "k")
+    b, single = as_batch([1, 2, 3], 3)
+    assert b.dtype == np.float64 and b.shape == (1, 3) and single
+    b, single = as_batch(np.ones((2, 3), np.float32), 3)
+    assert b.dtype == np.float32 and b.shape == (2, 3) and not single
+    for bad in (np.ones((0, 3)), np.ones((3, 1)), np.ones(4), np.ones((1, 1, 3))):
+        with pytest.raises(ValueError, match="w must have shape"):
+            as_batch(bad, 3)
+    with pytest.raises(TypeError, match="y"):
+        as_float_array(np.array([True]), "y")
+    with pytest.raises(TypeError, match="y"):
+        as_float_array(np.array([1j]), "y")
+    with pytest.raises(ValueError, match=r"index \(1, 0\)"):
+        as_float_array([[1.0, 2.0], [np.inf, 0.0]], "y")
+    with pytest.raises(ValueError, match=r"w\[1\] is the zero vector"):
+        check_nonzero_rows(np.array([[1.0, 0.0], [0.0, 0.0]]))
+    check_nonzero_rows(np.array([[0.0, -1e-300]]))
+
+
+def test_gpu_arrays_other_than_cupy_are_refused():
+    class FakeGpu:
+        __cuda_array_interface__ = {}
+
+    with pytest.raises(TypeError, match="CuPy"):
+        as_float_array(FakeGpu(), "w")
+

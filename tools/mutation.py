@@ -2,7 +2,6 @@
 
     python tools/mutation.py --max-mutants 80 --seed 1          # sample and run
     python tools/mutation.py --list --max-mutants 80 --seed 1   # show the sample only
-    python tools/mutation.py --no-gaps ...                      # without tests/test_*gaps.py
     python tools/mutation.py --modules pysharp/theory.py --max-mutants 10
     python tools/mutation.py --rerun before.json --json after.json   # re-run its survivors
     python tools/mutation.py --cxx                              # hand C++ mutants (slow: builds)
@@ -28,7 +27,7 @@ the budget. This runner is deliberately simple and honest:
 3. Copy ``pysharp/`` (with the compiled ``_core`` extension), ``tests/`` and
    ``pyproject.toml`` into a scratch directory, write the mutant over its
    module there, and run the test files mapped to that module
-   (``TESTS`` below, plus every ``tests/test_*gaps.py``) with ``pytest -x -q``
+   (``TESTS`` below) with ``pytest -x -q``
    and a timeout from the scratch directory, so the mutated copy is the one
    imported (checked once before the run). Bytecode caching is off, so no
    stale ``.pyc`` can mask a mutant.
@@ -67,18 +66,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: module -> the test files that exercise it (every tests/test_*gaps.py is added).
+#: module -> the test files that exercise it.
 TESTS: dict[str, list[str]] = {
     "pysharp/theory.py": ["tests/test_theory.py", "tests/test_validation.py"],
     "pysharp/stability.py": ["tests/test_stability.py", "tests/test_validation.py"],
     "pysharp/flow.py": ["tests/test_flow.py", "tests/test_validation.py"],
-    "pysharp/dynamics.py": ["tests/test_engine.py", "tests/test_lanes.py",
+    "pysharp/dynamics.py": ["tests/test_dynamics.py", "tests/test_engine.py", "tests/test_lanes.py",
                             "tests/test_validation.py"],
-    "pysharp/sharpness.py": ["tests/test_engine.py", "tests/test_flow.py",
+    "pysharp/sharpness.py": ["tests/test_sharpness.py", "tests/test_engine.py",
+                             "tests/test_flow.py", "tests/test_stability.py",
                              "tests/test_validation.py"],
-    "pysharp/sgd.py": ["tests/test_ghost_bn.py", "tests/test_stability.py",
+    "pysharp/sgd.py": ["tests/test_sgd.py", "tests/test_ghost_bn.py", "tests/test_stability.py",
                        "tests/test_validation.py"],
-    "pysharp/_validation.py": ["tests/test_validation.py", "tests/test_models.py"],
+    "pysharp/_validation.py": ["tests/test_dynamics.py", "tests/test_sgd.py",
+                               "tests/test_sharpness.py", "tests/test_validation.py",
+                               "tests/test_models.py"],
     "pysharp/sweeps/_sweep.py": ["tests/test_sweep.py", "tests/test_validation.py"],
     "pysharp/models/_base.py": ["tests/test_models.py", "tests/test_engine.py",
                                 "tests/test_validation.py"],
@@ -357,7 +359,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modules", nargs="*", default=list(TESTS), help="modules to mutate")
     p.add_argument("--max-mutants", type=int, default=80)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--no-gaps", action="store_true", help="leave out tests/test_*gaps.py")
     p.add_argument("--list", action="store_true", help="print the sample and exit")
     p.add_argument("--json", type=Path, help="write the full report here")
     p.add_argument("--cxx", action="store_true", help="run the hand C++ mutants instead")
@@ -370,8 +371,6 @@ def main(argv: list[str] | None = None) -> int:
     for m in args.modules:
         if m not in TESTS:
             p.error(f"no test mapping for {m}; known: {', '.join(TESTS)}")
-    gaps = [] if args.no_gaps else sorted(
-        str(f.relative_to(ROOT)) for f in (ROOT / "tests").glob("test_*gaps.py"))
     carried: dict[str, str] = {}
     if args.rerun:
         old = json.loads(args.rerun.read_text())
@@ -393,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             counts = {k: sum(m.outcome == k for m in done)
                       for k in ("killed", "timeout", "survived")}
             args.json.write_text(json.dumps({
-                "seed": args.seed, "max_mutants": args.max_mutants, "gaps": gaps,
+                "seed": args.seed, "max_mutants": args.max_mutants,
                 "hashes": hashes, "counts": counts,
                 "score": (counts["killed"] + counts["timeout"]) / max(1, len(done)),
                 "mutants": [asdict(m) for m in mutants]}, indent=1))
@@ -426,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             if mt.name in carried:
                 mt.outcome, mt.failed_test = carried[mt.name], "(carried over)"
                 continue
-            tests = gaps + TESTS[mt.module]  # the newest, fastest tests first (-x stops early)
+            tests = TESTS[mt.module]
             key = tuple(tests)
             if key not in baseline:
                 outcome, secs, failed = _pytest(scratch, tests, timeout=1800)

@@ -13,11 +13,16 @@
 namespace py = pybind11;
 using namespace pysharp;
 
+namespace pysharp::cuda_module {
+void bind_tile(py::module_& m);  // bind_tile.cu: the fused tile kernels (_tile_*)
+}
+
 PYBIND11_MODULE(_cuda, m) {
   m.doc() = "pysharp CUDA kernels, with the interface of pysharp._core (see pysharp.backends).";
 #define PYSHARP_CUDA_BIND_UNIT(Model, Prec) cuda_module::bind_##Model##_##Prec(m);
   PYSHARP_CUDA_UNITS(PYSHARP_CUDA_BIND_UNIT)
 #undef PYSHARP_CUDA_BIND_UNIT
+  cuda_module::bind_tile(m);
   m.attr("METHODS") = module::method_names();
   m.def("device_error", []() -> std::string {
     int n = 0;

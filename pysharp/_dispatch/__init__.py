@@ -27,6 +27,8 @@ import importlib
 import importlib.util
 from functools import cache
 
+from .. import _backend
+
 NAMES = ("cpp", "cuda", "cupy", "numba", "numpy")
 _ENGINE = ("cpp", "cuda", "cupy", "numba")  # backends that run trajectories and Lanczos
 
@@ -39,7 +41,6 @@ class BackendUnavailable(ImportError):
 def _probe(name: str) -> str | None:
     """None when ``name`` can run here, else the reason it cannot."""
     if name == "cpp":
-        from .. import _backend
         return _backend._import_error
     if name == "numpy":
         return None
@@ -55,7 +56,7 @@ def _probe(name: str) -> str | None:
                     "PYSHARP_CUDA=ON on a machine with nvcc")
         return cuda.device_error() or None
     if name == "cupy":
-        from . import _cupy
+        from . import _cupy  # lazy: probing the backend is when CuPy's absence may show
         return _cupy.unavailable_reason()
     raise ValueError(name)
 

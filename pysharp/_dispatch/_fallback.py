@@ -13,6 +13,22 @@ from __future__ import annotations
 import numpy as np
 
 from .._engine import Method
+from .._methods import METHODS
+from . import BackendUnavailable
+
+#: The Numba port's scope: a frozen subset of the compiled core, kept so that an install
+#: without a C++ compiler still runs the paper's models. It is extended only by porting
+#: C++ line for line; everything outside it is refused by name (BackendUnavailable), and
+#: tests/test_backends.py holds this table to what the port does.
+NUMBA_SCOPE = {
+    "models": ("BNLinearRegression", "BNMatrixCompletion", "Toy3D"),
+    "methods": tuple(name for name, m in METHODS.items() if m.numba),
+    "kernels": ("loss_grad", "hvp", "third", "hessian", "lanczos", "run"),
+    "dtypes": ("float64",),
+    "not ported": ("BNTwoLayerNet", "loaded models (load_model, from_jax)",
+                   "square-loss models (SGD, Jacobians)", "in-run top-k eigenvalues (top_k)",
+                   "float32", "the methods without a numba flag in the method table"),
+}
 
 
 def _u8(ok) -> np.ndarray:
@@ -36,12 +52,11 @@ class NumbaCore(_Cast):
     def __init__(self, params: tuple, dtype, reference=None) -> None:
         super().__init__(dtype)
         if self.dtype != np.float64:
-            from . import BackendUnavailable
             raise BackendUnavailable(
                 f"the numba backend computes in float64 only, and {self.dtype} was asked "
                 "for (the compiled core computes float32 in float32); pass float64 arrays "
                 "(or dtype=np.float64) or use backend='cpp' (pip install . builds it)")
-        from . import _numba_kernels as nk
+        from . import _numba_kernels as nk  # lazy: numba is optional and slow to import
 
         self._nk = nk
         self._p = params
@@ -78,10 +93,10 @@ class NumbaCore(_Cast):
         """As the compiled core's: ``config`` is ``EngineConfig.to_core()``."""
         W0, lr, wd = self._f64(W0, lr, wd)
         c, lz = config, config["lanczos"]
-        missing = ("the Quasi-RMSprop scheduler" if c["method"] == Method.PGD_QUASI_RMSPROP else
+        spec = METHODS[Method(c["method"]).name.lower()]
+        missing = (f"port of {spec.label} (method {spec.name!r})" if not spec.numba else
                    "in-run top-k eigenvalues (top_k)" if c["top_k"] else None)
         if missing:
-            from . import BackendUnavailable
             raise BackendUnavailable(f"the numba backend has no {missing}; use backend='cpp'")
         out = self._nk.run(self._p, W0, lr, wd, c["method"], c["steps"], c["record_every"],
                            c["sharpness_every"], c["theta_every"], c["jitter"], c["seed"],

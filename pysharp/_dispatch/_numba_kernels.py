@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .._methods import METHODS
+
 _EPS64 = np.finfo(np.float64).eps
 BN_LINREG, BN_MC, TOY3D = 0, 1, 2
 
@@ -760,6 +762,10 @@ def _records(B, D, steps, record_every, sharpness_every, theta_every):
 #: makes 8 blocks for the threads.
 LANES = 32
 
+# The method codes the engine loop branches on (compile-time constants to Numba).
+_PGD, _PGD_ADAPTIVE = METHODS["pgd"].code, METHODS["pgd_adaptive"].code
+_SCALAR_RMSPROP = METHODS["scalar_rmsprop"].code
+
 
 @njit(parallel=True, cache=True, error_model="numpy")
 def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_every,
@@ -776,7 +782,7 @@ def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_
     B, D = W0.shape
     (loss_r, norm2_r, eff_r, gn_r, top_r, sharp_r, ratio_r, conv_r, theta_r, w_out, diverged,
      div_step) = _records(B, D, steps, record_every, sharpness_every, theta_every)
-    sphere = method == 1 or method == 2
+    sphere = method == _PGD or method == _PGD_ADAPTIVE  # the port's methods on the sphere
     nwork = work_size(params) + LANE_ACC
     L = max(1, min(LANES, B))
     for blk in prange((B + L - 1) // L):
@@ -825,7 +831,7 @@ def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_
                 norm[l] = np.sqrt(norm2[l])
                 if sphere:
                     eff[l] = eta[l]
-                elif method == 3:
+                elif method == _SCALAR_RMSPROP:
                     rms_v[l] = rms_beta * rms_v[l] + (1.0 - rms_beta) * gnorm2[l]
                     eff[l] = lr_l[l] / ((np.sqrt(rms_v[l]) + rms_eps) * decay[l] * norm2[l])
                 else:
@@ -882,7 +888,8 @@ def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_
                 if sphere:
                     step[l] = eta[l] * norm[l]
                 else:
-                    step[l] = lr_l[l] / (np.sqrt(rms_v[l]) + rms_eps) if method == 3 else lr_l[l]
+                    rms = method == _SCALAR_RMSPROP
+                    step[l] = lr_l[l] / (np.sqrt(rms_v[l]) + rms_eps) if rms else lr_l[l]
             for i in range(D):
                 for l in range(L):
                     if sphere:
@@ -917,7 +924,7 @@ def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_
                     for i in range(D):
                         nxt[i, l] = w[i, l]
             w, nxt = nxt, w
-            if method == 2:
+            if method == _PGD_ADAPTIVE:
                 for l in range(L):
                     eta[l] = 1.0 / (decay[l] * decay[l] * (1.0 / eta[l] + eta[l] * norm2[l]
                                                            * gnorm2[l]))

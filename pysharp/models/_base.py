@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import _backend
-from .._dispatch import resolve
+from .._dispatch import _fallback, resolve
 from .._validation import (
     as_batch,
     as_float_array,
@@ -125,7 +125,6 @@ class ScaleInvariantModel(abc.ABC):
         dtype = np.dtype(dtype)
         key = (dtype, backend)
         if key not in self._cores:
-            from .._dispatch import _fallback
             suffix = "_f64" if dtype == np.float64 else "_f32"
             if backend == "cpp":
                 core = self._make_core(suffix, _backend.core())

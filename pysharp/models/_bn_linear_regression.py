@@ -4,6 +4,7 @@ import numpy as np
 
 from .._backend import core
 from .._validation import as_positive_int
+from ..reference import BNLinearRegressionReference
 from ._base import ScaleInvariantModel, bn_training_data
 from ._registry import ModelEntry, Summary, register
 
@@ -71,12 +72,11 @@ class BNLinearRegression(ScaleInvariantModel):
                    sigma.astype(dtype), ut.astype(dtype), np.ascontiguousarray(V, dtype), uperp2)
 
     def _numba_params(self) -> tuple:
-        from .._dispatch._numba_kernels import BN_LINREG, params
+        from .._dispatch._numba_kernels import BN_LINREG, params  # lazy: numba is optional
         return params(BN_LINREG, A=self._Xc, u=self._u, scale=self._scale,
                       extra=float(np.sum(self._Xc ** 2)))
 
     def _reference(self):
-        from ..reference import BNLinearRegressionReference
         return BNLinearRegressionReference(self.X, self.y)
 
     def spec(self) -> dict:

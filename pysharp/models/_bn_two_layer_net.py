@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._dispatch import BackendUnavailable
 from .._validation import as_positive_int, as_real
+from ..reference import BNTwoLayerNetReference
 from ._base import ScaleInvariantModel, bn_training_data
 from ._registry import ModelEntry, Summary, register
 
@@ -77,12 +79,10 @@ class BNTwoLayerNet(ScaleInvariantModel):
             _ACTIVATIONS[self.activation])
 
     def _numba_params(self) -> tuple:
-        from .._dispatch import BackendUnavailable
         raise BackendUnavailable("the numba backend has no BNTwoLayerNet port; use "
                                  "backend='cpp' (the compiled core) or 'numpy' (kernels only)")
 
     def _reference(self):
-        from ..reference import BNTwoLayerNetReference
         return BNTwoLayerNetReference(self.X, self.y, self.width, self.activation)
 
     def spec(self) -> dict:
@@ -138,7 +138,6 @@ class BNTwoLayerNet(ScaleInvariantModel):
         rng = np.random.default_rng(seed)
         X = rng.standard_normal((n, d))
         teacher = rng.standard_normal((teacher_width, d))
-        from ..reference import BNTwoLayerNetReference
         y = BNTwoLayerNetReference(X, np.zeros(n), teacher_width, activation).predictions(
             teacher.ravel()[None])[0]
         y = y + noise * rng.standard_normal(n)

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ._bn_two_layer_net import BNTwoLayerNet
 from ._square_loss import SquareLossModel
 
 _FRAMEWORKS = ("auto", "jax", "torch", "numpy")
@@ -464,7 +465,6 @@ def _declared_groups(model, dtype) -> int:
         except Exception:  # noqa: BLE001 - a model without a compiled core
             n = None
     if n is None:
-        from ._bn_two_layer_net import BNTwoLayerNet
         if isinstance(model, BNTwoLayerNet):
             n = model.width
     return int(n) if n is not None else 1

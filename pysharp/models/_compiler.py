@@ -40,6 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
+from .. import _backend
 from .._version import __version__
 
 
@@ -87,7 +88,6 @@ def build_flags() -> dict:
     the output and the source of the recorded command are dropped (load_model
     adds its own).
     """
-    from .. import _backend
     try:
         core_file = Path(_backend.core().__file__)
     except ImportError as exc:

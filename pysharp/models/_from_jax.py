@@ -30,15 +30,18 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ._check import _jax_x64
+from ._check import check as run_check
 from ._compiler import cache_dir
-from ._loaded import LoadedModel
+from ._loaded import LoadedModel, fields_from_files
 
 #: Primitives translated on values that depend on w (data-only equations may use any
 #: primitive: JAX evaluates them). Calls (jit/pjit, closed_call, custom_jvp_call,
 #: custom_vjp_call, remat) are inlined.
 SUPPORTED = (
     "add", "add_any", "sub", "mul", "div", "neg", "max", "min", "square", "integer_pow", "pow",
-    "sqrt", "rsqrt", "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "abs", "sign",
+    "sqrt", "rsqrt", "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos",
+    "abs", "sign",
     "select_n", "clamp", "gt", "lt", "ge", "le", "eq", "ne", "and", "or", "not",
     "dot_general", "reduce_sum", "reduce_max", "reduce_min", "broadcast_in_dim", "reshape",
     "transpose", "squeeze", "expand_dims", "concatenate", "slice", "pad", "split",
@@ -50,7 +53,7 @@ _CALLS = ("jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_
 _ALIASES = ("reshape", "squeeze", "expand_dims", "copy", "copy_p", "reduce_precision",
             "optimization_barrier")
 _RESERVED = {"w", "loss", "g", "work", "S", "Real", "dim", "work_size", "loss_grad", "n_groups",
-             "value_of", "select", "sqrt_", "exp_", "log_", "tanh_", "matvec_rows",
+             "value_of", "select", "sqrt_", "exp_", "log_", "tanh_", "sin_", "cos_", "matvec_rows",
              "matvec_cols", "mask_t", "pysharp"}
 
 
@@ -540,6 +543,12 @@ class _Codegen:
     def _p_tanh(self, e):
         self._unary(e, lambda x: f"tanh_({x})")
 
+    def _p_sin(self, e):
+        self._unary(e, lambda x: f"sin_({x})")
+
+    def _p_cos(self, e):
+        self._unary(e, lambda x: f"cos_({x})")
+
     def _p_logistic(self, e):
         self._unary(e, lambda x: f"Real(1) / (Real(1) + exp_(-{x}))")
 
@@ -998,7 +1007,6 @@ def _header(cg: _Codegen, loss_name: str, where: str, w_shape, inputs, groups) -
 
 @contextlib.contextmanager
 def _x64(jax):
-    from ._check import _jax_x64
     with _jax_x64(jax):
         yield
 
@@ -1186,7 +1194,6 @@ def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",
                      source=traced.source, loss_fn=loss, data=dict(data), jaxpr=traced.jaxpr,
                      w_shape=w.shape)
     if check:
-        from ._check import check as run_check
         report = run_check(model, model.reference(), framework="jax", points=check_points)
         model.report = report
         compared = ("loss", "gradient", "hvp", "third")
@@ -1220,8 +1227,6 @@ def from_jax_file(target: str, dim: int, data=None, params: dict | None = None, 
         Further keywords of :func:`from_jax` (``groups``, ``dtype``, ``check``).
     """
     import importlib.util
-
-    from ._loaded import fields_from_files
 
     path, sep, name = str(target).rpartition(":")
     if not sep or not path.endswith(".py") or not name.isidentifier():

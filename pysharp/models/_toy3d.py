@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from .._validation import as_real
+from ..reference import Toy3DReference
 from ._base import ScaleInvariantModel
 from ._registry import ModelEntry, register
 
@@ -34,11 +35,10 @@ class Toy3D(ScaleInvariantModel):
         return getattr(module, "Toy3D" + suffix)(self.c)
 
     def _numba_params(self) -> tuple:
-        from .._dispatch._numba_kernels import TOY3D, params
+        from .._dispatch._numba_kernels import TOY3D, params  # lazy: numba is optional
         return params(TOY3D, extra=self.c)
 
     def _reference(self):
-        from ..reference import Toy3DReference
         return Toy3DReference(self.c)
 
     def spec(self) -> dict:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 import numpy as np
+
+from . import plt
 
 
 def theory_start(zeta: np.ndarray, sharpness: float, lr: float, wd: float, *,
@@ -48,8 +53,6 @@ def settings_line(settings: dict) -> str:
 
 def subplots(nrows: int, ncols: int, figsize, **kwargs):
     """pyplot.subplots with constrained layout (no tight-layout warnings, room for suptitles)."""
-    from . import plt
-
     return plt().subplots(nrows, ncols, figsize=figsize, layout="constrained", **kwargs)
 
 
@@ -59,11 +62,6 @@ def save(fig, out, stem: str, title: str, settings: dict) -> str:
     Returns the file name. ``stem`` is the experiment's name (or starts with it), so an
     experiment's JSON and figures share one stem.
     """
-    import textwrap
-    from pathlib import Path
-
-    from . import plt
-
     width = max(40, int(fig.get_figwidth() * 13))
     fig.suptitle(title + "\n" + textwrap.fill(settings_line(settings), width), fontsize=10)
     name = f"{stem}.png"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import run_gd_wd
+from ..models import from_jax
 from ._common import save, subplots
 
 DESCRIPTION = ("Real data: a batch-normalised tanh network written in JAX (models.from_jax) on "
@@ -104,8 +105,6 @@ def build(n_train: int, hidden: int = HIDDEN):
     data : tuple
         ``digits_split(n_train)``.
     """
-    from ..models import from_jax
-
     data = digits_split(n_train)
     X_train, odd_train = data[0], data[1]
     model = from_jax(bn_tanh_loss, np.ones(hidden * X_train.shape[1]), X=X_train,

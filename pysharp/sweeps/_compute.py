@@ -1,9 +1,11 @@
 """One sweep chunk: a contiguous block of grid points, run as one engine call.
 
-Four methods share the machinery: ``gd_wd`` (:func:`pysharp.run_gd_wd`), ``pgd``
-(:func:`pysharp.run_pgd`, constant effective LR on the unit sphere),
-``scalar_rmsprop`` (:func:`pysharp.run_scalar_rmsprop`) and ``sgd``
-(:func:`pysharp.run_sgd`); ``METHOD_DIMS`` gives each its grid axes.
+The methods the method table (``pysharp._methods.METHODS``) marks ``sweep`` share the
+machinery: ``gd_wd`` (:func:`pysharp.run_gd_wd`), ``pgd`` (:func:`pysharp.run_pgd`,
+constant effective LR on the unit sphere) and ``scalar_rmsprop``
+(:func:`pysharp.run_scalar_rmsprop`) today, each run through
+:func:`pysharp.dynamics.run_method`; ``sgd`` (:func:`pysharp.run_sgd`) has its own
+engine. ``METHOD_DIMS`` gives each its grid axes.
 
 ``compute_chunk`` is what an executor runs; it takes and returns plain data
 (a spec, the grid, numbers, NumPy arrays), so it pickles to any process or
@@ -18,10 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dynamics import run_gd_wd, run_pgd, run_scalar_rmsprop
+from .._methods import METHODS, method_spec
+from ..dynamics import run_method
 from ..models import ScaleInvariantModel
 from ..models._registry import entry_of
 from ..sgd import run_sgd
+from ..sharpness import spherical_sharpness
 from ..stability import second_moment_operator
 from . import _spec
 
@@ -29,9 +33,10 @@ from . import _spec
 #: (trajectories are laid out flat in this C order).
 GRID_DIMS = ("lr", "wd", "seed", "init_norm")
 
-#: The methods ``pysharp.sweep`` runs -> their grid dimensions (C order).
-METHOD_DIMS = {"gd_wd": GRID_DIMS, "pgd": GRID_DIMS, "scalar_rmsprop": GRID_DIMS,
-               "sgd": ("lr", "batch", "wd", "seed", "init_norm")}
+#: The methods ``pysharp.sweep`` runs -> their grid dimensions (C order): the method
+#: table's swept rows, then SGD.
+METHOD_DIMS = {name: GRID_DIMS for name, m in METHODS.items() if m.sweep} | {
+    "sgd": ("lr", "batch", "wd", "seed", "init_norm")}
 
 #: Every grid axis of any method.
 ALL_GRID_DIMS = tuple(dict.fromkeys(d for dims in METHOD_DIMS.values() for d in dims))
@@ -96,8 +101,8 @@ class Settings:
     eos_tol: float
     backend: str
     method: str = "gd_wd"
-    rms_beta: float | None = None  # scalar_rmsprop only
-    rms_eps: float | None = None  # scalar_rmsprop only
+    rms_beta: float | None = None  # methods whose MethodSpec.options name it
+    rms_eps: float | None = None  # likewise
     replacement: bool | None = None  # sgd only
 
     @property
@@ -182,12 +187,10 @@ def run_chunk(model, settings: Settings, pts: dict[str, np.ndarray], start: int)
                        wd=pts["wd"], replacement=bool(settings.replacement), seed=0, **common)
     common.update(sharpness_every=settings.sharpness_every, jitter=settings.jitter, seed=0,
                   backend=settings.backend, eos_tol=settings.eos_tol)
-    if settings.method == "pgd":  # the lr axis is the constant effective LR; wd is 0
-        return run_pgd(model, W0, pts["lr"], settings.steps, **common)
-    if settings.method == "scalar_rmsprop":
-        return run_scalar_rmsprop(model, W0, pts["lr"], pts["wd"], settings.steps,
-                                  beta=settings.rms_beta, eps=settings.rms_eps, **common)
-    return run_gd_wd(model, W0, pts["lr"], pts["wd"], settings.steps, **common)
+    # the grid's lr and wd are the method's two hyperparameters (pgd: eta, and wd = 0)
+    options = {k: getattr(settings, k) for k in method_spec(settings.method).options}
+    return run_method(model, W0, pts["lr"], pts["wd"], settings.steps, method=settings.method,
+                      **common, **options)
 
 
 def compute_chunk(spec: dict, grid: dict[str, np.ndarray], settings: Settings,
@@ -227,7 +230,6 @@ def end_sharpness(model: ScaleInvariantModel, w: np.ndarray, lr, wd, *,
         lies along the top eigenvector), so no random start enters and each row is
         computed alone: a row's value does not depend on the rest of the batch.
     """
-    from ..sharpness import spherical_sharpness
     w = np.atleast_2d(np.asarray(w, dtype=np.float64))
     lr = np.broadcast_to(np.asarray(lr, dtype=np.float64), w.shape[:1])
     wd = np.broadcast_to(np.asarray(wd, dtype=np.float64), w.shape[:1])
@@ -286,11 +288,11 @@ def sharpness_drop(model: ScaleInvariantModel, tr, steps: int | None = None) -> 
     at = np.searchsorted(tr.sharpness_steps, tr.eos_entry_step[idx])
     upto = np.arange(len(sharp))[:, None] <= at
     peak = np.max(np.where(upto, sharp[:, idx], -np.inf), axis=0)
-    if tr.method == "gd_wd":
+    if tr.method == "gd_wd":  # the next step follows from lr and wd alone
         end = end_sharpness(model, tr.w[idx], tr.lr[idx], tr.wd[idx])
-    else:  # pgd: eff_lr is eta; scalar_rmsprop: the sweep makes step T a record step
-        if tr.method == "scalar_rmsprop" and tr.steps[-1] != steps:
-            raise ValueError("scalar_rmsprop: the end sharpness needs eff_lr recorded at the "
+    else:  # pgd: eff_lr is eta; an adaptive step: the sweep makes step T a record step
+        if method_spec(tr.method).adaptive_step and tr.steps[-1] != steps:
+            raise ValueError(f"{tr.method}: the end sharpness needs eff_lr recorded at the "
                              "last step, steps (record_every must divide steps)")
         end = end_sharpness(model, tr.w[idx], tr.lr[idx], tr.wd[idx], eff_lr=tr.eff_lr[-1, idx])
     drop[idx] = peak - end

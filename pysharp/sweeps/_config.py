@@ -45,6 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from .._methods import METHODS
+from ..models import from_jax_file, load_model_files
+from ..models._registry import REGISTRY
 from . import _spec
 from ._compute import METHOD_DIMS
 
@@ -57,7 +60,7 @@ _SECTIONS = {
 }
 _REQUIRED = {"model": {"name"}, "grid": {"lr"}, "run": {"steps"}}
 #: Methods whose grid needs ``wd`` (the others default it to 0).
-_NEED_WD = ("gd_wd", "scalar_rmsprop")
+_NEED_WD = tuple(name for name, m in METHODS.items() if m.sweep and m.uses_wd)
 
 
 def _toml():
@@ -114,8 +117,6 @@ def model_parameters(name: str, params: dict, source: str = "model") -> dict:
         Naming the parameter, its value and the type expected.
     """
     import inspect
-
-    from ..models._registry import REGISTRY
 
     if name not in REGISTRY:
         return dict(params)
@@ -224,8 +225,6 @@ def parse(config: dict, source: str = "config", base: Path | None = None) -> dic
         raise ValueError(f"{source}: missing grid.batch (method 'sgd')")
     model = dict(config["model"])
     if "python" in model:
-        from ..models import from_jax_file
-
         if "name" in model or "header" in model:
             raise ValueError(f"{source}: [model] takes one of name, header, python")
         if "dim" not in model:
@@ -236,8 +235,6 @@ def parse(config: dict, source: str = "config", base: Path | None = None) -> dic
         model = from_jax_file(model.pop("python"), dim, model.pop("data", None), model,
                               base=base, source="model", **options)
     elif "header" in model:
-        from ..models import load_model_files
-
         if "name" in model:
             raise ValueError(f"{source}: [model] takes a name or a header, not both")
         options = {k: model.pop(k) for k in ("dtype", "model_name") if k in model}

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from .._dispatch import resolve
+from .._methods import METHODS
 from .._validation import as_positive_int, as_real, check_nonzero_rows, check_record_every
+from .._version import __version__
 from ..models import BNLinearRegression, ScaleInvariantModel, SquareLossModel
 from ..models._registry import REGISTRY, entry_of
 from . import _spec
@@ -79,14 +81,14 @@ def make_grid(lr, wd, seeds, init_norm, batch=None, method: str = "gd_wd"
     if grid["lr"].max() * grid["wd"].max() >= 1:
         raise ValueError("lr * wd must be < 1 at every grid point "
                          f"(max lr {grid['lr'].max()} x max wd {grid['wd'].max()})")
-    if method == "pgd":
-        if grid["wd"].tolist() != [0.0]:
-            raise ValueError("method='pgd' runs projected GD on the unit sphere with a constant "
-                             "effective LR (the lr axis), which has no weight decay: wd must be "
-                             f"0 (the default), got {grid['wd'].tolist()}")
-        if grid["init_norm"].tolist() != [1.0]:
-            raise ValueError("method='pgd' starts on the unit sphere: init_norm must be 1 "
-                             f"(the default), got {grid['init_norm'].tolist()}")
+    spec = METHODS.get(method)  # None: sgd, which is not the trajectory engine's
+    if spec is not None and not spec.uses_wd and grid["wd"].tolist() != [0.0]:
+        raise ValueError(f"method={method!r} has no weight decay (the lr axis is its "
+                         f"{spec.hyper[0]}): wd must be 0 (the default), got "
+                         f"{grid['wd'].tolist()}")
+    if spec is not None and spec.on_sphere and grid["init_norm"].tolist() != [1.0]:
+        raise ValueError(f"method={method!r} starts on the unit sphere: init_norm must be 1 "
+                         f"(the default), got {grid['init_norm'].tolist()}")
     return {d: grid[d] for d in METHOD_DIMS[method]}
 
 
@@ -125,16 +127,19 @@ def _check_method(method, model, grid_batch, *, sharpness_every, jitter, backend
             raise ValueError(f"batch applies to method='sgd' only, not {method!r}")
         if replacement is not None:
             raise ValueError(f"replacement applies to method='sgd' only, not {method!r}")
-    if method != "scalar_rmsprop" and (rms_beta is not None or rms_eps is not None):
-        raise ValueError(f"rms_beta and rms_eps apply to method='scalar_rmsprop' only, "
-                         f"not {method!r}")
+    options = METHODS[method].options if method in METHODS else ()
+    for name, value in (("rms_beta", rms_beta), ("rms_eps", rms_eps)):
+        if value is not None and name not in options:
+            takes = [m for m, s in METHODS.items() if s.sweep and name in s.options]
+            raise ValueError(f"{name} applies to method {' or '.join(map(repr, takes))} only, "
+                             f"not {method!r}")
 
 
 def _default_record_every(steps: int, method: str) -> int:
-    """steps // 100 (at least 1); for scalar RMSprop the largest divisor of steps up to that,
-    so that step T is recorded (see ``sharpness_drop``)."""
+    """steps // 100 (at least 1); for a method with an adaptive step (scalar RMSprop) the
+    largest divisor of steps up to that, so that step T is recorded (see ``sharpness_drop``)."""
     every = max(1, steps // 100)
-    if method == "scalar_rmsprop":
+    if method in METHODS and METHODS[method].adaptive_step:
         while steps % every:
             every -= 1
     return every
@@ -335,13 +340,23 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
     -----
     Needs the ``sweep`` extra (xarray; zarr and dask for ``store``; tqdm for the bar).
     Use :func:`pysharp.run_gd_wd` directly for a handful of trajectories.
+
+    Examples
+    --------
+    >>> import pysharp as ps
+    >>> ds = ps.sweep("bn_linear_regression", lr=[0.1, 0.5], wd=[1e-4, 2e-4], steps=2000,
+    ...               progress=False)
+    >>> dict(ds.eos_entry_step.sizes)
+    {'lr': 2, 'wd': 2, 'seed': 1, 'init_norm': 1}
+    >>> ds.eos_entry_step.sel(seed=0, init_norm=1.0).values.tolist()  # -1: never
+    [[-1, -1], [0, 0]]
     """
     xr = _need("xarray")
     if not isinstance(method, str) or method not in METHOD_DIMS:
         raise ValueError(f"method must be one of {sorted(METHOD_DIMS)}, got {method!r}")
     spec = _spec.normalise(model)
     if wd is None:
-        if method in ("gd_wd", "scalar_rmsprop"):
+        if method in METHODS and METHODS[method].uses_wd:
             raise ValueError(f"wd is required for method={method!r}")
         wd = 0.0
     if batch is None and method == "sgd":
@@ -356,11 +371,12 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
                                    else _default_record_every(steps, method), "record_every")
     check_record_every(record_every, steps)
     extra: dict[str, Any] = {}
-    if method == "scalar_rmsprop":
-        if steps % record_every:
-            raise ValueError(f"record_every = {record_every} must divide steps = {steps} for "
-                             "method='scalar_rmsprop': the end sharpness takes one more RMSprop "
-                             "step, whose size is read from eff_lr recorded at the last step")
+    row = METHODS.get(method)  # None: sgd
+    if row is not None and row.adaptive_step and steps % record_every:
+        raise ValueError(f"record_every = {record_every} must divide steps = {steps} for "
+                         f"method={method!r}: the end sharpness takes one more step, whose "
+                         "size is read from eff_lr recorded at the last step")
+    if row is not None and "rms_beta" in row.options:
         beta = as_real(0.99 if rms_beta is None else rms_beta, "rms_beta", minimum=0.0)
         if beta >= 1:
             raise ValueError(f"rms_beta must be < 1, got {beta}")
@@ -400,7 +416,6 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         check_disk(out_layout, shape, store)
     bounds = chunk_bounds(shape, chunk_size)
     n_chunks = len(bounds)
-    from .. import __version__
     identity = json.loads(json.dumps({
         "model": _spec.describe(spec), "grid": {d: grid[d].tolist() for d in dims},
         "settings": settings.identity(), "method": method, "chunk_size": chunk_size,

@@ -1,4 +1,4 @@
-// Elementary functions (tanh_, exp_, log_) on scalars and jets, and the activations of the
+// Elementary functions (tanh_, exp_, log_, sin_, cos_) on scalars and jets, and the activations of the
 // models with hidden units. Their lane-block versions are in core/lanes.hpp.
 #pragma once
 
@@ -56,6 +56,39 @@ PYSHARP_HD Jet<T, N> log_(const Jet<T, N>& x) {
     y.c[k] = acc / (T(k) * x.c[0]);
   }
   return y;
+}
+
+// sin and cos on scalars and jets, one coupled recurrence: s' = c x', c' = -s x', so
+// k s_k = sum_{j=1..k} j x_j c_{k-j} and k c_k = -sum_{j=1..k} j x_j s_{k-j}.
+PYSHARP_HD inline double sin_(double x) { return sin(x); }
+PYSHARP_HD inline float sin_(float x) { return sinf(x); }
+PYSHARP_HD inline double cos_(double x) { return cos(x); }
+PYSHARP_HD inline float cos_(float x) { return cosf(x); }
+template <class T, int N>
+PYSHARP_HD void sin_cos_(const Jet<T, N>& x, Jet<T, N>* s, Jet<T, N>* c) {
+  s->c[0] = sin_(x.c[0]);
+  c->c[0] = cos_(x.c[0]);
+  for (int k = 1; k <= N; ++k) {
+    T as = T(0), ac = T(0);
+    for (int j = 1; j <= k; ++j) {
+      as += T(j) * x.c[j] * c->c[k - j];
+      ac += T(j) * x.c[j] * s->c[k - j];
+    }
+    s->c[k] = as / T(k);
+    c->c[k] = -ac / T(k);
+  }
+}
+template <class T, int N>
+PYSHARP_HD Jet<T, N> sin_(const Jet<T, N>& x) {
+  Jet<T, N> s, c;
+  sin_cos_(x, &s, &c);
+  return s;
+}
+template <class T, int N>
+PYSHARP_HD Jet<T, N> cos_(const Jet<T, N>& x) {
+  Jet<T, N> s, c;
+  sin_cos_(x, &s, &c);
+  return c;
 }
 
 enum class Activation : int { tanh = 0, relu = 1 };

@@ -176,6 +176,8 @@ template <class Real, int W>
 PYSHARP_LANEWISE(tanh_, tanh)
 PYSHARP_LANEWISE(exp_, exp)
 PYSHARP_LANEWISE(log_, log)
+PYSHARP_LANEWISE(sin_, sin)
+PYSHARP_LANEWISE(cos_, cos)
 #undef PYSHARP_LANEWISE
 
 template <class Real, int W>

@@ -8,19 +8,14 @@
 
 #include "pysharp/engine/lanczos.hpp"
 #include "pysharp/engine/lanczos_lanes.hpp"
+#include "pysharp/engine/methods.hpp"
 #include "pysharp/engine/rng.hpp"
 #include "pysharp/models/derivatives.hpp"
 
 namespace pysharp {
 
-enum class Method : int {
-  gd_wd = 0,          // w+ = (1 - lr wd) w - lr grad L(w)
-  pgd = 1,            // theta+ = Pi(theta - eta grad L(theta)), constant eta = lr
-  pgd_adaptive = 2,   // as pgd, eta follows the GD+WD recursion (Lemma 3.1) from lr
-  scalar_rmsprop = 3, // v+ = b v + (1-b) ||g||^2, w+ = (1 - lr wd) w - lr g / (sqrt(v+) + eps)
-  pgd_quasi_rmsprop = 4  // as pgd, eta follows a Quasi-RMSprop scheduler (see below)
-};
-inline constexpr int kMethodCount = 5;
+// enum class Method and its properties: engine/methods.hpp, generated from the method table
+// (pysharp/_methods.py). Each method's branch of the update is below.
 
 // Quasi-RMSprop (pgd_quasi_rmsprop): with g_t = grad L(theta_t) on the sphere,
 //     1/eta_{t+1}^2 = b / eta_t^2 + c ||g_t||^2 + kappa c^2 ||g_t||^4 eta_t^2,
@@ -230,7 +225,7 @@ class TrajectoryRunner {
                                               c.top_k * (m.dim() + 2LL)
                                         : 0);
     const bool quasi = c.method == Method::pgd_quasi_rmsprop;
-    on_sphere_ = c.method == Method::pgd || c.method == Method::pgd_adaptive || quasi;
+    on_sphere_ = method_on_sphere(c.method);
     for (int l = 0; l < W; ++l) {
       const int src = l < lanes ? l : 0;  // padding repeats lane 0
       traj_[l] = traj[src];

@@ -1,0 +1,244 @@
+// pysharp._core's _tile_* helpers: the fused tile algorithms of the GPU engine (csrc/include/pysharp/
+// tile/) run on the CPU over the emulated warp (EmuWarp), so that their fragment
+// layouts, padding, reductions, divergence freezing and placement are tested without
+// a GPU. Not an API for speed: the emulation is slow on purpose (one lane at a time).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "pysharp/tile/bn_linreg.hpp"
+#include "pysharp/tile/toy3d.hpp"
+
+namespace py = pybind11;
+
+namespace pysharp::module {
+namespace {
+
+template <class T>
+using carray = py::array_t<T, py::array::c_style | py::array::forcecast>;
+using tile::EmuWarp;
+
+void check(bool cond, const std::string& what) {
+  if (!cond) throw std::invalid_argument(what);
+}
+
+// The (d, n) shapes the BN linear regression tile is compiled for here: the benchmark's
+// two and one with both dimensions off the multiples of 8 (padding of d and of n).
+template <int D, int N>
+struct Shape {
+  static constexpr int d = D, n = N;
+};
+using Shapes = std::tuple<Shape<40, 20>, Shape<100, 200>, Shape<13, 11>>;
+
+// Calls f(Shape<d, n>{}) for the compiled shape equal to (d, n).
+template <class F, std::size_t... I>
+void with_shape_impl(int d, int n, F&& f, std::index_sequence<I...>) {
+  bool found = false;
+  auto one = [&](auto s) {
+    if (!found && s.d == d && s.n == n) {
+      found = true;
+      f(s);
+    }
+  };
+  (one(std::tuple_element_t<I, Shapes>{}), ...);
+  check(found, "no tile compiled for d = " + std::to_string(d) + ", n = " + std::to_string(n) +
+                   " (see pysharp._core._TILE_BN_LINREG_SHAPES)");
+}
+template <class F>
+void with_shape(int d, int n, F&& f) {
+  with_shape_impl(d, n, std::forward<F>(f), std::make_index_sequence<std::tuple_size_v<Shapes>>{});
+}
+
+py::list shape_list() {
+  py::list out;
+  std::apply([&](auto... s) { (out.append(py::make_tuple(s.d, s.n)), ...); }, Shapes{});
+  return out;
+}
+
+// The model's data in tile layout (owned), as BNLinRegCore computes ||Xc||_F^2.
+struct PackedBNLinReg {
+  std::vector<double> xc, u;
+  tile::BNLinRegTileData data;
+  int n, d;
+  PackedBNLinReg(const carray<double>& Xc, const carray<double>& u_, double scale)
+      : n(static_cast<int>(Xc.shape(0))), d(static_cast<int>(Xc.shape(1))) {
+    check(Xc.ndim() == 2 && u_.ndim() == 1 && u_.shape(0) == Xc.shape(0),
+          "Xc must be (n, d) and u (n,)");
+    xc.resize(static_cast<std::size_t>(tile::round_up8(n)) * tile::round_up8(d));
+    u.resize(tile::round_up8(n));
+    tile::pack_bn_linreg(Xc.data(), u_.data(), n, d, xc.data(), u.data());
+    double fro2 = 0;
+    for (py::ssize_t k = 0; k < Xc.size(); ++k) fro2 += Xc.data()[k] * Xc.data()[k];
+    const double err = double(d) * 2.220446049250313e-16;
+    data = {xc.data(), u.data(), scale, err * err * fro2};
+  }
+};
+
+// D = A B + C through the fragments of mma.m8n8k4 (tile/warp.hpp's layout).
+carray<double> mma_m8n8k4(const carray<double>& A, const carray<double>& B,
+                          const carray<double>& C) {
+  check(A.ndim() == 2 && A.shape(0) == 8 && A.shape(1) == 4, "A must be (8, 4)");
+  check(B.ndim() == 2 && B.shape(0) == 4 && B.shape(1) == 8, "B must be (4, 8)");
+  check(C.ndim() == 2 && C.shape(0) == 8 && C.shape(1) == 8, "C must be (8, 8)");
+  EmuWarp::reg<double> a, b, c0, c1;
+  for (int l = 0; l < tile::kWarpLanes; ++l) {
+    const int group = l >> 2, quad = l & 3;
+    a[l] = A.at(group, quad);
+    b[l] = B.at(quad, group);
+    c0[l] = C.at(group, 2 * quad);
+    c1[l] = C.at(group, 2 * quad + 1);
+  }
+  EmuWarp::mma(c0, c1, a, b);
+  carray<double> out({8, 8});
+  for (int l = 0; l < tile::kWarpLanes; ++l) {
+    const int group = l >> 2, quad = l & 3;
+    out.mutable_at(group, 2 * quad) = c0[l];
+    out.mutable_at(group, 2 * quad + 1) = c1[l];
+  }
+  return out;
+}
+
+// The tile's loss and gradient at the rows of W (B, d), eight rows per tile in order.
+py::tuple bn_linreg_loss_grad(const carray<double>& Xc, const carray<double>& u, double scale,
+                              const carray<double>& W) {
+  const PackedBNLinReg p(Xc, u, scale);
+  check(W.ndim() == 2 && W.shape(1) == p.d, "W must be (B, d)");
+  const py::ssize_t Bn = W.shape(0);
+  carray<double> loss(Bn), G({Bn, static_cast<py::ssize_t>(p.d)});
+  carray<std::uint8_t> ok(Bn);
+  with_shape(p.d, p.n, [&](auto s) {
+    using Tile = tile::BNLinRegTile<EmuWarp, decltype(s)::d, decltype(s)::n>;
+    const Tile t{p.data};
+    for (py::ssize_t b0 = 0; b0 < Bn; b0 += 8) {
+      typename Tile::R w[Tile::DB][2];
+      for (int b = 0; b < Tile::DB; ++b)
+        for (int i = 0; i < 2; ++i)
+          for (int l = 0; l < tile::kWarpLanes; ++l) {
+            const py::ssize_t row = b0 + (l >> 2);
+            const int coord = 8 * b + 2 * (l & 3) + i;
+            w[b][i][l] = row < Bn && coord < p.d ? W.at(row, coord) : 0.0;
+          }
+      typename Tile::Eval e;
+      std::vector<double> park(Tile::kParkDoubles);
+      t.evaluate(w, e, park.data());
+      for (int l = 0; l < tile::kWarpLanes; ++l) {
+        const py::ssize_t row = b0 + (l >> 2);
+        if (row >= Bn) continue;
+        if ((l & 3) == 0) {
+          loss.mutable_at(row) = e.loss[l];
+          ok.mutable_at(row) = e.ok[l];
+        }
+        for (int b = 0; b < Tile::DB; ++b)
+          for (int i = 0; i < 2; ++i) {
+            const int coord = 8 * b + 2 * (l & 3) + i;
+            if (coord < p.d) G.mutable_at(row, coord) = e.g[b][i][l];
+          }
+      }
+    }
+  });
+  return py::make_tuple(loss, G, ok);
+}
+
+// The outputs of a GD+WD run and the IO block that points at them.
+struct RunOutputs {
+  carray<double> w_final, loss, norm2;
+  carray<std::uint8_t> diverged;
+  carray<long long> diverged_step;
+  tile::GdWdTileIO io;
+
+  RunOutputs(const carray<double>& W0, const carray<double>& lr, const carray<double>& wd,
+             long long steps, long long every)
+      : w_final({W0.shape(0), W0.shape(1)}),
+        loss({static_cast<py::ssize_t>(steps / every + 1), W0.shape(0)}),
+        norm2({static_cast<py::ssize_t>(steps / every + 1), W0.shape(0)}),
+        diverged(W0.shape(0)), diverged_step(W0.shape(0)) {
+    const py::ssize_t Bn = W0.shape(0);
+    check(W0.ndim() == 2 && lr.ndim() == 1 && wd.ndim() == 1 && lr.shape(0) == Bn &&
+              wd.shape(0) == Bn,
+          "W0 must be (B, D), lr and wd (B,)");
+    check(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
+    io = {W0.data(),        lr.data(),          wd.data(),
+          w_final.mutable_data(), loss.mutable_data(), norm2.mutable_data(),
+          diverged.mutable_data(), diverged_step.mutable_data(), Bn, steps, every};
+  }
+  py::tuple result() const { return py::make_tuple(w_final, loss, norm2, diverged, diverged_step); }
+};
+
+// GD+WD from the rows of W0 over the emulated warp. placement (length a multiple of 8):
+// slot s of the launch (tile s / 8, row s % 8) runs trajectory placement[s], -1 for a
+// padding row; every trajectory exactly once. Default: 0 .. B-1 in order, padded.
+py::tuple bn_linreg_gd_wd(const carray<double>& Xc, const carray<double>& u, double scale,
+                          const carray<double>& W0, const carray<double>& lr,
+                          const carray<double>& wd, long long steps, long long record_every,
+                          std::optional<carray<long long>> placement) {
+  const PackedBNLinReg p(Xc, u, scale);
+  check(W0.ndim() == 2 && W0.shape(1) == p.d, "W0 must be (B, d)");
+  RunOutputs out(W0, lr, wd, steps, record_every);
+  const long long Bn = W0.shape(0);
+  std::vector<long long> slots;
+  if (placement) {
+    check(placement->ndim() == 1 && placement->size() % 8 == 0,
+          "placement must be 1-D, its length a multiple of 8");
+    slots.assign(placement->data(), placement->data() + placement->size());
+  } else {
+    for (long long b = 0; b < (Bn + 7) / 8 * 8; ++b) slots.push_back(b < Bn ? b : -1);
+  }
+  std::vector<int> seen(Bn, 0);
+  for (long long s : slots) {
+    check(s >= -1 && s < Bn, "placement holds an index out of range");
+    if (s >= 0) ++seen[s];
+  }
+  for (long long b = 0; b < Bn; ++b) check(seen[b] == 1, "placement must hold every trajectory once");
+  with_shape(p.d, p.n, [&](auto s) {
+    using Tile = tile::BNLinRegTile<EmuWarp, decltype(s)::d, decltype(s)::n>;
+    const Tile t{p.data};
+    std::vector<double> park(Tile::kParkDoubles);
+    for (std::size_t first = 0; first < slots.size(); first += 8) {
+      EmuWarp::reg<long long> traj;
+      for (int l = 0; l < tile::kWarpLanes; ++l) traj[l] = slots[first + (l >> 2)];
+      t.run(traj, out.io, park.data());
+    }
+  });
+  return out.result();
+}
+
+// GD+WD on Toy3D(c), one (emulated) thread per trajectory.
+py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& lr,
+                      const carray<double>& wd, long long steps, long long record_every) {
+  check(W0.ndim() == 2 && W0.shape(1) == 3, "W0 must be (B, 3)");
+  RunOutputs out(W0, lr, wd, steps, record_every);
+  const Toy3D<double> m{c};
+  for (long long b = 0; b < W0.shape(0); ++b) tile::toy3d_gd_wd_thread(m, b, out.io);
+  return out.result();
+}
+
+}  // namespace
+
+// Test helpers of the module, named _tile_* (a submodule would turn the one-file type
+// stub, pysharp/_core.pyi, into a package).
+void bind_tile(py::module_& m) {
+  m.attr("_TILE_BN_LINREG_SHAPES") = shape_list();
+  m.def("_tile_mma_m8n8k4", &mma_m8n8k4, py::arg("A"), py::arg("B"), py::arg("C"),
+        "A @ B + C through the fragments of mma.m8n8k4 f64 on the emulated warp.");
+  m.def("_tile_bn_linreg_loss_grad", &bn_linreg_loss_grad, py::arg("Xc"), py::arg("u"),
+        py::arg("scale"), py::arg("W"),
+        "(loss (B,), grad (B, d), ok (B,)) of BN linear regression from the tile's step.");
+  m.def("_tile_bn_linreg_gd_wd", &bn_linreg_gd_wd, py::arg("Xc"), py::arg("u"),
+        py::arg("scale"), py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"),
+        py::arg("record_every"), py::arg("placement") = py::none(),
+        "GD+WD on BN linear regression, 8 trajectories per tile: (w_final (B, d), "
+        "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,)).");
+  m.def("_tile_toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"),
+        py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        "GD+WD on Toy3D, one thread per trajectory: the same tuple as _tile_bn_linreg_gd_wd.");
+}
+
+}  // namespace pysharp::module

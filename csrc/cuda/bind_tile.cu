@@ -1,0 +1,142 @@
+// pysharp._cuda's _tile_* functions: the fused tile kernels (cuda/tile_kernels.cuh)
+// launched on host arrays, with the signatures of pysharp._core's _tile_* helpers (the
+// same algorithms on an emulated warp), so that a device run compares with the CPU
+// emulation call for call. For the GPU check and the benchmark; backend="cuda" does
+// not use them yet. Trajectory b runs in row b % 8 of tile b / 8.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/executor.cuh"
+#include "cuda/tile_kernels.cuh"
+
+namespace pysharp::cuda_module {
+namespace {
+
+// The host outputs of a GD+WD tile run and their device mirrors.
+struct TileRun {
+  long long B, steps, every, D;
+  carray<double> w_final, loss, norm2;
+  carray<std::uint8_t> diverged;
+  carray<long long> diverged_step;
+  DeviceBuffer<double> w0, lr, wd, w_final_d, loss_d, norm2_d;
+  DeviceBuffer<std::uint8_t> diverged_d;
+  DeviceBuffer<long long> step_d;
+
+  TileRun(const carray<double>& W0, const carray<double>& lr_, const carray<double>& wd_,
+          long long steps_, long long every_)
+      : B(W0.ndim() == 2 ? W0.shape(0) : 0), steps(steps_), every(every_),
+        D(W0.ndim() == 2 ? W0.shape(1) : 0),
+        w_final({B, D}), loss({steps_ / std::max(every_, 1LL) + 1, B}),
+        norm2({steps_ / std::max(every_, 1LL) + 1, B}), diverged(B), diverged_step(B),
+        w0(DeviceBuffer<double>::from(W0)), lr(DeviceBuffer<double>::from(lr_)),
+        wd(DeviceBuffer<double>::from(wd_)), w_final_d(B * D), loss_d(loss.size()),
+        norm2_d(norm2.size()), diverged_d(B), step_d(B) {
+    require(W0.ndim() == 2 && lr_.ndim() == 1 && wd_.ndim() == 1 && lr_.shape(0) == B &&
+                wd_.shape(0) == B && B >= 1,
+            "W0 must be (B, D), lr and wd (B,), B >= 1");
+    require(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
+  }
+  tile::GdWdTileIO io() const {
+    return {w0.get(),      lr.get(),           wd.get(),  w_final_d.get(),
+            loss_d.get(), norm2_d.get(),      diverged_d.get(), step_d.get(),
+            B,            steps,              every};
+  }
+  py::tuple result() {
+    w_final_d.to(w_final.mutable_data());
+    loss_d.to(loss.mutable_data());
+    norm2_d.to(norm2.mutable_data());
+    diverged_d.to(diverged.mutable_data());
+    step_d.to(diverged_step.mutable_data());
+    return py::make_tuple(w_final, loss, norm2, diverged, diverged_step);
+  }
+};
+
+// Blocks of a persistent launch: as many as fit on the device at once, no more than
+// there is work for.
+template <class Kernel>
+int persistent_blocks(Kernel kernel, int smem, long long work_blocks) {
+  int dev = 0, sms = 0, per_sm = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count");
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, cuda::kTileThreads, smem),
+        "occupancy");
+  require(per_sm >= 1, "the tile kernel does not fit on this device (shared memory)");
+  const long long most = static_cast<long long>(sms) * per_sm;
+  return static_cast<int>(work_blocks < most ? work_blocks : most);
+}
+
+template <int D, int N>
+void launch_bn_linreg(const carray<double>& Xc, const carray<double>& u, double scale,
+                      TileRun& run) {
+  const int NP = tile::round_up8(N), DP = tile::round_up8(D);
+  std::vector<double> xc_pad(static_cast<std::size_t>(NP) * DP), u_pad(NP);
+  tile::pack_bn_linreg(Xc.data(), u.data(), N, D, xc_pad.data(), u_pad.data());
+  double fro2 = 0;
+  for (py::ssize_t k = 0; k < Xc.size(); ++k) fro2 += Xc.data()[k] * Xc.data()[k];
+  const double err = double(D) * 2.220446049250313e-16;
+  DeviceBuffer<double> xc_d(xc_pad.data(), xc_pad.size()), u_d(u_pad.data(), u_pad.size());
+  const tile::BNLinRegTileData data{xc_d.get(), u_d.get(), scale, err * err * fro2};
+  auto kernel = cuda::bn_linreg_gd_wd_tile_kernel<D, N>;
+  constexpr int smem = cuda::bn_linreg_tile_smem_bytes<D, N>();
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+        "shared memory of the tile kernel");
+  int dev = 0, major = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "capability");
+  require(major >= 8, "the BN linear regression tile kernel needs FP64 mma (compute capability 8.0+)");
+  const long long tiles = (run.B + 7) / 8;
+  const int blocks = persistent_blocks(kernel, smem, (tiles + cuda::kTileWarps - 1) /
+                                                         cuda::kTileWarps);
+  kernel<<<blocks, cuda::kTileThreads, smem>>>(data, run.io());
+  finish_launch("bn_linreg_gd_wd_tile_kernel");
+}
+
+py::tuple bn_linreg_gd_wd(const carray<double>& Xc, const carray<double>& u, double scale,
+                          const carray<double>& W0, const carray<double>& lr,
+                          const carray<double>& wd, long long steps, long long record_every) {
+  require(Xc.ndim() == 2 && u.ndim() == 1 && u.shape(0) == Xc.shape(0),
+          "Xc must be (n, d) and u (n,)");
+  const int n = static_cast<int>(Xc.shape(0)), d = static_cast<int>(Xc.shape(1));
+  require(W0.ndim() == 2 && W0.shape(1) == d, "W0 must be (B, d)");
+  TileRun run(W0, lr, wd, steps, record_every);
+  if (d == 40 && n == 20)
+    launch_bn_linreg<40, 20>(Xc, u, scale, run);
+  else if (d == 100 && n == 200)
+    launch_bn_linreg<100, 200>(Xc, u, scale, run);
+  else
+    require(false, "no tile kernel for d = " + std::to_string(d) + ", n = " + std::to_string(n) +
+                       " (see pysharp._cuda._TILE_BN_LINREG_SHAPES)");
+  return run.result();
+}
+
+py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& lr,
+                      const carray<double>& wd, long long steps, long long record_every) {
+  require(W0.ndim() == 2 && W0.shape(1) == 3, "W0 must be (B, 3)");
+  TileRun run(W0, lr, wd, steps, record_every);
+  auto kernel = cuda::toy3d_gd_wd_tile_kernel;
+  const int blocks =
+      persistent_blocks(kernel, 0, (run.B + cuda::kTileThreads - 1) / cuda::kTileThreads);
+  kernel<<<blocks, cuda::kTileThreads>>>(Toy3D<double>{c}, run.io());
+  finish_launch("toy3d_gd_wd_tile_kernel");
+  return run.result();
+}
+
+}  // namespace
+
+void bind_tile(py::module_& m) {
+  py::list shapes;
+  shapes.append(py::make_tuple(40, 20));
+  shapes.append(py::make_tuple(100, 200));
+  m.attr("_TILE_BN_LINREG_SHAPES") = shapes;
+  m.def("_tile_bn_linreg_gd_wd", &bn_linreg_gd_wd, py::arg("Xc"), py::arg("u"),
+        py::arg("scale"), py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"),
+        py::arg("record_every"),
+        "GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), "
+        "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,)).");
+  m.def("_tile_toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"),
+        py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        "GD+WD on Toy3D on the device's tile kernel: the same tuple as _tile_bn_linreg_gd_wd.");
+}
+
+}  // namespace pysharp::cuda_module

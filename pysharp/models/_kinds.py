@@ -1,0 +1,22 @@
+"""Which kind of pysharp model a tool was given, refused with a message that says what to use."""
+
+from __future__ import annotations
+
+from ._base import ScaleInvariantModel
+from ._square_loss import SquareLossModel
+
+
+def require_scale_invariant(model, tool: str, instead: str) -> None:
+    """Raise TypeError unless ``model`` is a ScaleInvariantModel.
+
+    A square-loss model (LinearRegression, TwoLayerNet) is a pysharp model too, so
+    its refusal says why (``tool`` needs scale invariance) and what to use
+    (``instead``); anything else gets "model must be a pysharp model".
+    """
+    if isinstance(model, ScaleInvariantModel):
+        return
+    name = type(model).__name__
+    if isinstance(model, SquareLossModel):
+        raise TypeError(f"{tool} needs a scale-invariant model; {name} is a square-loss model, "
+                        f"not defined up to scale: {instead}")
+    raise TypeError(f"model must be a pysharp model, got {name}")
