@@ -189,6 +189,18 @@ def cuobjdump(cubin: Path, *args: str) -> str:
                           text=True, env=env).stdout
 
 
+def short_name(plain: str) -> str:
+    """``void pysharp::cuda::k<40, 20>(Args...)`` -> ``k<40, 20>``."""
+    name = plain.removeprefix("void ").removeprefix("pysharp::cuda::")
+    depth = 0
+    for i, ch in enumerate(name):
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0:
+            return name[:i]
+    return name
+
+
 def demangle(names: list[str]) -> dict[str, str]:
     exe = shutil.which("cu++filt") or shutil.which("c++filt")
     if not exe or not names:
@@ -274,7 +286,7 @@ def analyse(cubin: Path, ptxas_log: str, labels: dict[str, str]) -> dict[str, di
     overrides = traj_per_warp_overrides()
     report = {}
     for mangled, instrs in funcs.items():
-        name = labels.get(mangled) or plain.get(mangled, mangled)
+        name = labels.get(mangled) or short_name(plain.get(mangled, mangled))
         regs, stack = resources.get(mangled, (None, None))
         row = {"registers": regs, "stack_bytes": stack, "spill_bytes": spills.get(mangled),
                "dmma_per_step": None, "fp64_per_step": None, "predicted_traj_steps_per_s": None}
@@ -294,7 +306,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--compiler", choices=("auto", "nvcc", "nvrtc"), default="auto")
     ap.add_argument("--json", type=Path, default=RESULT)
-    ap.add_argument("--only", default="", help="compile only units whose name contains this")
+    ap.add_argument("--only", default="", help="compile only units whose name contains this "
+                    "(the other rows of an existing --json are kept)")
     args = ap.parse_args(argv)
     compiler = args.compiler
     if compiler == "auto":
@@ -306,6 +319,8 @@ def main(argv: list[str] | None = None) -> dict:
                 continue
             print(f"{unit.name}: compiling with {compiler} for {ARCH}", flush=True)
             kernels.update(analyse(*compile_unit(unit, compiler, Path(tmp))))
+    if args.only and args.json.is_file():  # a partial run updates the rows it measured
+        kernels = {**json.loads(args.json.read_text())["kernels"], **kernels}
     result = {"kernels": dict(sorted(kernels.items()))}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")

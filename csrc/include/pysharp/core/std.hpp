@@ -6,12 +6,15 @@
 // A header reachable from csrc/cuda/kernels.cuh includes this file instead of <cmath>,
 // <cstdint>, <type_traits> or <utility>. A new std name in such a header belongs in
 // the list below; tests/test_nvrtc.py fails until it is there. Math functions are
-// called unqualified (sqrt, exp, frexp, ...): NVRTC provides them as built-ins.
+// called unqualified (sqrt, exp, frexp, ...): NVRTC provides them as built-ins; std::sqrt
+// and std::fma (the tile headers) are mapped too.
 #pragma once
 
 #if defined(__CUDACC_RTC__)
 
+#include <cuda/std/cmath>
 #include <cuda/std/cstdint>
+#include <cuda/std/limits>
 #include <cuda/std/type_traits>
 #include <cuda/std/utility>
 
@@ -33,7 +36,13 @@ using ::cuda::std::remove_const_t;
 using ::cuda::std::remove_pointer_t;
 using ::cuda::std::true_type;
 using ::cuda::std::void_t;
+
+using ::cuda::std::fma;
+using ::cuda::std::sqrt;
 }  // namespace std
+
+// NVRTC's front end has no __builtin_nan (g++, clang and nvcc do); a quiet NaN stands in.
+#define __builtin_nan(tag) (::cuda::std::numeric_limits<double>::quiet_NaN())
 
 #else
 
