@@ -25,7 +25,8 @@ PACKAGE = Path(pysharp.__file__).resolve().parent
 LAYERS = (
     ("foundation", ("pysharp._version", "pysharp._methods", "pysharp._validation",
                     "pysharp._hyper", "pysharp._dormand_prince", "pysharp._engine",
-                    "pysharp._backend", "pysharp._dispatch", "pysharp.reference")),
+                    "pysharp._backend", "pysharp._dispatch", "pysharp.reference",
+                    "pysharp._nvrtc", "pysharp._cuda_sources")),
     ("models", ("pysharp.models",)),
     ("engine", ("pysharp.dynamics", "pysharp.sgd", "pysharp.sharpness", "pysharp.spectra")),
     ("analysis", ("pysharp.stability", "pysharp.flow", "pysharp.central_flow",

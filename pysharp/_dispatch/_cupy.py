@@ -23,6 +23,8 @@ import hashlib
 import importlib
 import importlib.util
 import math
+import os
+import stat
 from functools import cache
 from pathlib import Path
 
@@ -94,9 +96,21 @@ def _sources_digest() -> str:
 
 
 def _cache_dir() -> Path:
-    from ..models._compiler import cache_dir
-    d = Path(cache_dir()) / "nvrtc"
-    d.mkdir(parents=True, exist_ok=True)
+    """<the cache root of run-time compiled models>/nvrtc, private (0700) like theirs:
+    $PYSHARP_CACHE_DIR, else $XDG_CACHE_HOME/pysharp or ~/.cache/pysharp."""
+    root = os.environ.get("PYSHARP_CACHE_DIR")
+    if root:
+        base = Path(root).expanduser()
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pysharp"
+    d = base / "nvrtc"
+    if not d.exists():
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        d.chmod(0o700)
+    st = d.stat()
+    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise PermissionError(f"the NVRTC cache {d} belongs to another user or others can "
+                              "write to it; set PYSHARP_CACHE_DIR to a private folder")
     return d
 
 
