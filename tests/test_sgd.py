@@ -10,8 +10,10 @@ import math
 
 import numpy as np
 import pytest
-from test_stability import _linreg
+from conftest import rel_err
+from test_stability import _linreg, _net
 
+from pysharp import _backend
 from pysharp.models import LinearRegression
 from pysharp.sgd import run_sgd, sgd_batches
 
@@ -59,3 +61,58 @@ def test_sgd_batches_respects_the_sampling_scheme():
     J = sgd_batches(5, 5, 4)
     assert np.array_equal(np.sort(J, axis=1), np.tile(np.arange(5), (4, 1)))  # B = n: everything
 
+
+# -- the runner against NumPy SGD on the same batches; bits, divergence ----------------
+@pytest.mark.parametrize("replacement", [False, True])
+def test_sgd_matches_numpy_sgd_on_the_same_batches(replacement):
+    m = _linreg(n=10, d=3, seed=9, realizable=False)
+    w0 = np.array([0.3, -0.2, 0.5])
+    lr, B, wd, steps = 0.1, 4, 1e-2, 50
+    res = run_sgd(m, w0, lr, B, steps, wd=wd, replacement=replacement, seed=3)
+    idx = sgd_batches(m.n, B, steps, replacement=replacement, seed=3)
+    assert idx.shape == (steps, B)
+    if not replacement:
+        assert all(len(set(row)) == B for row in idx)
+    w = w0.copy()
+    for I in idx:
+        XI = m.X[I]
+        w = (1 - lr * wd) * w - lr * XI.T @ (XI @ w - m.y[I]) / B
+    assert rel_err(res.w, w) < 1e-12
+
+
+def test_sgd_with_replacement_takes_batches_larger_than_n():
+    m = _linreg(n=5, d=3, seed=11, realizable=False)
+    w0 = np.array([0.3, -0.2, 0.5])
+    lr, B, steps = 0.05, 13, 30  # B > n: the batch indices outgrow the n-entry permutation
+    res = run_sgd(m, w0, lr, B, steps, replacement=True, seed=2)
+    w = w0.copy()
+    for I in sgd_batches(m.n, B, steps, replacement=True, seed=2):
+        w = w - lr * m.X[I].T @ (m.X[I] @ w - m.y[I]) / B
+    assert rel_err(res.w, w) < 1e-12
+
+
+def test_sgd_bits_do_not_depend_on_threads_or_chunks():
+    m = _net()
+    W0 = m.random_point(6, seed=5)
+    lr = np.linspace(0.05, 0.3, 6)
+    core = _backend.core()
+    threads = core.max_threads()
+    try:
+        core.set_num_threads(1)
+        a = run_sgd(m, W0, lr, 2, 100, seed=4)
+        core.set_num_threads(max(2, threads))
+        b = run_sgd(m, W0, lr, 2, 100, seed=4)
+    finally:
+        core.set_num_threads(threads)
+    c = run_sgd(m, W0[3:], lr[3:], 2, 100, seed=4, first_trajectory=3)
+    np.testing.assert_array_equal(a.w, b.w)
+    np.testing.assert_array_equal(a.w[3:], c.w)
+
+
+def test_diverging_sgd_is_flagged_and_the_rest_completes():
+    m = _net()
+    W0 = m.random_point(3, seed=6)
+    res = run_sgd(m, W0, np.array([0.05, 500.0, 0.1]), 2, 200, seed=1)
+    assert res.diverged.tolist() == [False, True, False]
+    assert np.all(np.isfinite(res.w))
+    assert np.isfinite(res.loss[-1, [0, 2]]).all() and np.isnan(res.loss[-1, 1])

@@ -1,10 +1,10 @@
-"""SGD linear stability: models with per-sample Jacobians, the SGD runner, pysharp.stability.
+"""SGD linear stability: models with per-sample Jacobians, pysharp.stability.
 
 Oracles: dense NumPy algebra for linear regression (H_i = x_i x_i^T), finite
 differences for the two-layer net, exhaustive enumeration of all batches of a
 tiny problem for E (I - eta H_I)^2 and for T_2, the closed forms of D = 1
 linear regression (T_2 is a number there), and an independent NumPy SGD that
-follows the engine's own batches (``sgd_batches``).
+follows the engine's own batches (``sgd_batches``, in test_sgd.py).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from conftest import rel_err
 
-from pysharp import _backend, stability
+from pysharp import stability
 from pysharp.models import LinearRegression, TwoLayerNet
-from pysharp.sgd import run_sgd, sgd_batches
+from pysharp.sgd import run_sgd
 
 
 def _linreg(n=6, d=3, seed=0, realizable=True):
@@ -172,35 +172,7 @@ def test_monte_carlo_second_moment_agrees_with_t2_on_both_sides(lr_a, B):
     assert stability.is_linearly_stable(m, w, eta, B) == (rho <= 1)
 
 
-# -- SGD runner ---------------------------------------------------------------------------
-@pytest.mark.parametrize("replacement", [False, True])
-def test_sgd_matches_numpy_sgd_on_the_same_batches(replacement):
-    m = _linreg(n=10, d=3, seed=9, realizable=False)
-    w0 = np.array([0.3, -0.2, 0.5])
-    lr, B, wd, steps = 0.1, 4, 1e-2, 50
-    res = run_sgd(m, w0, lr, B, steps, wd=wd, replacement=replacement, seed=3)
-    idx = sgd_batches(m.n, B, steps, replacement=replacement, seed=3)
-    assert idx.shape == (steps, B)
-    if not replacement:
-        assert all(len(set(row)) == B for row in idx)
-    w = w0.copy()
-    for I in idx:
-        XI = m.X[I]
-        w = (1 - lr * wd) * w - lr * XI.T @ (XI @ w - m.y[I]) / B
-    assert rel_err(res.w, w) < 1e-12
-
-
-def test_sgd_with_replacement_takes_batches_larger_than_n():
-    m = _linreg(n=5, d=3, seed=11, realizable=False)
-    w0 = np.array([0.3, -0.2, 0.5])
-    lr, B, steps = 0.05, 13, 30  # B > n: the batch indices outgrow the n-entry permutation
-    res = run_sgd(m, w0, lr, B, steps, replacement=True, seed=2)
-    w = w0.copy()
-    for I in sgd_batches(m.n, B, steps, replacement=True, seed=2):
-        w = w - lr * m.X[I].T @ (m.X[I] @ w - m.y[I]) / B
-    assert rel_err(res.w, w) < 1e-12
-
-
+# -- SGD at stable minima -----------------------------------------------------------------
 def test_moment_growth_with_replacement_takes_batches_larger_than_n():
     m = _linreg(n=5, d=3, seed=12)
     w = np.zeros(m.dim)
@@ -209,33 +181,6 @@ def test_moment_growth_with_replacement_takes_batches_larger_than_n():
     mc = stability.moment_growth(m, w, eta, 13, replacement=True, order=2, n_runs=256,
                                  steps=100, seed=1)
     assert mc.rate == pytest.approx(rho, rel=0.02)
-
-
-def test_sgd_bits_do_not_depend_on_threads_or_chunks():
-    m = _net()
-    W0 = m.random_point(6, seed=5)
-    lr = np.linspace(0.05, 0.3, 6)
-    core = _backend.core()
-    threads = core.max_threads()
-    try:
-        core.set_num_threads(1)
-        a = run_sgd(m, W0, lr, 2, 100, seed=4)
-        core.set_num_threads(max(2, threads))
-        b = run_sgd(m, W0, lr, 2, 100, seed=4)
-    finally:
-        core.set_num_threads(threads)
-    c = run_sgd(m, W0[3:], lr[3:], 2, 100, seed=4, first_trajectory=3)
-    np.testing.assert_array_equal(a.w, b.w)
-    np.testing.assert_array_equal(a.w[3:], c.w)
-
-
-def test_diverging_sgd_is_flagged_and_the_rest_completes():
-    m = _net()
-    W0 = m.random_point(3, seed=6)
-    res = run_sgd(m, W0, np.array([0.05, 500.0, 0.1]), 2, 200, seed=1)
-    assert res.diverged.tolist() == [False, True, False]
-    assert np.all(np.isfinite(res.w))
-    assert np.isfinite(res.loss[-1, [0, 2]]).all() and np.isnan(res.loss[-1, 1])
 
 
 def test_sgd_found_minima_are_linearly_stable_and_meet_the_moment_bounds():
