@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._dispatch import resolve
+from ._dispatch import BACKENDS, resolve
 from ._engine import EngineConfig, LanczosOptions, Method
 from ._hyper import broadcast_batch, per_trajectory
 from ._methods import METHODS, method_spec
@@ -145,7 +145,7 @@ def run_method(model: ScaleInvariantModel, w0, lr, wd, steps: int, *, method: st
         scaled, _ = model._unit_scale(W0)
         W0 = scaled / np.linalg.norm(scaled, axis=1, keepdims=True)
     can_reduce = (model._has_reduced_engine and jitter == 0 and spec.reduced
-                  and backend in ("cpp", "cuda"))
+                  and BACKENDS[backend].reduced)
     if reduced and not can_reduce:
         with_reduced = ", ".join(m.name for m in METHODS.values() if m.reduced)
         raise ValueError("reduced=True needs a model with a reduced engine (BNLinearRegression), "

@@ -15,7 +15,7 @@ from conftest import rel_err
 import pysharp as ps
 from pysharp import _dispatch
 from pysharp._dispatch import BackendUnavailable, resolve
-from pysharp._dispatch._fallback import NUMBA_SCOPE
+from pysharp.models import ScaleInvariantModel
 
 numba_only = pytest.mark.skipif(not ps.backends()["numba"]["available"],
                                 reason="numba is not installed")
@@ -24,15 +24,15 @@ numba_only = pytest.mark.skipif(not ps.backends()["numba"]["available"],
 def no_numba_port(model) -> bool:
     """Whether the model has no Numba port (BNTwoLayerNet): the numba backend then refuses
     it, naming the backends that run it, which the numba tests assert instead."""
-    in_scope = type(model).__name__ in NUMBA_SCOPE["models"]  # the port's declared scope
+    if "numba" in model._backends:  # then the class gives the port's parameters
+        assert type(model)._numba_params is not ScaleInvariantModel._numba_params
+        return False
     try:
-        model._numba_params()
+        model._core(np.float64, "numba")
     except BackendUnavailable as e:
         assert "numba backend has no" in str(e) and "backend='cpp'" in str(e), str(e)
-        assert not in_scope, f"NUMBA_SCOPE lists {type(model).__name__}, the port refuses it"
         return True
-    assert in_scope, f"{type(model).__name__} has a Numba port that NUMBA_SCOPE omits"
-    return False
+    raise AssertionError(f"{type(model).__name__} lists no numba adapter, yet numba ran it")
 
 
 def refused_by_numba():

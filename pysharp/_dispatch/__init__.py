@@ -25,40 +25,122 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from dataclasses import dataclass
 from functools import cache
+from typing import Any, Callable
+
+import numpy as np
 
 from .. import _backend
+from ._errors import BackendUnavailable
+from ._fallback import NumbaCore, NumpyCore
 
-NAMES = ("cpp", "cuda", "cupy", "numba", "numpy")
-_ENGINE = ("cpp", "cuda", "cupy", "numba")  # backends that run trajectories and Lanczos
+
+def _probe_cpp() -> str | None:
+    return _backend._import_error
 
 
-class BackendUnavailable(ImportError):
-    """The requested backend cannot run here; the message says why."""
+def _probe_cuda() -> str | None:
+    try:
+        cuda = importlib.import_module("pysharp._cuda")
+    except ImportError as exc:
+        return (f"pysharp was built without its CUDA module ({exc}); rebuild with "
+                "PYSHARP_CUDA=ON on a machine with nvcc")
+    return cuda.device_error() or None
+
+
+def _probe_cupy() -> str | None:
+    from . import _cupy  # lazy: probing the backend is when CuPy's absence may show
+    return _cupy.unavailable_reason()
+
+
+def _probe_numba() -> str | None:
+    if importlib.util.find_spec("numba") is None:
+        return "numba is not installed (pip install 'pysharp[numba]')"
+    return None
+
+
+def _suffix(dtype) -> str:
+    return "_f64" if np.dtype(dtype) == np.float64 else "_f32"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend: what it runs, and how it builds a model's kernel object.
+
+    Attributes
+    ----------
+    name : str
+        What ``backend=`` takes.
+    probe : callable
+        ``probe() -> None`` when the backend can run here, else the reason it cannot.
+    trajectories : bool
+        It runs the trajectory engine and Lanczos (else kernels only).
+    gpu : bool
+        It works on device arrays: "auto" picks it for arrays with
+        ``__cuda_array_interface__``.
+    reduced : bool
+        It runs BN linear regression's reduced (singular-basis) engine.
+    checks_rows : bool
+        Its kernels flag the rows whose magnitude needs the exact power-of-two rescaling
+        (``ok`` >= 2), so the Python layer skips its own pass over the rows.
+    kernels : callable
+        ``kernels(model, dtype)``: the model's kernel object on this backend, through the
+        model's adapter (``_make_core`` of a compiled module, ``_numba_params`` and
+        ``_reference`` of the fallbacks). Only called for a model whose ``_backends``
+        lists this backend.
+    """
+
+    name: str
+    probe: Callable[[], str | None]
+    trajectories: bool
+    gpu: bool
+    kernels: Callable[[Any, np.dtype], Any]
+    reduced: bool = False
+    checks_rows: bool = False
+
+
+def _not_wired(model, dtype):
+    raise BackendUnavailable("backend 'cupy' runs no model's kernels yet (see "
+                             "pysharp._dispatch._cupy)")
+
+
+#: Every backend, in the order ``pysharp.backends()`` reports them.
+BACKENDS: dict[str, Backend] = {b.name: b for b in (
+    Backend("cpp", _probe_cpp, trajectories=True, gpu=False, reduced=True, checks_rows=True,
+            kernels=lambda m, dtype: m._make_core(_suffix(dtype), _backend.core())),
+    Backend("cuda", _probe_cuda, trajectories=True, gpu=True, reduced=True,
+            kernels=lambda m, dtype: m._make_core(_suffix(dtype),
+                                                  importlib.import_module("pysharp._cuda"))),
+    Backend("cupy", _probe_cupy, trajectories=True, gpu=True, kernels=_not_wired),
+    Backend("numba", _probe_numba, trajectories=True, gpu=False,
+            kernels=lambda m, dtype: NumbaCore(m._numba_params(), dtype, m._reference())),
+    Backend("numpy", lambda: None, trajectories=False, gpu=False,
+            kernels=lambda m, dtype: NumpyCore(m._reference(), m.dim, dtype)),
+)}
+NAMES = tuple(BACKENDS)
+_ENGINE = tuple(name for name, b in BACKENDS.items() if b.trajectories)
 
 
 @cache
 def _probe(name: str) -> str | None:
     """None when ``name`` can run here, else the reason it cannot."""
-    if name == "cpp":
-        return _backend._import_error
-    if name == "numpy":
-        return None
-    if name == "numba":
-        if importlib.util.find_spec("numba") is None:
-            return "numba is not installed (pip install 'pysharp[numba]')"
-        return None
-    if name == "cuda":
-        try:
-            cuda = importlib.import_module("pysharp._cuda")
-        except ImportError as exc:
-            return (f"pysharp was built without its CUDA module ({exc}); rebuild with "
-                    "PYSHARP_CUDA=ON on a machine with nvcc")
-        return cuda.device_error() or None
-    if name == "cupy":
-        from . import _cupy  # lazy: probing the backend is when CuPy's absence may show
-        return _cupy.unavailable_reason()
-    raise ValueError(name)
+    if name not in BACKENDS:
+        raise ValueError(name)
+    return BACKENDS[name].probe()
+
+
+def model_kernels(model, dtype, backend: str) -> Any:
+    """``model``'s kernel object on a resolved ``backend``: the one place where a backend
+    without an adapter for the model (its class's ``_backends``) is refused."""
+    if backend not in model._backends:
+        name = type(model).__name__
+        why = getattr(model, "_backends_why", "")
+        raise BackendUnavailable(
+            f"the {backend} backend has no {name} port{f' ({why})' if why else ''}: {name} "
+            f"runs on {', '.join(repr(b) for b in model._backends)} only; use "
+            f"backend={model._backends[0]!r}")
+    return BACKENDS[backend].kernels(model, np.dtype(dtype))
 
 
 def backends() -> dict[str, dict]:
@@ -72,10 +154,10 @@ def backends() -> dict[str, dict]:
         runs the trajectory engine and Lanczos (all but ``numpy``).
     """
     out = {}
-    for name in NAMES:
+    for name, b in BACKENDS.items():
         reason = _probe(name)
         out[name] = {"available": reason is None, "reason": reason,
-                     "trajectories": name in _ENGINE}
+                     "trajectories": b.trajectories}
     return out
 
 
@@ -100,7 +182,7 @@ def resolve(backend: str, *arrays, trajectories: bool = False) -> str:
     wanted = _ENGINE if trajectories else NAMES
     if backend == "auto":
         gpu = any(on_gpu(a) for a in arrays)
-        order = ("cuda", "cupy") if gpu else ("cpp", "numba", "numpy")
+        order = tuple(name for name, b in BACKENDS.items() if b.gpu == gpu)
         for name in order:
             if name in wanted and _probe(name) is None:
                 return name

@@ -14,14 +14,15 @@ import numpy as np
 
 from .._engine import Method
 from .._methods import METHODS
-from . import BackendUnavailable
+from ._errors import BackendUnavailable
 
 #: The Numba port's scope: a frozen subset of the compiled core, kept so that an install
 #: without a C++ compiler still runs the paper's models. It is extended only by porting
 #: C++ line for line; everything outside it is refused by name (BackendUnavailable), and
 #: tests/test_backends.py holds this table to what the port does.
 NUMBA_SCOPE = {
-    "models": ("BNLinearRegression", "BNMatrixCompletion", "Toy3D"),
+    # Models: the classes whose ``_backends`` list "numba" (BNLinearRegression,
+    # BNMatrixCompletion, Toy3D), each giving ``_numba_params``.
     "methods": tuple(name for name, m in METHODS.items() if m.numba),
     "kernels": ("loss_grad", "hvp", "third", "hessian", "lanczos", "run"),
     "dtypes": ("float64",),

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import abc
-import importlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .. import _backend
-from .._dispatch import _fallback, resolve
+from .._dispatch import BACKENDS, model_kernels, resolve
 from .._validation import (
     as_batch,
     as_float_array,
@@ -83,6 +81,12 @@ class ScaleInvariantModel(abc.ABC):
     #: The built-in's C++ struct: (its header under ``pysharp/models/`` of
     #: :func:`pysharp.include_dir`, the name its ``PYSHARP_MODEL`` declares).
     _declared_as: tuple[str, str] | None = None
+    #: The backends with an adapter for this model (``pysharp._dispatch.BACKENDS``): the
+    #: compiled modules call ``_make_core``, Numba ``_numba_params``, NumPy ``_reference``.
+    #: The dispatch refuses any other backend, naming these; the first is the suggestion.
+    _backends: tuple[str, ...] = ("cpp", "cuda", "numba", "numpy")
+    #: Why a backend is missing from ``_backends``, for the refusal (optional).
+    _backends_why = ""
 
     def __init__(self) -> None:
         self._cores: dict[np.dtype, Any] = {}
@@ -98,13 +102,15 @@ class ScaleInvariantModel(abc.ABC):
         """Build the model object of ``module`` (``pysharp._core`` or ``pysharp._cuda``,
         which share one interface) for dtype suffix '_f64' or '_f32'."""
 
-    @abc.abstractmethod
     def _numba_params(self) -> tuple:
-        """The model tuple of ``_dispatch._numba_kernels.params``."""
+        """The model tuple of ``_dispatch._numba_kernels.params`` (where ``_backends`` lists
+        "numba")."""
+        raise NotImplementedError
 
-    @abc.abstractmethod
     def _reference(self) -> Any:
-        """The NumPy oracle of ``pysharp.reference`` for this model."""
+        """The NumPy oracle of ``pysharp.reference`` for this model (where ``_backends``
+        lists "numpy" or "numba")."""
+        raise NotImplementedError
 
     @abc.abstractmethod
     def spec(self) -> dict:
@@ -125,19 +131,7 @@ class ScaleInvariantModel(abc.ABC):
         dtype = np.dtype(dtype)
         key = (dtype, backend)
         if key not in self._cores:
-            suffix = "_f64" if dtype == np.float64 else "_f32"
-            if backend == "cpp":
-                core = self._make_core(suffix, _backend.core())
-            elif backend == "cuda":
-                core = self._make_core(suffix, importlib.import_module("pysharp._cuda"))
-            elif backend == "numba":
-                core = _fallback.NumbaCore(self._numba_params(), dtype, self._reference())
-            elif backend == "numpy":
-                core = _fallback.NumpyCore(self._reference(), self.dim, dtype)
-            else:
-                raise ValueError(f"backend {backend!r} has no kernels for "
-                                 f"{type(self).__name__} yet")
-            self._cores[key] = core
+            self._cores[key] = model_kernels(self, dtype, backend)
         return self._cores[key]
 
     def _batch(self, w, name: str = "w", checked: bool = True) -> tuple[np.ndarray, bool]:
@@ -229,7 +223,7 @@ class ScaleInvariantModel(abc.ABC):
         """
         core = self._core(W.dtype, backend)
         args = (W,) if V is None else (W, V)
-        if backend == "cpp":
+        if BACKENDS[backend].checks_rows:
             *outs, ok = getattr(core, kernel)(*args)
             if ok.max(initial=0) < 2:
                 self._checked(ok)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._dispatch import resolve
+from .._dispatch import BACKENDS, resolve
 from .._validation import as_batch, as_float_array, as_positive_int
 from ..reference import BNMatrixCompletionReference
 from ._base import ScaleInvariantModel
@@ -144,7 +144,7 @@ class BNMatrixCompletion(ScaleInvariantModel):
         if self.test is None:
             raise ValueError("this model has no held-out entries; pass test=(rows, cols, values)")
         backend = resolve(backend, w)
-        if backend in ("cuda", "cupy"):  # a held-out evaluation, not a GPU kernel
+        if BACKENDS[backend].gpu:  # a held-out evaluation, not a GPU kernel
             backend = resolve("auto")
         W, single = self._batch(w)
         W = self._unit_scale(W)[0]  # scale invariant

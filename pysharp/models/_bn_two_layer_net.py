@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._dispatch import BackendUnavailable
 from .._validation import as_positive_int, as_real
 from ..reference import BNTwoLayerNetReference
 from ._base import ScaleInvariantModel, bn_training_data
@@ -44,6 +43,7 @@ class BNTwoLayerNet(ScaleInvariantModel):
     """
 
     _declared_as = ("bn_two_layer_net.hpp", "BNTwoLayerNet")
+    _backends = ("cpp", "cuda", "numpy")  # no Numba port (pysharp._dispatch._fallback)
 
     _undefined_reason = ("some hidden unit's output X @ W_j is constant over the samples, "
                          "so its BatchNorm (and the loss) is undefined")
@@ -77,10 +77,6 @@ class BNTwoLayerNet(ScaleInvariantModel):
         return getattr(module, "BNTwoLayerNet" + suffix)(
             self._Xc.astype(dtype), self.y.astype(dtype), self.width,
             _ACTIVATIONS[self.activation])
-
-    def _numba_params(self) -> tuple:
-        raise BackendUnavailable("the numba backend has no BNTwoLayerNet port; use "
-                                 "backend='cpp' (the compiled core) or 'numpy' (kernels only)")
 
     def _reference(self):
         return BNTwoLayerNetReference(self.X, self.y, self.width, self.activation)

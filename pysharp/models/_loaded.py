@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from .._dispatch import BackendUnavailable
 from ._base import ScaleInvariantModel
 from ._compiler import ModelCompileError, compile_model, model_names
 from ._registry import ModelEntry, register
@@ -201,6 +200,8 @@ class LoadedModel(_Compiled, ScaleInvariantModel):
 
     _kind = "scale_invariant"
     _spec_name = "loaded"
+    _backends = ("cpp",)
+    _backends_why = "a loaded model runs in its own compiled module"
     _undefined_reason = "the model's loss_grad reports the loss undefined there"
 
     def __init__(self, header, *, fields: dict[str, Any], dtype="float64",
@@ -208,22 +209,10 @@ class LoadedModel(_Compiled, ScaleInvariantModel):
         super().__init__()
         self._load(header, fields, dtype, model_name, include_dirs)
 
-    def _core(self, dtype: np.dtype, backend: str = "cpp") -> Any:
-        if backend != "cpp":
-            raise BackendUnavailable(
-                f"backend {backend!r}: a loaded model runs in its compiled module only "
-                "(backend='auto' or 'cpp')")
-        return self._compiled_core(dtype)
-
-    def _make_core(self, suffix, module):  # pragma: no cover - _core is overridden
-        raise NotImplementedError
-
-    def _numba_params(self) -> tuple:
-        raise BackendUnavailable("a loaded model has no Numba port; use backend='cpp'")
-
-    def _reference(self) -> Any:
-        raise BackendUnavailable("a loaded model has no NumPy oracle; check it against your "
-                                 "own with pysharp.models.check")
+    def _make_core(self, suffix, module):
+        """The model's own compiled module's object (``module``, the shared core, has no
+        class for it)."""
+        return self._compiled_core(np.float64 if suffix == "_f64" else np.float32)
 
 
 class LoadedSquareLossModel(_Compiled, SquareLossModel):
