@@ -359,12 +359,10 @@ class _LossAndGrad(torch.autograd.Function):
         return (G * tw).sum(-1), _Hvp.apply(ctx.key, w, tw)
 
 
-class _Hvp(torch.autograd.Function):
-    generate_vmap_rule = True
+class _PointAndDirection(torch.autograd.Function):
+    """What the Functions of (key, w, v) share: the saved point and direction."""
 
-    @staticmethod
-    def forward(key, w, v):
-        return _hvp(key, w, v)
+    generate_vmap_rule = True
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -372,6 +370,12 @@ class _Hvp(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # no tangent for w (or v): None, not zeros
         ctx.save_for_backward(inputs[1], inputs[2])
         ctx.save_for_forward(inputs[1], inputs[2])
+
+
+class _Hvp(_PointAndDirection):
+    @staticmethod
+    def forward(key, w, v):
+        return _hvp(key, w, v)
 
     @staticmethod
     def backward(ctx, g):
@@ -394,19 +398,10 @@ class _Hvp(torch.autograd.Function):
         return out
 
 
-class _Third(torch.autograd.Function):
-    generate_vmap_rule = True
-
+class _Third(_PointAndDirection):
     @staticmethod
     def forward(key, w, v):
         return _third(key, w, v)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.key = inputs[0]
-        ctx.set_materialize_grads(False)  # no tangent for w (or v): None, not zeros
-        ctx.save_for_backward(inputs[1], inputs[2])
-        ctx.save_for_forward(inputs[1], inputs[2])
 
     @staticmethod
     def backward(ctx, g):

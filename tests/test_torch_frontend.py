@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from pathlib import Path
 
@@ -41,6 +42,23 @@ def bn_loss(model):
 
 def points(model, batch=5, seed=0, dtype=torch.float64):
     return torch.tensor(model.random_point(batch, seed=seed, norm=1.7)).to(dtype)
+
+
+@contextlib.contextmanager
+def counted_kernel_calls(model):
+    """The shapes of w in every call of ``model.loss_and_grad`` inside the block."""
+    calls = []
+    original = model.loss_and_grad
+
+    def counted(w, *a, **k):
+        calls.append(np.shape(w))
+        return original(w, *a, **k)
+
+    model.loss_and_grad = counted
+    try:
+        yield calls
+    finally:
+        del model.loss_and_grad
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -149,18 +167,8 @@ def test_func_hessian_matches_torch(model):
 def test_func_vmap_of_grad_and_hessian_is_one_kernel_call(model):
     ref = bn_loss(model)
     W = points(model, 6, seed=12)
-    calls = []
-    original = model.loss_and_grad
-
-    def counted(w, *a, **k):
-        calls.append(np.shape(w))
-        return original(w, *a, **k)
-
-    model.loss_and_grad = counted
-    try:
+    with counted_kernel_calls(model) as calls:
         G = torch.func.vmap(torch.func.grad(lambda w: pst.loss(model, w)))(W)
-    finally:
-        del model.loss_and_grad
     assert calls == [(6, model.dim)]
     np.testing.assert_allclose(G.numpy(), torch.func.vmap(torch.func.grad(ref))(W).numpy(),
                                rtol=0, atol=1e-13)
@@ -325,21 +333,10 @@ def test_hvp_and_third_backward(model):
 
 
 def test_loss_backward_is_one_kernel_call(model):
-    calls = []
-    original = model.loss_and_grad
-
-    def counted(*a, **k):
-        calls.append(1)
-        return original(*a, **k)
-
-    model.loss_and_grad = counted
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(model, "hvp", lambda *a, **k: pytest.fail("no HVP for a first-order grad"))
-            w = points(model, 3).requires_grad_()
-            pst.loss(model, w).sum().backward()
-    finally:
-        del model.loss_and_grad
+    with counted_kernel_calls(model) as calls, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(model, "hvp", lambda *a, **k: pytest.fail("no HVP for a first-order grad"))
+        w = points(model, 3).requires_grad_()
+        pst.loss(model, w).sum().backward()
     assert len(calls) == 1
 
 
@@ -422,18 +419,8 @@ def test_loaded_model():
 def test_vmap_is_one_kernel_call_on_the_whole_batch(model):
     W, V = points(model, 6, seed=1), points(model, 6, seed=2)
     Wn, Vn = W.numpy(), V.numpy()
-    calls = []
-    original = model.loss_and_grad
-
-    def counted(w, *a, **k):
-        calls.append(np.shape(w))
-        return original(w, *a, **k)
-
-    model.loss_and_grad = counted
-    try:
+    with counted_kernel_calls(model) as calls:
         L = torch.func.vmap(torch.func.vmap(lambda w: pst.loss(model, w)))(W.reshape(2, 3, -1))
-    finally:
-        del model.loss_and_grad
     assert calls == [(6, model.dim)]
     np.testing.assert_array_equal(L.reshape(-1).numpy(), model.loss(Wn))
     vmap = torch.func.vmap
