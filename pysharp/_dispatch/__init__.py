@@ -135,7 +135,7 @@ def model_kernels(model, dtype, backend: str) -> Any:
     without an adapter for the model (its class's ``_backends``) is refused."""
     if backend not in model._backends:
         name = type(model).__name__
-        why = getattr(model, "_backends_why", "")
+        why = model._backends_why
         raise BackendUnavailable(
             f"the {backend} backend has no {name} port{f' ({why})' if why else ''}: {name} "
             f"runs on {', '.join(repr(b) for b in model._backends)} only; use "

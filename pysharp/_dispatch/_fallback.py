@@ -18,8 +18,9 @@ from ._errors import BackendUnavailable
 
 #: The Numba port's scope: a frozen subset of the compiled core, kept so that an install
 #: without a C++ compiler still runs the paper's models. It is extended only by porting
-#: C++ line for line; everything outside it is refused by name (BackendUnavailable), and
-#: tests/test_backends.py holds this table to what the port does.
+#: C++ line for line; everything outside it is refused by name (BackendUnavailable):
+#: NumbaCore refuses the dtypes and methods not listed here, the dispatch the models whose
+#: ``_backends`` lack "numba" (tests/test_backends.py and tests/test_methods.py check both).
 NUMBA_SCOPE = {
     # Models: the classes whose ``_backends`` list "numba" (BNLinearRegression,
     # BNMatrixCompletion, Toy3D), each giving ``_numba_params``.
@@ -52,7 +53,7 @@ class NumbaCore(_Cast):
 
     def __init__(self, params: tuple, dtype, reference=None) -> None:
         super().__init__(dtype)
-        if self.dtype != np.float64:
+        if self.dtype.name not in NUMBA_SCOPE["dtypes"]:
             raise BackendUnavailable(
                 f"the numba backend computes in float64 only, and {self.dtype} was asked "
                 "for (the compiled core computes float32 in float32); pass float64 arrays "
@@ -95,7 +96,8 @@ class NumbaCore(_Cast):
         W0, lr, wd = self._f64(W0, lr, wd)
         c, lz = config, config["lanczos"]
         spec = METHODS[Method(c["method"]).name.lower()]
-        missing = (f"port of {spec.label} (method {spec.name!r})" if not spec.numba else
+        missing = (f"port of {spec.label} (method {spec.name!r})"
+                   if spec.name not in NUMBA_SCOPE["methods"] else
                    "in-run top-k eigenvalues (top_k)" if c["top_k"] else None)
         if missing:
             raise BackendUnavailable(f"the numba backend has no {missing}; use backend='cpp'")
