@@ -163,6 +163,28 @@ py::tuple tridiagonal_top_test_rows(const carray<Real>& d, const carray<Real>& e
   return py::make_tuple(theta, z, norm, ok);
 }
 
+// exp_ or tanh_ of each element in lane blocks of doubles (core/lane_math.hpp),
+// the engine's own code path, for the accuracy tests (tests/test_lane_math.py).
+carray<double> lane_math(const std::string& name, const carray<double>& x) {
+  require(name == "exp" || name == "tanh", "name must be 'exp' or 'tanh'");
+  const bool is_exp = name == "exp";
+  constexpr int L = kNativeLanes<double>;
+  const py::ssize_t n = x.size();
+  carray<double> out(n);
+  const double* in = x.data();
+  double* o = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    for (py::ssize_t i0 = 0; i0 < n; i0 += L) {
+      Lanes<double, L> v(0.0);
+      for (int l = 0; l < L && i0 + l < n; ++l) v.set(l, in[i0 + l]);
+      const Lanes<double, L> r = is_exp ? exp_(v) : tanh_(v);
+      for (int l = 0; l < L && i0 + l < n; ++l) o[i0 + l] = r[l];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -184,6 +206,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("e"), py::arg("lanes"));
   m.def("_tridiagonal_top_test_f32", &tridiagonal_top_test_rows<float>, py::arg("d"),
         py::arg("e"), py::arg("lanes"));
+  m.def("_lane_math", &lane_math, py::arg("name"), py::arg("x"));
   m.attr("METHODS") = module::method_names();
   py::dict safe;  // kernels mark rows outside these squared norms ok = 2 (cpu/batched.hpp)
   safe["float64"] = py::make_tuple(cpu::SafeNorm2<double>::lo, cpu::SafeNorm2<double>::hi);

@@ -165,7 +165,8 @@ template <class Real, int W>
     return r;
   }
 }
-// Elementary functions without a vector instruction: lane by lane through <cmath>.
+// Elementary functions without a vector instruction: lane by lane through <cmath>,
+// except exp_ and tanh_ on doubles (core/lane_math.hpp, included at the end).
 #define PYSHARP_LANEWISE(name, fn)                        \
   template <class Real, int W>                            \
   Lanes<Real, W> name(const Lanes<Real, W>& a) {          \
@@ -348,3 +349,6 @@ inline void scatter_lanes<Lanes<double, 8>>(const Lanes<double, 8>* x, int d,
 #endif
 
 }  // namespace pysharp
+
+// exp_ and tanh_ on lane blocks of doubles in vector arithmetic.
+#include "pysharp/core/lane_math.hpp"

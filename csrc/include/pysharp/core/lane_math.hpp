@@ -1,0 +1,125 @@
+// exp and tanh on lane blocks of doubles, in vector arithmetic. Host only.
+//
+// <cmath> has no vector forms, and calling it lane by lane cost the BN two-layer
+// net four fifths of its run time (a tanh per sample, unit and step). These are
+// branch-free polynomial kernels: every operation is element-wise, so a lane's
+// result depends on its own input alone (the bits do not depend on placement),
+// and the same code runs for every vector width. Float lanes and plain scalars
+// keep <cmath> (lanes.hpp, activation.hpp): the two forms of a function may
+// differ in the last bit, which no comparison across code paths notices (those
+// compare to a tolerance; see docs/conventions.rst).
+//
+// Accuracy, measured against long-double references by tests/test_lane_math.py:
+// exp within 1 ulp and tanh within 1.5 ulp, on the whole double range, with NaN,
+// +-inf, -0 and subnormals handled as <cmath> does.
+//
+// The method. exp: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite: ln2 split in a
+// part whose product with k is exact and a small rest), exp(r) - 1 by its Taylor
+// polynomial, then the exact scaling by 2^k in two halves (so that k reaches the
+// subnormal range without leaving the exponent field). tanh, odd to the bit (the
+// sign of x is copied back): for |x| < 3/8 its Taylor polynomial to degree 29 (the
+// first omitted term is below 2^-62 |x|); above, e / (e + 2), or 1 - 2 / (e + 2)
+// once tanh >= 1/2, with e = expm1(2|x|) by the same reduction as exp (2^k e^r - 1,
+// k >= 1 there, so no cancellation).
+// Both branches are computed and one selected per lane.
+#pragma once
+
+#include <cstdint>
+
+#include "pysharp/core/lanes.hpp"
+
+namespace pysharp {
+namespace detail {
+
+// 1/k! correctly rounded (k! is exact in a double up to 22!).
+constexpr double inv_factorial(int k) {
+  double f = 1.0;
+  for (int i = 2; i <= k; ++i) f *= i;
+  return 1.0 / f;
+}
+
+// exp(r) - 1 for |r| <= ln2/2: r + r^2 (1/2! + r (1/3! + ... + r / 13!)); the first
+// omitted term, (ln2/2)^14 / 14!, is below 2^-56 r.
+template <class Vec>
+[[gnu::always_inline]] inline Vec expm1_taylor(Vec r) {
+  constexpr int kDegree = 13;
+  Vec q = r * inv_factorial(kDegree) + inv_factorial(kDegree - 1);
+  for (int k = kDegree - 2; k >= 2; --k) q = q * r + inv_factorial(k);
+  return r + (r * r) * q;
+}
+
+// tanh's Taylor coefficients of x^3, x^5, ..., x^29, 2^2n (2^2n - 1) B_2n / (2n)!
+// with B the Bernoulli numbers, correctly rounded.
+inline constexpr double kTanhTaylor[14] = {
+    -0x1.5555555555555p-2, 0x1.1111111111111p-3,  -0x1.ba1ba1ba1ba1cp-5,
+    0x1.664f4882c10fap-6,  -0x1.226e355e6c23dp-7, 0x1.d6d3d0e157de0p-9,
+    -0x1.7da36452b75e3p-10, 0x1.3558248036744p-11, -0x1.f57d7734d1664p-13,
+    0x1.967e18afcafadp-14, -0x1.497d8eea25259p-15, 0x1.0b132d39a6050p-16,
+    -0x1.b0f72d3ee24e9p-18, 0x1.5ef2da474e5b7p-19};
+
+// ln 2 = kLn2Hi + kLn2Lo, kLn2Hi with 32 trailing zero bits (k kLn2Hi exact for |k| < 2^20).
+inline constexpr double kLn2Hi = 0x1.62e42fefa0000p-1;
+inline constexpr double kLn2Lo = 0x1.cf79abc9e3b3ap-40;
+inline constexpr double kLog2e = 0x1.71547652b82fep0;
+// Adding 1.5 * 2^52 rounds to an integer held in the low mantissa bits.
+inline constexpr double kRoundShift = 0x1.8p52;
+
+// 2^k for integer-valued k in [-1022, 1023], built in the exponent field.
+template <class Vec, class IVec>
+[[gnu::always_inline]] inline Vec pow2(IVec k) {
+  return (Vec)((k + 1023) << 52);
+}
+
+}  // namespace detail
+
+template <int W>
+Lanes<double, W> exp_(const Lanes<double, W>& a) {
+  using vec = typename Lanes<double, W>::vec;
+  using ivec = decltype(vec{} < vec{});
+  const vec x = a.v;
+  // Outside [-746, 710] exp is 0 or inf; clamping keeps k in range and lets the
+  // scaling below produce them (NaN fails both tests and is restored at the end).
+  vec xc = x < -746.0 ? vec{} - 746.0 : x;
+  xc = xc > 710.0 ? vec{} + 710.0 : xc;
+  const vec t = xc * detail::kLog2e + detail::kRoundShift;
+  const vec kd = t - detail::kRoundShift;
+  const ivec k = (ivec)t - (ivec)(vec{} + detail::kRoundShift);  // kd as an integer
+  const vec r = (xc - kd * detail::kLn2Hi) - kd * detail::kLn2Lo;
+  const vec p = detail::expm1_taylor(r) + 1.0;
+  // 2^k = 2^(k/2) 2^(k - k/2): both halves normal for k in [-1076, 1024].
+  const ivec k1 = k >> 1;
+  const vec y = (p * detail::pow2<vec>(k1)) * detail::pow2<vec>(k - k1);
+  return Lanes<double, W>(x != x ? x : y);
+}
+
+template <int W>
+Lanes<double, W> tanh_(const Lanes<double, W>& a) {
+  using vec = typename Lanes<double, W>::vec;
+  using ivec = decltype(vec{} < vec{});
+  const ivec sign_bit = ivec{} + INT64_MIN;
+  const vec x = a.v;
+  vec ax = (vec)((ivec)x & ~sign_bit);
+  // tanh(20) is 1 to double precision; clamping keeps e finite (NaN passes through).
+  ax = ax > 20.0 ? vec{} + 20.0 : ax;
+  // |x| < 3/8: x + x z P(z), z = x^2.
+  const vec z = ax * ax;
+  vec q = vec{} + detail::kTanhTaylor[13];
+  for (int i = 12; i >= 0; --i) q = q * z + detail::kTanhTaylor[i];
+  const vec small = ax + ax * (z * q);
+  // |x| >= 3/8: e / (e + 2), e = expm1(2|x|) = 2^k (e^r - 1) + (2^k - 1), k in [1, 58].
+  const vec y = ax + ax;
+  const vec t = y * detail::kLog2e + detail::kRoundShift;
+  const vec kd = t - detail::kRoundShift;
+  const ivec k = (ivec)t - (ivec)(vec{} + detail::kRoundShift);
+  const vec r = (y - kd * detail::kLn2Hi) - kd * detail::kLn2Lo;
+  const vec s = detail::pow2<vec>(k);
+  const vec e = s * detail::expm1_taylor(r) + (s - 1.0);
+  // 1 - 2 / (e + 2) once tanh >= 1/2 (|x| > 0.5493): the subtraction is exact there,
+  // and 2 / (e + 2) carries less rounding than e / (e + 2). One division for both.
+  const auto below_half = ax < 0.5493;
+  const vec mid = (below_half ? vec{} : vec{} + 1.0) + (below_half ? e : vec{} - 2.0) / (e + 2.0);
+  const vec th = ax < 0.375 ? small : mid;
+  return Lanes<double, W>((vec)((ivec)th | ((ivec)x & sign_bit)));
+}
+
+}  // namespace pysharp

@@ -1,0 +1,88 @@
+"""exp and tanh on lane blocks of doubles (csrc/include/pysharp/core/lane_math.hpp).
+
+The engine's lane path evaluates them with polynomial kernels instead of <cmath>; here
+they are held to long-double references in units in the last place, on the whole
+double range, at the branch points of the kernels and at the special values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+_core = pytest.importorskip("pysharp._core")
+
+LONG = np.finfo(np.longdouble).nmant >= 63  # x86-64's 80-bit long double
+needs_long = pytest.mark.skipif(not LONG, reason="needs an extended long double reference")
+
+
+def ulp_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """|got - ref| in units of the last place of ref rounded to a double."""
+    r = ref.astype(np.float64)
+    spacing = np.spacing(np.abs(r))
+    return np.abs(got.astype(np.longdouble) - ref) / spacing.astype(np.longdouble)
+
+
+def sample(rng, lo: float, hi: float, n: int = 200_000) -> np.ndarray:
+    """Points over [lo, hi]: uniform, and log-uniform in magnitude around 0 where it is inside."""
+    x = rng.uniform(lo, hi, n)
+    if lo < 0 < hi:
+        mags = 10.0 ** rng.uniform(-300, np.log10(max(-lo, hi)), n)
+        x = np.concatenate([x, np.clip(mags * rng.choice([-1.0, 1.0], n), lo, hi)])
+    return x
+
+
+@needs_long
+@pytest.mark.parametrize("lo, hi", [(-2.0, 2.0), (-30.0, 30.0), (0.37, 0.56)])
+def test_tanh_within_one_and_a_half_ulp(lo, hi):
+    x = sample(np.random.default_rng(1), lo, hi)
+    # the branch points: 3/8 (Taylor polynomial / expm1) and 0.5493 (tanh = 1/2)
+    x = np.concatenate([x, np.nextafter(0.375, [0, 1]), np.nextafter(0.5493, [0, 1]),
+                        [0.375, 0.5493, 19.9, 20.0, 20.1, 1e-300, 5e-324]])
+    err = ulp_error(_core._lane_math("tanh", x), np.tanh(x.astype(np.longdouble)))
+    assert err.max() <= 1.5, (err.max(), x[np.argmax(err)])
+
+
+@needs_long
+@pytest.mark.parametrize("lo, hi", [(-1.0, 1.0), (-745.0, 709.7), (-708.0, -745.1)])
+def test_exp_within_one_ulp(lo, hi):
+    x = sample(np.random.default_rng(2), min(lo, hi), max(lo, hi))
+    ref = np.exp(x.astype(np.longdouble))
+    got = _core._lane_math("exp", x)
+    normal = ref >= np.finfo(np.float64).tiny
+    assert ulp_error(got[normal], ref[normal]).max() <= 1.0
+    # subnormal results: one rounding of the exact value (spacing there is the smallest subnormal)
+    tiny = np.finfo(np.float64).smallest_subnormal
+    if (~normal).any():
+        assert (np.abs(got[~normal] - ref[~normal]) <= tiny).all()
+
+
+def test_special_values_as_cmath():
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-310, 709.78, 709.79,
+                  -745.1, -745.2, 710.0, -1000.0, 1000.0])
+    with np.errstate(over="ignore", under="ignore"):
+        for name, fn in (("exp", np.exp), ("tanh", np.tanh)):
+            got, want = _core._lane_math(name, x), fn(x)
+            np.testing.assert_array_equal(got, want, err_msg=name)
+            # the sign of zero too
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=name)
+
+
+def test_tanh_is_odd_to_the_bit():
+    x = np.random.default_rng(3).uniform(0, 25, 10_001)
+    np.testing.assert_array_equal(_core._lane_math("tanh", -x), -_core._lane_math("tanh", x))
+
+
+def test_a_value_gets_the_same_bits_in_every_lane():
+    """Moving the input by one place moves every value to another lane of its block."""
+    x = np.random.default_rng(4).uniform(-3, 3, 1001)
+    for name in ("exp", "tanh"):
+        a = _core._lane_math(name, x)
+        for shift in range(1, 8):
+            np.testing.assert_array_equal(_core._lane_math(name, np.r_[np.zeros(shift), x])[shift:],
+                                          a, err_msg=f"{name}, shift {shift}")
+
+
+def test_refuses_other_names():
+    with pytest.raises(ValueError, match="name must be"):
+        _core._lane_math("log", np.ones(3))
