@@ -219,7 +219,7 @@ class Unit:
 
 
 def engine_units() -> list[Unit]:
-    from pysharp import _cuda_sources as cs
+    from pysharp._backends import _cuda_sources as cs
     units = []
     for model, prec in cs.cuda_units(CSRC / "cuda" / "executor.cuh"):
         names = cs.kernel_names(model, prec)
@@ -236,7 +236,7 @@ def compile_unit(unit: Unit, compiler: str, workdir: Path) -> tuple[Path, str, d
     include = [CSRC / "include", CSRC]
     cubin = workdir / f"{unit.name}.cubin"
     if compiler == "nvrtc":
-        from pysharp import _nvrtc
+        from pysharp._backends import _nvrtc
         out = _nvrtc.compile_cuda(unit.source, arch=ARCH, name=f"{unit.name}.cu",
                                   name_expressions=list(unit.expressions), include_dirs=include,
                                   options=["--ptxas-options=-v"])

@@ -11,7 +11,7 @@
 //   run(core, config, reduced, W0, lr, wd, B, offset, RunOutputs&)
 //
 // Engine and Lanczos options arrive as dicts read by field name
-// (module_options.hpp; pysharp/_engine.py builds them).
+// (module_options.hpp; pysharp/_engine/__init__.py builds them).
 #pragma once
 
 #include <pybind11/numpy.h>

@@ -1,6 +1,6 @@
 // pybind11 module pysharp._core: thin wrappers over the batched drivers.
 //
-// Arguments arrive already validated by the Python layer (pysharp/_validation.py);
+// Arguments arrive already validated by the Python layer (pysharp/_engine/validation.py);
 // the checks here only guard the interpreter against a direct misuse.
 // Every kernel runs with the GIL released.
 #include <pybind11/numpy.h>
@@ -164,7 +164,7 @@ py::tuple tridiagonal_top_test_rows(const carray<Real>& d, const carray<Real>& e
 }
 
 // exp_ or tanh_ of each element in lane blocks of doubles (core/lane_math.hpp),
-// the engine's own code path, for the accuracy tests (tests/test_lane_math.py).
+// the engine's own code path, for the accuracy tests (tests/csrc/test_lane_math.py).
 carray<double> lane_math(const std::string& name, const carray<double>& x) {
   require(name == "exp" || name == "tanh", "name must be 'exp' or 'tanh'");
   const bool is_exp = name == "exp";

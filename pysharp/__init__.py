@@ -4,8 +4,8 @@ A compiled C++ core (pysharp._core) with a thin Python layer. See README.md.
 """
 
 from . import stability, theory
-from ._backend import build_info
-from ._dispatch import BackendUnavailable, backends
+from ._backends import BackendUnavailable, backends
+from ._engine.loader import build_info
 from ._version import __version__
 from .dynamics import QuasiRMSprop, Trajectory, run_gd_wd, run_pgd, run_scalar_rmsprop
 from .models import (

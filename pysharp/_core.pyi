@@ -940,6 +940,9 @@ class TwoLayerNet_f32:
         Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
         """
 
+def _lane_math(
+    name: str, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+) -> numpy.typing.NDArray[numpy.float64]: ...
 def _tile_bn_linreg_gd_wd(
     Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],

@@ -90,12 +90,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._dispatch import resolve
+from ._backends import resolve
 from ._dormand_prince import B4 as _B4
 from ._dormand_prince import B5 as _B5
 from ._dormand_prince import A as _A
-from ._methods import METHODS
-from ._validation import as_batch, as_positive_int, as_real
+from ._engine.methods import METHODS
+from ._engine.validation import as_batch, as_positive_int, as_real
 from .models import ScaleInvariantModel, TwoLayerNet
 from .models._square_loss import SquareLossModel
 

@@ -23,7 +23,7 @@ import numpy as np
 import pysharp as ps
 
 from . import reproduce
-from ._methods import METHODS
+from ._engine.methods import METHODS
 from ._version import __version__
 from .models import _compiler, from_jax_file, load_model_files
 from .models._registry import REGISTRY, entry_of

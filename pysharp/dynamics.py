@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._dispatch import BACKENDS, resolve
+from ._backends import BACKENDS, resolve
 from ._engine import EngineConfig, LanczosOptions, Method
-from ._hyper import broadcast_batch, per_trajectory
-from ._methods import METHODS, method_spec
-from ._validation import as_positive_int, as_real, check_nonzero_rows
+from ._engine.hyper import broadcast_batch, per_trajectory
+from ._engine.methods import METHODS, method_spec
+from ._engine.validation import as_positive_int, as_real, check_nonzero_rows
 from .models import ScaleInvariantModel
 from .models._kinds import require_scale_invariant
 
@@ -106,7 +106,7 @@ def run_method(model: ScaleInvariantModel, w0, lr, wd, steps: int, *, method: st
                lanczos_max_iter: int | None = None, first_trajectory: int = 0,
                reduced: bool | None = None, rms_beta: float = 0.99, rms_eps: float = 1e-12,
                qr_kappa: float = 0.0, top_k: int = 1) -> Trajectory:
-    """One batch of the engine's ``method`` (a row of ``pysharp._methods.METHODS``).
+    """One batch of the engine's ``method`` (a row of ``pysharp._engine.methods.METHODS``).
 
     The table-driven entry under every ``run_*`` function and ``pysharp.sweep``: ``lr`` and
     ``wd`` are the engine's two per-trajectory hyperparameters, meaning what the method's

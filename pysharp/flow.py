@@ -33,7 +33,7 @@ import numpy as np
 from ._dormand_prince import B4 as _B4
 from ._dormand_prince import B5 as _B5
 from ._dormand_prince import A as _A
-from ._validation import as_batch, as_positive_int, as_real
+from ._engine.validation import as_batch, as_positive_int, as_real
 from .central_flow import (  # noqa: F401 (re-exported: pysharp.flow.CentralFlow)
     CentralFlow,
     CentralFlowSolution,

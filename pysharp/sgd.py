@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._backend import core
-from ._dispatch import core_only
-from ._hyper import broadcast_batch, per_trajectory
-from ._validation import as_positive_int, as_real, check_nonzero_rows
+from ._backends import core_only
+from ._engine.hyper import broadcast_batch, per_trajectory
+from ._engine.loader import core
+from ._engine.validation import as_positive_int, as_real, check_nonzero_rows
 from .models import BNLinearRegression, SquareLossModel
 
 

@@ -7,10 +7,10 @@ from typing import Callable
 
 import numpy as np
 
-from ._backend import core
-from ._dispatch import core_only, resolve
+from ._backends import core_only, resolve
 from ._engine import LanczosOptions
-from ._validation import as_batch, as_positive_int, as_real
+from ._engine.loader import core
+from ._engine.validation import as_batch, as_positive_int, as_real
 from .models import ScaleInvariantModel
 from .models._kinds import require_scale_invariant
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._backend import core
-from ._dispatch import resolve
-from ._validation import as_batch, as_float_array, as_positive_int, as_real
+from ._backends import resolve
+from ._engine.loader import core
+from ._engine.validation import as_batch, as_float_array, as_positive_int, as_real
 from .models import ScaleInvariantModel, SquareLossModel
 from .sharpness import spherical_sharpness
 

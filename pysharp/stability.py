@@ -54,9 +54,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._backend import core
-from ._dispatch import core_only
-from ._validation import as_batch, as_float_array, as_positive_int, as_real
+from ._backends import core_only
+from ._engine.loader import core
+from ._engine.validation import as_batch, as_float_array, as_positive_int, as_real
 from .models import BNLinearRegression, SquareLossModel
 from .sharpness import lanczos
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import as_batch, as_real
+from ._engine.validation import as_batch, as_real
 from .models import BNLinearRegression, BNMatrixCompletion, Toy3D
 
 

@@ -124,7 +124,7 @@ def _linreg(d: int, n: int) -> Case:
 REGISTERED: list[str] = list(REGISTRY)
 #: The registered scale-invariant models with every backend (``case``): the loaded door
 #: runs on the compiled core alone (numpy and numba refused), so its place is ``any_case``
-#: (tests/test_every_tool.py) and tests/test_loaded_model.py.
+#: (tests/test_every_tool.py) and tests/models/test_loaded.py.
 SCALE_INVARIANT: list[str] = [n for n in REGISTERED if n != "loaded"
                               and issubclass(REGISTRY[n].cls, ScaleInvariantModel)]
 

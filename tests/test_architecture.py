@@ -23,10 +23,9 @@ PACKAGE = Path(pysharp.__file__).resolve().parent
 #: (pysharp/__init__.py) sits above all of them; the applications may use it as their
 #: users do (``import pysharp as ps``).
 LAYERS = (
-    ("foundation", ("pysharp._version", "pysharp._methods", "pysharp._validation",
-                    "pysharp._hyper", "pysharp._dormand_prince", "pysharp._engine",
-                    "pysharp._backend", "pysharp._dispatch", "pysharp.reference",
-                    "pysharp._nvrtc", "pysharp._cuda_sources")),
+    ("foundation", ("pysharp._version", "pysharp._engine", "pysharp._dormand_prince",
+                    "pysharp.reference")),
+    ("backends", ("pysharp._backends",)),
     ("models", ("pysharp.models",)),
     ("engine", ("pysharp.dynamics", "pysharp.sgd", "pysharp.sharpness", "pysharp.spectra")),
     ("analysis", ("pysharp.stability", "pysharp.flow", "pysharp.central_flow",
@@ -159,7 +158,7 @@ def test_an_import_inside_a_function_says_why():
 
 
 def test_the_layer_checks_see_what_they_check():
-    assert layer_of("pysharp._dispatch._numba_kernels") == 0
+    assert layer_of("pysharp._backends._numba_kernels") == 1
     assert layer_of("pysharp.sweeps._sweep") == len(LAYERS) - 1
     hidden = {(a, b) for a, b, _, _ in function_imports()}
-    assert ("pysharp._dispatch._fallback", "pysharp._dispatch._numba_kernels") in hidden
+    assert ("pysharp._backends._fallback", "pysharp._backends._numba_kernels") in hidden

@@ -27,7 +27,7 @@ import pytest
 from conftest import rel_err
 
 import pysharp as ps
-from pysharp._dispatch import BackendUnavailable
+from pysharp._backends import BackendUnavailable
 from pysharp.central_flow import CentralFlow
 from pysharp.flow import SharpnessReductionFlow
 from pysharp.models import REGISTRY, BNLinearRegression, SquareLossModel

@@ -13,7 +13,7 @@ import pytest
 from conftest import rel_err
 from test_stability import _linreg, _net
 
-from pysharp import _backend
+from pysharp._engine import loader
 from pysharp.models import LinearRegression
 from pysharp.sgd import run_sgd, sgd_batches
 
@@ -95,7 +95,7 @@ def test_sgd_bits_do_not_depend_on_threads_or_chunks():
     m = _net()
     W0 = m.random_point(6, seed=5)
     lr = np.linspace(0.05, 0.3, 6)
-    core = _backend.core()
+    core = loader.core()
     threads = core.max_threads()
     try:
         core.set_num_threads(1)

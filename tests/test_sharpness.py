@@ -11,8 +11,8 @@ import pytest
 from conftest import get_case
 
 import pysharp as ps
-from pysharp._backend import core
 from pysharp._engine import LANCZOS_MAX_ITER, LanczosOptions
+from pysharp._engine.loader import core
 
 numba_only = pytest.mark.skipif(not ps.backends()["numba"]["available"],
                                 reason="numba is not installed")

@@ -255,7 +255,7 @@ def test_density_batch_placement_weight_decay_and_spherical():
     one = ps.spectral_density(model, W[3], n_probes=5, steps=9, seed=2)
     np.testing.assert_array_equal(one.nodes, batch.nodes[3])  # lane-wise: same bits
     np.testing.assert_array_equal(one.weights, batch.weights[3])
-    core = ps._backend.core()
+    core = ps._engine.loader.core()
     threads = core.max_threads()
     try:
         core.set_num_threads(2)

@@ -3,7 +3,7 @@
 
 Also: accepted-but-unusual input (non-contiguous views, integers) gives the same
 result as the plain float array, and no call crashes the interpreter or
-silently returns NaN. The helpers of pysharp._validation are checked at their
+silently returns NaN. The helpers of pysharp._engine.validation are checked at their
 boundaries: the last value accepted and the first refused.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pysharp as ps
-from pysharp._validation import (
+from pysharp._engine.validation import (
     as_batch,
     as_float_array,
     as_positive_int,
@@ -730,9 +730,8 @@ def test_core_only_calls_take_backend_and_refuse_the_others():
 def test_engine_interface_is_typed_and_read_by_field_name():
     """Backends receive EngineConfig / LanczosOptions by field name: the Python enum
     mirrors the C++ one, and a missing, unknown or misspelt field is refused."""
-    from pysharp import _backend
-    from pysharp._engine import EngineConfig, LanczosOptions, Method
-    assert {m.name.lower(): int(m) for m in Method} == dict(_backend.core().METHODS)
+    from pysharp._engine import EngineConfig, LanczosOptions, Method, loader
+    assert {m.name.lower(): int(m) for m in Method} == dict(loader.core().METHODS)
     model = Toy3D()
     core = model._core(np.dtype(np.float64))
     W = np.array([[1.0, 0.5, 0.2]])

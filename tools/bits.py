@@ -58,7 +58,7 @@ def _run_one(ps, model, W0, name: str, backend: str, kw: dict):
 
 def digests() -> dict[str, str]:
     import pysharp as ps
-    from pysharp._methods import METHODS
+    from pysharp._engine.methods import METHODS
 
     models = {"bn_linreg": ps.BNLinearRegression.synthetic(d=12, n=6, seed=1),
               "bn_mc": ps.BNMatrixCompletion.synthetic(size=6, true_rank=1, rank=2, n_obs=20,

@@ -1,6 +1,6 @@
 """Write, or check, the C++ side of the method table (csrc/include/pysharp/engine/methods.hpp).
 
-The table is ``METHODS`` in pysharp/_methods.py; this script turns it into the engine's
+The table is ``METHODS`` in pysharp/_engine/methods.py; this script turns it into the engine's
 ``enum class Method``, ``kMethodCount``, the names ``pysharp._core.METHODS`` exports and the
 properties the engine branches on. It loads that one file by path, so it runs before
 pysharp is built.
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = ROOT / "pysharp" / "_methods.py"
+TABLE = ROOT / "pysharp" / "_engine" / "methods.py"
 HEADER = ROOT / "csrc" / "include" / "pysharp" / "engine" / "methods.hpp"
 
 
@@ -49,7 +49,7 @@ def generate() -> str:
         raise SystemExit(f"{TABLE}: method codes must be 0, 1, ... without gaps, got {codes}")
     return f"""\
 // The trajectory engine's update rules. GENERATED from the method table METHODS in
-// pysharp/_methods.py by `python tools/gen_methods.py`: edit the table, not this file
+// pysharp/_engine/methods.py by `python tools/gen_methods.py`: edit the table, not this file
 // (CI runs the tool with --check). The update rules themselves are in trajectory.hpp.
 #pragma once
 

@@ -71,18 +71,18 @@ TESTS: dict[str, list[str]] = {
     "pysharp/theory.py": ["tests/test_theory.py", "tests/test_validation.py"],
     "pysharp/stability.py": ["tests/test_stability.py", "tests/test_validation.py"],
     "pysharp/flow.py": ["tests/test_flow.py", "tests/test_validation.py"],
-    "pysharp/dynamics.py": ["tests/test_dynamics.py", "tests/test_engine.py", "tests/test_lanes.py",
-                            "tests/test_validation.py"],
-    "pysharp/sharpness.py": ["tests/test_sharpness.py", "tests/test_engine.py",
+    "pysharp/dynamics.py": ["tests/test_dynamics.py", "tests/csrc/test_trajectory.py",
+                            "tests/csrc/test_lanes.py", "tests/test_validation.py"],
+    "pysharp/sharpness.py": ["tests/test_sharpness.py", "tests/csrc/test_trajectory.py",
                              "tests/test_flow.py", "tests/test_stability.py",
                              "tests/test_validation.py"],
-    "pysharp/sgd.py": ["tests/test_sgd.py", "tests/test_ghost_bn.py", "tests/test_stability.py",
-                       "tests/test_validation.py"],
-    "pysharp/_validation.py": ["tests/test_dynamics.py", "tests/test_sgd.py",
-                               "tests/test_sharpness.py", "tests/test_validation.py",
-                               "tests/test_models.py"],
-    "pysharp/sweeps/_sweep.py": ["tests/test_sweep.py", "tests/test_validation.py"],
-    "pysharp/models/_base.py": ["tests/test_models.py", "tests/test_engine.py",
+    "pysharp/sgd.py": ["tests/test_sgd.py", "tests/models/test_ghost_bn.py",
+                       "tests/test_stability.py", "tests/test_validation.py"],
+    "pysharp/_engine/validation.py": ["tests/test_dynamics.py", "tests/test_sgd.py",
+                                      "tests/test_sharpness.py", "tests/test_validation.py",
+                                      "tests/models/test_models.py"],
+    "pysharp/sweeps/_sweep.py": ["tests/sweeps/test_sweep.py", "tests/test_validation.py"],
+    "pysharp/models/_base.py": ["tests/models/test_models.py", "tests/csrc/test_trajectory.py",
                                 "tests/test_validation.py"],
 }
 
@@ -99,7 +99,7 @@ CXX_MUTANTS = [
      "for (int j = 0; j < d - 1; ++j) w2 += value_of(w[j]) * value_of(w[j]);",
      "off-by-one in ||w||^2 of the 'Xc w = 0' threshold"),
 ]
-CXX_TESTS = ["tests/test_models.py", "tests/test_lanes.py"]
+CXX_TESTS = ["tests/models/test_models.py", "tests/csrc/test_lanes.py"]
 
 _CMP_SWAPS = {
     ast.Lt: (ast.LtE, ast.GtE), ast.LtE: (ast.Lt, ast.Gt), ast.Gt: (ast.GtE, ast.LtE),

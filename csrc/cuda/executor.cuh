@@ -322,7 +322,7 @@ void bind_Toy3D(py::module_& m, const std::string& suffix) {
 // The CUDA module's models and precisions: the one list. CMakeLists.txt reads its
 // X(Model, f64|f32) entries and generates one translation unit per entry from
 // bind_unit.cu.in, so that the module's heavy parts compile in parallel; module.cu binds
-// them through it, and pysharp/_cuda_sources.py reads it for NVRTC.
+// them through it, and pysharp/_backends/_cuda_sources.py reads it for NVRTC.
 #define PYSHARP_CUDA_UNITS(X)                                                          \
   X(BNLinearRegression, f64) X(BNLinearRegression, f32) X(BNMatrixCompletion, f64)    \
   X(BNMatrixCompletion, f32) X(BNTwoLayerNet, f64) X(BNTwoLayerNet, f32) X(Toy3D, f64) \

@@ -1,5 +1,5 @@
 // The tile kernels at the benchmark's shapes (bench/, gpu-design: BN linear regression
-// d40 n20 and d100 n200, Toy3D), for the ptxas gate of tests/test_tile.py:
+// d40 n20 and d100 n200, Toy3D), for the ptxas gate of tests/csrc/test_tile.py:
 //   nvcc -std=c++17 -arch=sm_90 -cubin --expt-relaxed-constexpr -Xptxas -v \
 //        -I csrc/include -I csrc csrc/cuda/tile_kernels.cu
 #include "cuda/tile_kernels.cuh"

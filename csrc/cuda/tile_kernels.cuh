@@ -4,7 +4,7 @@
 // policy: here DeviceWarp, in the CPU tests (pysharp._core's _tile_* helpers) EmuWarp.
 //
 // Kernels are specialised at compile time on the model's shapes; tile_kernels.cu
-// instantiates the benchmark's. tests/test_tile.py compiles that file with nvcc and
+// instantiates the benchmark's. tests/csrc/test_tile.py compiles that file with nvcc and
 // fails on any spill or stack frame in a kernel whose name contains "tile".
 //
 // pysharp._cuda launches them as _tile_* functions (bind_tile.cu); what remains is the

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .._dispatch import BACKENDS, model_kernels, resolve
-from .._validation import (
+from .._backends import BACKENDS, model_kernels, resolve
+from .._engine.validation import (
     as_batch,
     as_float_array,
     as_positive_int,
@@ -81,7 +81,7 @@ class ScaleInvariantModel(abc.ABC):
     #: The built-in's C++ struct: (its header under ``pysharp/models/`` of
     #: :func:`pysharp.include_dir`, the name its ``PYSHARP_MODEL`` declares).
     _declared_as: tuple[str, str] | None = None
-    #: The backends with an adapter for this model (``pysharp._dispatch.BACKENDS``): the
+    #: The backends with an adapter for this model (``pysharp._backends.BACKENDS``): the
     #: compiled modules call ``_make_core``, Numba ``_numba_params``, NumPy ``_reference``.
     #: The dispatch refuses any other backend, naming these; the first is the suggestion.
     _backends: tuple[str, ...] = ("cpp", "cuda", "numba", "numpy")
@@ -103,7 +103,7 @@ class ScaleInvariantModel(abc.ABC):
         which share one interface) for dtype suffix '_f64' or '_f32'."""
 
     def _numba_params(self) -> tuple:
-        """The model tuple of ``_dispatch._numba_kernels.params`` (where ``_backends`` lists
+        """The model tuple of ``_backends._numba_kernels.params`` (where ``_backends`` lists
         "numba")."""
         raise NotImplementedError
 

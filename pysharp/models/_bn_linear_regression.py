@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import core
-from .._validation import as_positive_int
+from .._engine.loader import core
+from .._engine.validation import as_positive_int
 from ..reference import BNLinearRegressionReference
 from ._base import ScaleInvariantModel, bn_training_data
 from ._registry import ModelEntry, Summary, register
@@ -72,7 +72,7 @@ class BNLinearRegression(ScaleInvariantModel):
                    sigma.astype(dtype), ut.astype(dtype), np.ascontiguousarray(V, dtype), uperp2)
 
     def _numba_params(self) -> tuple:
-        from .._dispatch._numba_kernels import BN_LINREG, params  # lazy: numba is optional
+        from .._backends._numba_kernels import BN_LINREG, params  # lazy: numba is optional
         return params(BN_LINREG, A=self._Xc, u=self._u, scale=self._scale,
                       extra=float(np.sum(self._Xc ** 2)))
 

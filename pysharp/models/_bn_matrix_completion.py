@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._dispatch import BACKENDS, resolve
-from .._validation import as_batch, as_float_array, as_positive_int
+from .._backends import BACKENDS, resolve
+from .._engine.validation import as_batch, as_float_array, as_positive_int
 from ..reference import BNMatrixCompletionReference
 from ._base import ScaleInvariantModel
 from ._registry import ModelEntry, Summary, register
@@ -115,7 +115,7 @@ class BNMatrixCompletion(ScaleInvariantModel):
                    self.shape[0], self.shape[1], self.rank)
 
     def _numba_params(self) -> tuple:
-        from .._dispatch._numba_kernels import BN_MC, params  # lazy: numba is optional
+        from .._backends._numba_kernels import BN_MC, params  # lazy: numba is optional
         return params(BN_MC, rows=self.rows, cols=self.cols, u=self._u, scale=self._scale,
                       m1=self.shape[0], m2=self.shape[1], r=self.rank)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_positive_int, as_real
+from .._engine.validation import as_positive_int, as_real
 from ..reference import BNTwoLayerNetReference
 from ._base import ScaleInvariantModel, bn_training_data
 from ._registry import ModelEntry, Summary, register
@@ -43,7 +43,7 @@ class BNTwoLayerNet(ScaleInvariantModel):
     """
 
     _declared_as = ("bn_two_layer_net.hpp", "BNTwoLayerNet")
-    _backends = ("cpp", "cuda", "numpy")  # no Numba port (pysharp._dispatch._fallback)
+    _backends = ("cpp", "cuda", "numpy")  # no Numba port (pysharp._backends._fallback)
 
     _undefined_reason = ("some hidden unit's output X @ W_j is constant over the samples, "
                          "so its BatchNorm (and the loss) is undefined")

@@ -40,7 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
-from .. import _backend
+from .._engine import loader
 from .._version import __version__
 
 
@@ -89,7 +89,7 @@ def build_flags() -> dict:
     adds its own).
     """
     try:
-        core_file = Path(_backend.core().__file__)
+        core_file = Path(loader.core().__file__)
     except ImportError as exc:
         raise ModelCompileError(f"loaded models need pysharp's compiled core: {exc}") from None
     record = core_file.parent / "_build_flags.json"

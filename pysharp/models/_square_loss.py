@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import core
-from .._validation import (
+from .._engine.loader import core
+from .._engine.validation import (
     as_batch,
     as_float_array,
     as_positive_int,

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from .._validation import as_real
+from .._engine.validation import as_real
 from ..reference import Toy3DReference
 from ._base import ScaleInvariantModel
 from ._registry import ModelEntry, register
@@ -35,7 +35,7 @@ class Toy3D(ScaleInvariantModel):
         return getattr(module, "Toy3D" + suffix)(self.c)
 
     def _numba_params(self) -> tuple:
-        from .._dispatch._numba_kernels import TOY3D, params  # lazy: numba is optional
+        from .._backends._numba_kernels import TOY3D, params  # lazy: numba is optional
         return params(TOY3D, extra=self.c)
 
     def _reference(self):

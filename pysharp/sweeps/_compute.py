@@ -1,6 +1,6 @@
 """One sweep chunk: a contiguous block of grid points, run as one engine call.
 
-The methods the method table (``pysharp._methods.METHODS``) marks ``sweep`` share the
+The methods the method table (``pysharp._engine.methods.METHODS``) marks ``sweep`` share the
 machinery: ``gd_wd`` (:func:`pysharp.run_gd_wd`), ``pgd`` (:func:`pysharp.run_pgd`,
 constant effective LR on the unit sphere) and ``scalar_rmsprop``
 (:func:`pysharp.run_scalar_rmsprop`) today, each run through
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._methods import METHODS, method_spec
+from .._engine.methods import METHODS, method_spec
 from ..dynamics import run_method
 from ..models import ScaleInvariantModel
 from ..models._registry import entry_of

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from .._methods import METHODS
+from .._engine.methods import METHODS
 from ..models import from_jax_file, load_model_files
 from ..models._registry import REGISTRY
 from . import _spec

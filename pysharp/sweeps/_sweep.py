@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from .._dispatch import resolve
-from .._methods import METHODS
-from .._validation import as_positive_int, as_real, check_nonzero_rows, check_record_every
+from .._backends import resolve
+from .._engine.methods import METHODS
+from .._engine.validation import as_positive_int, as_real, check_nonzero_rows, check_record_every
 from .._version import __version__
 from ..models import BNLinearRegression, ScaleInvariantModel, SquareLossModel
 from ..models._registry import REGISTRY, entry_of

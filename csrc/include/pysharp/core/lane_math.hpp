@@ -9,7 +9,7 @@
 // differ in the last bit, which no comparison across code paths notices (those
 // compare to a tolerance; see docs/conventions.rst).
 //
-// Accuracy, measured against long-double references by tests/test_lane_math.py:
+// Accuracy, measured against long-double references by tests/csrc/test_lane_math.py:
 // exp within 1 ulp and tanh within 1.5 ulp, on the whole double range, with NaN,
 // +-inf, -0 and subnormals handled as <cmath> does.
 //

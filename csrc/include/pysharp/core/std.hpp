@@ -1,11 +1,11 @@
 // The few standard-library names the device-reachable headers use, for every compiler
 // that builds them: g++/clang and nvcc get the standard headers; NVRTC (the CuPy
-// backend, pysharp/_nvrtc.py), which has no C++ standard library, gets libcu++'s
+// backend, pysharp/_backends/_nvrtc.py), which has no C++ standard library, gets libcu++'s
 // <cuda/std/...> (PyPI nvidia-cuda-cccl) with the names used made visible in std.
 //
 // A header reachable from csrc/cuda/kernels.cuh includes this file instead of <cmath>,
 // <cstdint>, <type_traits> or <utility>. A new std name in such a header belongs in
-// the list below; tests/test_nvrtc.py fails until it is there. Math functions are
+// the list below; tests/backends/test_nvrtc.py fails until it is there. Math functions are
 // called unqualified (sqrt, exp, frexp, ...): NVRTC provides them as built-ins; std::sqrt
 // and std::fma (the tile headers) are mapped too.
 #pragma once

@@ -1,5 +1,5 @@
 // The trajectory engine's update rules. GENERATED from the method table METHODS in
-// pysharp/_methods.py by `python tools/gen_methods.py`: edit the table, not this file
+// pysharp/_engine/methods.py by `python tools/gen_methods.py`: edit the table, not this file
 // (CI runs the tool with --check). The update rules themselves are in trajectory.hpp.
 #pragma once
 

@@ -15,7 +15,7 @@
 namespace pysharp {
 
 // enum class Method and its properties: engine/methods.hpp, generated from the method table
-// (pysharp/_methods.py). Each method's branch of the update is below.
+// (pysharp/_engine/methods.py). Each method's branch of the update is below.
 
 // Quasi-RMSprop (pgd_quasi_rmsprop): with g_t = grad L(theta_t) on the sphere,
 //     1/eta_{t+1}^2 = b / eta_t^2 + c ||g_t||^2 + kappa c^2 ||g_t||^4 eta_t^2,

@@ -1,0 +1,82 @@
+"""The CUDA engine's kernel sources and instantiations, for NVRTC (CuPy backend, CI, bench).
+
+One place that says which kernels of csrc/cuda/kernels.cuh a model and precision use, in the
+form NVRTC wants: the source text of a translation unit and the name expressions of its
+template instantiations. It mirrors what csrc/cuda/executor.cuh instantiates for each entry of
+its PYSHARP_CUDA_UNITS list (tests/backends/test_nvrtc.py checks that the two lists agree).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+#: csrc/ of a source checkout (None in an installed wheel, which ships no csrc/cuda/executor.cuh).
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
+
+#: Real type of each precision suffix of PYSHARP_CUDA_UNITS.
+REAL = {"f64": "double", "f32": "float"}
+
+#: Models whose reduced (spectral) trajectory kernel exists (module::has_reduced).
+REDUCED = ("BNLinearRegression",)
+
+KERNELS_SOURCE = '#include "cuda/kernels.cuh"\n'
+
+
+def kernel_names(model: str, prec: str) -> dict[str, str]:
+    """Short kernel name -> NVRTC name expression, for one model and precision."""
+    real = REAL[prec]
+    m = f"pysharp::{model}<{real}>"
+    names = {
+        "loss_grad": f"pysharp::cuda::loss_grad_kernel<{m}, {real}>",
+        "hvp": f"pysharp::cuda::directional_kernel<1, {m}, {real}>",
+        "third": f"pysharp::cuda::directional_kernel<2, {m}, {real}>",
+        "hessian": f"pysharp::cuda::hessian_kernel<{m}, {real}>",
+        "lanczos": f"pysharp::cuda::lanczos_kernel<{m}, {real}>",
+        "trajectory": f"pysharp::cuda::trajectory_kernel<{m}, {real}>",
+    }
+    if model in REDUCED:
+        names["spectral_trajectory"] = f"pysharp::cuda::spectral_trajectory_kernel<{real}>"
+    return names
+
+
+def cuda_units(executor: Path) -> list[tuple[str, str]]:
+    """(model, precision) pairs listed by PYSHARP_CUDA_UNITS in csrc/cuda/executor.cuh."""
+    text = executor.read_text()
+    start = text.index("#define PYSHARP_CUDA_UNITS(X)")
+    body = text[start:text.index("\n#define", start + 1)]
+    return re.findall(r"X\((\w+),\s*(\w+)\)", body)
+
+
+_HOST_ONLY_RE = re.compile(r'^\s*#\s*include\s*[<"](pybind11/|cuda_runtime|cuda/executor\.cuh)',
+                           re.M)
+
+
+def tile_sources(cuda_dir: Path | None = None) -> list[Path]:
+    """The fused tile kernels' sources: csrc/cuda/*tile*.cu and *tile*.cuh, sorted.
+
+    Host glue (a file that includes pybind11, the CUDA runtime API or cuda/executor.cuh,
+    such as a binding unit) is not a kernel source and is left out: NVRTC compiles device
+    code only.
+    """
+    d = cuda_dir or CSRC / "cuda"
+    return sorted(p for p in d.glob("*tile*") if p.suffix in (".cu", ".cuh")
+                  and not _HOST_ONLY_RE.search(p.read_text()))
+
+
+_INSTANTIATE_RE = re.compile(r"^\s*//\s*pysharp-instantiate:\s*(.+?)\s*$", re.M)
+
+
+def declared_instantiations(source: Path) -> list[str]:
+    """Name expressions a source asks NVRTC to instantiate.
+
+    A kernel source whose kernels are templates lists each instantiation to compile on a
+    line ``// pysharp-instantiate: ns::kernel<Args...>``; non-template kernels need none
+    (NVRTC compiles every non-template ``__global__`` function of a source).
+    """
+    return _INSTANTIATE_RE.findall(source.read_text())
+
+
+def source_text(source: Path) -> str:
+    """A translation unit that compiles ``source`` (found on the include path by its name)."""
+    return f'#include "cuda/{source.name}"\n'

@@ -1,0 +1,83 @@
+"""The benchmark suite's "% of peak" is taken against a GEMM ceiling measured in the same run
+(issue 31, item 12), with the nominal-clock estimate beside it. No timing is asserted:
+only that the ceiling is a positive finite rate and that the fractions use it."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+_REPO = Path(__file__).resolve().parents[2]
+if not (_REPO / "bench" / "_common.py").exists():
+    pytest.skip("the bench/ folder is not part of this tree", allow_module_level=True)
+# Imported with the repository root on sys.path for this import only: left there, it would
+# shadow the installed pysharp (no compiled core in the source tree) in every process the
+# later tests start (dask workers, subprocesses).
+sys.path.insert(0, str(_REPO))
+try:
+    from bench import _common, suite  # noqa: E402
+finally:
+    sys.path.remove(str(_REPO))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gemm_ceiling_is_a_positive_finite_rate(dtype):
+    c = _common.gemm_ceiling(dtype, n=96, repeats=1)
+    assert c["dtype"] == dtype and c["n"] == 96
+    assert math.isfinite(c["gflops"]) and c["gflops"] > 0
+    assert c["seconds"] > 0 and c["gflops"] == pytest.approx(2 * 96 ** 3 / c["seconds"] / 1e9)
+    blas = c["blas"]
+    assert isinstance(blas["env"], dict)
+    assert "reason" in blas or blas["internal_api"]  # which BLAS ran, or why unknown
+
+
+def test_gemm_ceiling_refuses_other_dtypes():
+    with pytest.raises(ValueError, match="float32 or float64"):
+        _common.gemm_ceiling("int64", n=8)
+
+
+def test_best_ceilings_keeps_the_faster_run_per_dtype():
+    a = {"float64": {"gflops": 100.0}, "float32": {"gflops": 300.0}}
+    b = {"float64": {"gflops": 150.0}, "float32": {"gflops": 250.0}}
+    best = _common.best_ceilings(a, b)
+    assert best["float64"]["gflops"] == 150.0 and best["float32"]["gflops"] == 300.0
+
+
+def _result():
+    ceiling = {"gflops": 200.0, "n": 2048, "blas": {"internal_api": "openblas",
+                                                     "version": "0", "architecture": "X",
+                                                     "num_threads": 2, "env": {}}}
+    return {
+        "machine": {"cpu": "cpu", "cores": 2, "peak_fp64_gflops_estimate": 100.0},
+        "ceilings": {"float64": ceiling, "float32": dict(ceiling, gflops=500.0)},
+        "pysharp": {"row": {"rate": 1e6}, "row float32": {"rate": 2e6}, "other": {"rate": 5.0}},
+        "flops_per_unit": {"row": 1e5, "row float32": 1e5},
+    }
+
+
+def test_fractions_are_against_the_measured_ceiling_with_the_nominal_beside_it():
+    result = _result()
+    # 1e6 units/s x 1e5 flops = 100 GFLOP/s: half the DGEMM ceiling, all the nominal peak.
+    assert suite.fractions(result, "row", 1e6) == pytest.approx((0.5, 1.0))
+    # float32: against the SGEMM ceiling (500) and twice the nominal FP64 peak (200).
+    assert suite.fractions(result, "row float32", 2e6) == pytest.approx((0.4, 1.0))
+    assert suite.fractions(result, "other", 5.0) == (None, None)  # no FLOP count
+    table = suite.table(result)
+    assert "% of GEMM ceiling (of nominal peak)" in table
+    assert "| 50.0% (100.0%) |" in table and "| 40.0% (100.0%) |" in table
+    assert "DGEMM 200 GFLOP/s, SGEMM 500 GFLOP/s" in suite.ceiling_note(result)
+
+
+def test_a_result_without_ceilings_keeps_the_nominal_column():
+    result = _result()
+    del result["ceilings"]
+    assert suite.fractions(result, "row", 1e6) == (None, pytest.approx(1.0))
+    assert "| % of peak |" in suite.table(result) and suite.ceiling_note(result) == ""
+
+
+def test_peak_fraction_refuses_a_non_positive_ceiling():
+    with pytest.raises(ValueError, match="positive"):
+        _common.peak_fraction(1.0, 1.0, 0.0)

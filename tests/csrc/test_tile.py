@@ -1,0 +1,331 @@
+"""The GPU engine's fused tiles, checked on the CPU (issue 28).
+
+The per-tile algorithms (csrc/include/pysharp/tile/) are written once over a warp
+policy; the ``_tile_*`` helpers of ``pysharp._core`` run them over the emulated warp, so
+these tests check what a CPU can: the fragment layout of mma.m8n8k4, the padding of d and n, the
+per-trajectory reductions, divergence freezing and placement bits, against the models'
+``loss_grad`` and the CPU engine. Where nvcc is present, the tile kernels are compiled
+for sm_90 and must have no spill and no stack frame (ptxas). What only a device can
+show (DMMA's rounding, races, speed) is listed in docs/architecture.rst.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import rel_err
+
+import pysharp as ps
+from pysharp._engine import loader
+
+ROOT = Path(__file__).resolve().parents[2]
+core = loader.core()
+
+
+def _data(model):
+    """The fields of a BNLinearRegression that its kernels read."""
+    return model._Xc, model._u, model._scale
+
+
+def _start(model, B, seed):
+    return np.random.default_rng(seed).standard_normal((B, model.dim))
+
+
+def _same(a, b):
+    """Bit-identical, NaN included."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return (a.shape == b.shape and a.dtype == b.dtype
+            and np.array_equal(a.view(np.uint8), b.view(np.uint8)))
+
+
+def _same_run(a, b):
+    return all(_same(x, y) for x, y in zip(a, b))
+
+
+def _rows(run, keep):
+    """The outputs of a run (w (B, D), loss and norm2 (R, B), diverged, step) of rows keep."""
+    w, loss, norm2, diverged, step = run
+    return w[keep], loss[:, keep], norm2[:, keep], diverged[keep], step[keep]
+
+
+# ------------------------------------------------------------------ (a) mma fragments
+
+def test_mma_fragments_give_the_matrix_product():
+    rng = np.random.default_rng(0)
+    # Integer-valued: every product and sum is exact, so any misplaced element shows.
+    A = rng.integers(-50, 50, (8, 4)).astype(float)
+    B = rng.integers(-50, 50, (4, 8)).astype(float)
+    C = rng.integers(-50, 50, (8, 8)).astype(float)
+    assert np.array_equal(core._tile_mma_m8n8k4(A, B, C), A @ B + C)
+    # Distinct entries in each operand: a transposed or shifted fragment cannot agree.
+    A = np.arange(32.0).reshape(8, 4)
+    B = 100 + np.arange(32.0).reshape(4, 8)
+    C = 1000 * np.arange(64.0).reshape(8, 8)
+    assert np.array_equal(core._tile_mma_m8n8k4(A, B, C), A @ B + C)
+    A, B, C = rng.standard_normal((8, 4)), rng.standard_normal((4, 8)), rng.standard_normal((8, 8))
+    assert rel_err(core._tile_mma_m8n8k4(A, B, C), A @ B + C) < 1e-15
+
+
+# ------------------------------------------------------------------ (b) one step
+
+@pytest.mark.parametrize("d, n", [(40, 20), (13, 11), (100, 200)])
+def test_tile_loss_and_grad_match_the_model(d, n):
+    """Every compiled shape: padding of d and n (13, 11), w parked in shared memory
+    (100, 200), rows of a tile and a partial last tile (B = 19)."""
+    assert (d, n) in [tuple(s) for s in core._TILE_BN_LINREG_SHAPES]
+    model = ps.BNLinearRegression.synthetic(d=d, n=n, seed=1)
+    W = _start(model, 19, seed=2) * np.logspace(-3, 3, 19)[:, None]
+    loss, grad, ok = core._tile_bn_linreg_loss_grad(*_data(model), W)
+    ref_loss, ref_grad = model.loss_and_grad(W, backend="cpp")
+    assert ok.all()
+    assert rel_err(loss, ref_loss) < 1e-14
+    for b in range(len(W)):  # per row: the gradient scales as 1/||w||
+        assert rel_err(grad[b], ref_grad[b]) < 1e-13, b
+
+
+def test_tile_flags_an_undefined_loss():
+    """Xc w = 0 (w = 0, or w in the null space of Xc for n <= d) is undefined, in its row only."""
+    model = ps.BNLinearRegression.synthetic(d=13, n=11, seed=1)
+    W = _start(model, 8, seed=3)
+    W[2] = 0.0
+    _, null = np.linalg.eigh(model._Xc.T @ model._Xc)
+    W[5] = null[:, 0]  # Xc w = 0 to rounding (rank <= n - 1 < d)
+    loss, grad, ok = core._tile_bn_linreg_loss_grad(*_data(model), W)
+    assert ok.tolist() == [True, True, False, True, True, False, True, True]
+    ref_loss, ref_grad = model.loss_and_grad(W[ok.astype(bool)], backend="cpp")
+    assert rel_err(loss[ok.astype(bool)], ref_loss) < 1e-14
+
+
+# ------------------------------------------------------------------ (c) a run
+
+def test_tile_run_matches_the_cpu_engine_before_eos():
+    model = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
+    B, steps = 13, 300
+    W0 = _start(model, B, seed=4)
+    lr = np.linspace(0.02, 0.2, B)
+    wd = np.linspace(1e-4, 1e-3, B)
+    ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=10, sharpness_every=100,
+                       backend="cpp", reduced=False)
+    assert np.nanmax(ref.eos_ratio) < 2 * (1 - ref.eos_tol)  # still before EoS entry
+    w, loss, norm2, diverged, step = core._tile_bn_linreg_gd_wd(*_data(model), W0, lr, wd,
+                                                                steps, 10)
+    assert not diverged.any() and (step == -1).all() and not ref.diverged.any()
+    assert rel_err(w, ref.w) < 1e-10
+    assert rel_err(loss, ref.loss) < 1e-10
+    assert rel_err(norm2, ref.norm2) < 1e-10
+    assert (loss[-1] < 0.5 * loss[0]).all()  # the runs went somewhere
+
+
+# ------------------------------------------------------------------ (d) placement
+
+def _past_eos(d=40, n=20, B=13, steps=1500):
+    """A batch run into and past EoS, where period-two dynamics amplify any rounding."""
+    model = ps.BNLinearRegression.synthetic(d=d, n=n, seed=0)
+    W0 = _start(model, B, seed=5) * 0.3
+    lr = np.linspace(0.3, 0.6, B)
+    wd = np.full(B, 5e-3)
+    return model, W0, lr, wd, steps
+
+
+def test_tile_bits_do_not_depend_on_placement():
+    model, W0, lr, wd, steps = _past_eos()
+    args = (*_data(model), W0, lr, wd, steps, 7)
+    base = core._tile_bn_linreg_gd_wd(*args)  # 0..12 in order, 3 padding rows at the end
+    ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=7, sharpness_every=100,
+                       backend="cpp", reduced=False)
+    assert (np.nanmax(ref.eos_ratio, axis=0) > 2 * (1 - ref.eos_tol)).sum() >= 5  # past entry
+    B = len(W0)
+    reverse = np.array(list(range(B - 1, -1, -1)) + [-1, -1, -1])
+    assert _same_run(core._tile_bn_linreg_gd_wd(*args, placement=reverse), base)
+    # padding rows scattered among 4 tiles, trajectories shuffled
+    rng = np.random.default_rng(6)
+    slots = np.full(32, -1)
+    slots[rng.permutation(32)[:B]] = rng.permutation(B)
+    assert _same_run(core._tile_bn_linreg_gd_wd(*args, placement=slots), base)
+    # alone in its tile, at another row
+    for b in (0, 7, 12):
+        alone = np.full(8, -1)
+        alone[b % 8] = 0
+        one = core._tile_bn_linreg_gd_wd(*_data(model), W0[b:b + 1], lr[b:b + 1],
+                                         wd[b:b + 1], steps, 7,
+                                         placement=alone)
+        assert _same(one[0][0], base[0][b]) and _same(one[1][:, 0], base[1][:, b])
+
+
+def test_tile_placement_with_padded_shapes():
+    """d and n off the multiples of 8 (padded coordinates and samples) keep the bits too."""
+    model, W0, lr, wd, steps = _past_eos(d=13, n=11, B=10, steps=800)
+    args = (*_data(model), W0, lr, wd, steps, 5)
+    base = core._tile_bn_linreg_gd_wd(*args)
+    placement = np.array([-1, 9, 8, -1, 7, 6, 5, 4, 3, 2, 1, -1, -1, 0, -1, -1])
+    assert _same_run(core._tile_bn_linreg_gd_wd(*args, placement=placement), base)
+    ref = ps.run_gd_wd(model, W0, lr, wd, 100, record_every=5, backend="cpp", reduced=False)
+    short = core._tile_bn_linreg_gd_wd(*_data(model), W0, lr, wd, 100, 5)
+    assert rel_err(short[0], ref.w) < 1e-10
+
+
+# ------------------------------------------------------------------ (e) divergence
+
+def test_tile_freezes_a_diverging_trajectory_and_spares_its_tile():
+    model, W0, lr, wd, steps = _past_eos(B=8, steps=400)
+    args = (*_data(model),)
+    base = core._tile_bn_linreg_gd_wd(*args, W0, lr, wd, steps, 4)
+    # Row 3: decay 1 - lr wd = -1e200 multiplies w each step: ||w|| overflows at step 2.
+    lr_bad, wd_bad = lr.copy(), wd.copy()
+    lr_bad[3], wd_bad[3] = 1e200, 1.0
+    # Row 5: w = 0, undefined at step 0. Row 6: ||w||^2 overflows at step 0 while w, the
+    # loss, the gradient and the update are finite: only the flag stops it moving.
+    W0_bad = W0.copy()
+    W0_bad[5] = 0.0
+    W0_bad[6] *= 1e160
+    w, loss, norm2, diverged, step = core._tile_bn_linreg_gd_wd(*args, W0_bad, lr_bad, wd_bad,
+                                                                steps, 4)
+    assert diverged.tolist() == [0, 0, 0, 1, 0, 1, 1, 0]
+    assert step[5] == 0 and step[6] == 0 and 1 <= step[3] <= 4, step
+    assert _same(w[6], W0_bad[6]) and np.isnan(loss[:, 6]).all()
+    keep = [0, 1, 2, 4, 7]
+    assert _same_run(_rows((w, loss, norm2, diverged, step), keep), _rows(base, keep))
+    # Frozen: the records from the flagged step on are NaN, those before are not, and
+    # the final iterate is the last finite one: that of the same row run to step s.
+    s = step[3]
+    rec = np.arange(loss.shape[0]) * 4
+    assert np.isnan(loss[rec >= s, 3]).all() and np.isfinite(loss[rec < s, 3]).all()
+    assert np.isnan(loss[:, 5]).all() and _same(w[5], W0_bad[5])
+    stopped = core._tile_bn_linreg_gd_wd(*args, W0_bad, lr_bad, wd_bad, s, 1)
+    assert np.isfinite(w[3]).all() and _same(w[3], stopped[0][3])
+
+
+def test_tile_divergence_steps_match_the_engine():
+    """An update that overflows is flagged at t + 1, as the CPU engine flags it."""
+    model = ps.BNLinearRegression.synthetic(d=13, n=11, seed=1)
+    W0 = _start(model, 3, seed=7) * np.array([[1.0], [1e-40], [1.0]])
+    lr, wd = np.array([0.1, 1e270, 0.1]), np.array([1e-3, 0.0, 1e-3])
+    ref = ps.run_gd_wd(model, W0, lr, wd, 20, record_every=1, backend="cpp", reduced=False)
+    got = core._tile_bn_linreg_gd_wd(*_data(model), W0, lr, wd, 20, 1)
+    assert ref.diverged.tolist() == [False, True, False]
+    assert got[3].tolist() == [0, 1, 0] and got[4].tolist() == ref.diverged_step.tolist()
+    assert _same(np.isnan(got[1]), np.isnan(ref.loss)) and rel_err(got[0], ref.w) < 1e-10
+
+
+# ------------------------------------------------------------------ (f) Toy3D
+
+def test_toy3d_tile_matches_the_engine_and_its_placement():
+    model = ps.Toy3D(c=10.0)
+    B, steps = 11, 400
+    W0 = np.random.default_rng(8).standard_normal((B, 3))
+    lr = np.linspace(0.05, 0.3, B)
+    wd = np.full(B, 1e-3)
+    ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=5, sharpness_every=50,
+                       backend="cpp")
+    got = core._tile_toy3d_gd_wd(10.0, W0, lr, wd, steps, 5)
+    assert rel_err(got[0], ref.w) < 1e-10
+    assert rel_err(got[1], ref.loss) < 1e-10 and rel_err(got[2], ref.norm2) < 1e-10
+    order = np.random.default_rng(9).permutation(B)
+    perm = core._tile_toy3d_gd_wd(10.0, W0[order], lr[order], wd[order], steps, 5)
+    assert _same(perm[0], got[0][order]) and _same(perm[1], got[1][:, order])
+
+
+def test_toy3d_tile_freezes_a_diverging_trajectory():
+    W0 = np.random.default_rng(10).standard_normal((4, 3))
+    lr, wd = np.full(4, 0.1), np.full(4, 1e-3)
+    base = core._tile_toy3d_gd_wd(10.0, W0, lr, wd, 50, 1)
+    lr_bad, wd_bad, W0_bad = lr.copy(), wd.copy(), W0.copy()
+    lr_bad[1], wd_bad[1] = 1e200, 1.0  # |w| ~ 1e200 after a step: ||w||^2 overflows
+    W0_bad[2] = 0.0                    # undefined at step 0
+    W0_bad[3] *= 1e160                 # ||w||^2 overflows, all else finite: flagged, frozen
+    w, loss, norm2, diverged, step = core._tile_toy3d_gd_wd(10.0, W0_bad, lr_bad, wd_bad, 50, 1)
+    assert diverged.tolist() == [0, 1, 1, 1] and step.tolist() == [-1, 1, 0, 0]
+    assert _same_run(_rows((w, loss, norm2, diverged, step), [0]), _rows(base, [0]))
+    assert _same(w[3], W0_bad[3]) and np.isnan(loss[:, 3]).all()
+    assert np.isnan(loss[1:, 1]).all() and np.isfinite(loss[:1, 1]).all()
+    assert np.isnan(loss[:, 2]).all() and _same(w[2], W0_bad[2])
+    # the last finite iterate is kept: that of one step from W0
+    one = core._tile_toy3d_gd_wd(10.0, W0_bad[1:2], lr_bad[1:2], wd_bad[1:2], 1, 1)
+    assert np.isfinite(w[1]).all() and _same(w[1], one[0][0])
+
+
+# ------------------------------------------------------------------ (5) ptxas gate
+
+def _nvcc():
+    for cand in (os.environ.get("CUDACXX"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if cand and Path(cand).is_file():
+            return cand
+    return None
+
+
+def ptxas_report(nvcc, arch="sm_90"):
+    """{kernel (mangled): (registers, stack bytes, spill store bytes, spill load bytes)}
+    of csrc/cuda/tile_kernels.cu compiled by nvcc for ``arch``."""
+    out = subprocess.run(
+        [nvcc, "-std=c++17", f"-arch={arch}", "-cubin", "-o", os.devnull,
+         "--expt-relaxed-constexpr", "-Xptxas", "-v", "-I", str(ROOT / "csrc" / "include"),
+         "-I", str(ROOT / "csrc"), str(ROOT / "csrc" / "cuda" / "tile_kernels.cu")],
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report, name = {}, None
+    for line in out.stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            name = m.group(1)
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
+                      line)
+        if m and name:
+            report[name] = [None, *map(int, m.groups())]
+        m = re.search(r"Used (\d+) registers", line)
+        if m and name:
+            report[name][0] = int(m.group(1))
+    return {k: tuple(v) for k, v in report.items()}
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not found")
+def test_tile_kernels_have_no_spill_and_no_stack():
+    report = ptxas_report(_nvcc())
+    tiles = {k: v for k, v in report.items() if "tile" in k}
+    assert any("bn_linreg" in k and "Li40ELi20E" in k for k in tiles), report
+    assert any("bn_linreg" in k and "Li100ELi200E" in k for k in tiles), report
+    assert any("toy3d" in k for k in tiles), report
+    for name, (regs, stack, spill_st, spill_ld) in tiles.items():
+        assert (stack, spill_st, spill_ld) == (0, 0, 0), (name, regs, stack, spill_st, spill_ld)
+
+
+# ------------------------------------------------------------------ on a device
+
+needs_cuda = pytest.mark.skipif(not ps.backends()["cuda"]["available"],
+                                reason=f"no CUDA backend: {ps.backends()['cuda']['reason']}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("d, n, steps", [(40, 20, 300), (100, 200, 60)])
+def test_device_tiles_match_the_engine_the_emulation_and_their_placement(d, n, steps):
+    import pysharp._cuda as cuda
+
+    model = ps.BNLinearRegression.synthetic(d=d, n=n, seed=0)
+    B = 37  # 5 tiles, the last with 3 padding rows
+    W0 = _start(model, B, seed=11)
+    lr, wd = np.linspace(0.02, 0.2, B), np.linspace(1e-4, 1e-3, B)
+    dev = cuda._tile_bn_linreg_gd_wd(*_data(model), W0, lr, wd, steps, 10)
+    emu = core._tile_bn_linreg_gd_wd(*_data(model), W0, lr, wd, steps, 10)
+    ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=10, backend="cpp", reduced=False)
+    assert rel_err(dev[0], ref.w) < 1e-10 and rel_err(dev[1], ref.loss) < 1e-10
+    assert rel_err(dev[0], emu[0]) < 1e-12  # DMMA's rounding against the emulation's order
+    rev = cuda._tile_bn_linreg_gd_wd(*_data(model), W0[::-1], lr[::-1], wd[::-1], steps, 10)
+    assert _same(rev[0][::-1], dev[0]) and _same(rev[1][:, ::-1], dev[1])
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_device_toy3d_tile_matches_the_engine_and_the_emulation():
+    import pysharp._cuda as cuda
+
+    B, steps = 1000, 400
+    W0 = np.random.default_rng(12).standard_normal((B, 3))
+    lr, wd = np.linspace(0.05, 0.3, B), np.full(B, 1e-3)
+    dev = cuda._tile_toy3d_gd_wd(10.0, W0, lr, wd, steps, 5)
+    ref = ps.run_gd_wd(ps.Toy3D(c=10.0), W0, lr, wd, steps, record_every=5, backend="cpp")
+    assert rel_err(dev[0], ref.w) < 1e-10 and rel_err(dev[1], ref.loss) < 1e-10
+    assert rel_err(dev[0], core._tile_toy3d_gd_wd(10.0, W0, lr, wd, steps, 5)[0]) < 1e-12

@@ -1,0 +1,268 @@
+"""pysharp.models.from_jax: losses written in JAX, traced into compiled models.
+
+Each distinct traced function compiles once (~10-20 s on two cores); the fast
+tests compile four (BN linear regression, the LayerNorm net, the BN two-layer
+net with tanh and with ReLU) and share them through module fixtures.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+import pysharp as ps  # noqa: E402
+from pysharp.models import _compiler  # noqa: E402
+from pysharp.models._check import _jax_x64  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bn_linreg(w, X, y):
+    """BN linear regression: L = 2 var(y) (1 - cos(Xc w, y - mean y))."""
+    Xc = X - X.mean(axis=0)
+    z = Xc @ w
+    yc = y - y.mean()
+    return 2 * jnp.var(y) * (1 - (z @ yc) / jnp.sqrt((z @ z) * (yc @ yc)))
+
+
+def bn_net(w, X, y, width, relu=False):
+    """The BN two-layer net of ps.BNTwoLayerNet: BN (no affine) on each hidden unit."""
+    W = w.reshape(width, X.shape[1])
+    Z = X @ W.T
+    Zc = Z - Z.mean(axis=0)
+    Zh = Zc / jnp.sqrt((Zc * Zc).mean(axis=0))
+    a = jnp.where(jnp.arange(width) % 2 == 0, 1.0, -1.0) / np.sqrt(width)
+    H = jax.nn.relu(Zh) if relu else jnp.tanh(Zh)
+    return jnp.mean((H @ a - y) ** 2)
+
+
+def layernorm_loss():
+    spec = importlib.util.spec_from_file_location("layernorm_net",
+                                                  ROOT / "examples/models/layernorm_net.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return lambda w, X, y, a: module.loss(w, X, y, a, xp=jnp)
+
+
+def data(n=20, d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, d)), rng.standard_normal(n)
+
+
+def points(D, B=4, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((B, D)), rng.standard_normal((B, D))
+
+
+def jax_derivatives(f, w, v):
+    """loss, grad, H v and D^3L[v, v] of f at w along v, by JAX (float64)."""
+    with _jax_x64(jax):
+        x, t = jnp.asarray(w), jnp.asarray(v)
+        grad = jax.grad(f)
+        loss, g = jax.value_and_grad(f)(x)
+        hv, d3 = jax.jvp(lambda y: jax.jvp(grad, (y,), (t,))[1], (x,), (t,))
+        return float(loss), np.asarray(g), np.asarray(hv), np.asarray(d3)
+
+
+def rel(a, b):
+    return float(np.linalg.norm(np.asarray(a) - b) / np.linalg.norm(b))
+
+
+def assert_like_jax(model, f, W, V, loss_tol=1e-13, deriv_tol=1e-12):
+    loss, grad = model.loss_and_grad(W)
+    hvp, third = model.hvp(W, V), model.third(W, V)
+    for b in range(W.shape[0]):
+        rl, rg, rh, rd = jax_derivatives(f, W[b], V[b])
+        assert abs(loss[b] - rl) <= loss_tol * abs(rl)
+        assert rel(grad[b], rg) <= loss_tol
+        assert rel(hvp[b], rh) <= deriv_tol
+        assert rel(third[b], rd) <= deriv_tol
+
+
+@pytest.fixture(scope="module")
+def linreg():
+    X, y = data(n=20, d=8)
+    model = ps.models.from_jax(bn_linreg, np.ones(8), X=X, y=y)
+    return model, X, y
+
+
+def test_bn_linreg_equals_jax_and_the_builtin(linreg):
+    model, X, y = linreg
+    assert isinstance(model, ps.models.JaxModel) and model.dim == 8
+    assert model.report is not None and all(model.report.passed.values())
+    W, V = points(8)
+    assert_like_jax(model, lambda w: bn_linreg(w, X, y), W, V)
+    builtin = ps.BNLinearRegression(X, y)
+    np.testing.assert_allclose(model.loss(W), builtin.loss(W), rtol=1e-13)
+    np.testing.assert_allclose(model.grad(W), builtin.grad(W), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(model.hvp(W, V), builtin.hvp(W, V), rtol=1e-11, atol=1e-13)
+
+
+def test_source_is_readable_cpp_of_the_documented_form(linreg):
+    model, _, _ = linreg
+    src = model.source
+    assert src == model.header.read_text()
+    assert "#include <pysharp/model.hpp>" in src and "PYSHARP_MODEL(Jax_bn_linreg" in src
+    assert "template <class S>" in src and "matvec_rows(" in src and "matvec_cols(" in src
+    assert "test_from_jax.py" in src  # each statement names the user's line
+    assert "S* const dot_general" in src
+
+
+def test_same_shapes_new_data_reuse_the_module(linreg, monkeypatch):
+    model, X, y = linreg
+    calls = []
+    monkeypatch.setattr(_compiler, "_build", lambda *a, **k: calls.append(a))
+    X2, y2 = data(n=20, d=8, seed=7)
+    other = ps.models.from_jax(bn_linreg, np.ones(8), X=X2, y=y2)
+    assert calls == []
+    assert other.source == model.source and other.header == model.header
+    W, _ = points(8)
+    np.testing.assert_allclose(other.loss(W), ps.BNLinearRegression(X2, y2).loss(W),
+                               rtol=1e-13)
+
+
+def test_run_gd_wd_equals_the_builtin_before_eos(linreg):
+    model, X, y = linreg
+    w0, _ = points(8, B=3, seed=3)
+    kw = dict(lr=0.05, wd=0.01, steps=40, record_every=1)
+    a = ps.run_gd_wd(model, w0, **kw)
+    b = ps.run_gd_wd(ps.BNLinearRegression(X, y), w0, **kw)
+    np.testing.assert_allclose(a.loss, b.loss, rtol=1e-10)
+    np.testing.assert_allclose(a.w, b.w, rtol=1e-10, atol=1e-12)
+
+
+def test_layernorm_net():
+    rng = np.random.default_rng(2)
+    n, d, m = 16, 5, 4
+    X, y, a = rng.standard_normal((n, d)), rng.standard_normal(n), rng.standard_normal(m)
+    f = layernorm_loss()
+    model = ps.models.from_jax(f, np.ones(m * d), X=X, y=y, a=a)
+    W, V = points(m * d)
+    assert_like_jax(model, lambda w: f(w, X, y, a), W, V)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_bn_two_layer_net(relu):
+    X, y = data(n=24, d=6, seed=4)
+    m = 4
+    model = ps.models.from_jax(bn_net, np.ones(m * 6), X=X, y=y, width=m, relu=relu, groups=m)
+    W, V = points(m * 6, seed=5)
+    assert_like_jax(model, lambda w: bn_net(w, X, y, m, relu), W, V)
+    builtin = ps.BNTwoLayerNet(X, y, width=m, activation="relu" if relu else "tanh")
+    np.testing.assert_allclose(model.loss(W), builtin.loss(W), rtol=1e-12)
+    np.testing.assert_allclose(model.grad(W), builtin.grad(W), rtol=1e-10, atol=1e-13)
+    if relu:
+        assert "select(" in model.source
+
+
+def test_unsupported_primitive_refused_before_compiling(monkeypatch):
+    def build(*a, **k):  # pragma: no cover - must not run
+        raise AssertionError("compiled")
+    monkeypatch.setattr(_compiler, "_build", build)
+    X, y = data()
+
+    def sorted_loss(w, X, y):
+        z = jnp.sort(X @ w)
+        return jnp.sum(z * y) / jnp.sqrt(w @ w)
+    with pytest.raises(ps.models.UnsupportedPrimitive, match=r"'sort' at .*test_from_jax\.py:\d+"):
+        ps.models.from_jax(sorted_loss, np.ones(8), X=X, y=y)
+
+    def cumsum_loss(w, X, y):
+        return jnp.sum(jnp.cumsum(X @ w) * y) / jnp.sqrt(w @ w)
+    with pytest.raises(ps.models.UnsupportedPrimitive, match="cumsum"):
+        ps.models.from_jax(cumsum_loss, np.ones(8), X=X, y=y)
+
+
+def test_data_only_computations_may_use_any_primitive():
+    """jnp.sort of the data alone is evaluated by JAX and bound as a field (no compile)."""
+    from pysharp.models._from_jax import _trace
+    X, y = data()
+
+    def sorted_data(w, X, y):
+        Xs = jnp.sort(X, axis=0)
+        return jnp.sum((Xs @ w) * y) ** 2 / (w @ w)
+    traced = _trace(sorted_data, np.ones(8), {"X": X, "y": y}, None)
+    body = traced.source.split("mask_t<S> loss_grad", 1)[1]
+    assert not [line for line in body.splitlines() if line.strip().startswith("// sort")]
+    sorted_fields = [v for v in traced.fields.values() if np.shape(v) == X.shape]
+    assert len(sorted_fields) == 1 and np.array_equal(sorted_fields[0], np.sort(X, axis=0))
+
+
+@pytest.mark.slow
+def test_many_primitives():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((12, 6)), rng.standard_normal(12)
+
+    def grab(w, X, y, c):
+        u = w / jnp.sqrt(w @ w)
+        z = X @ u
+        a = jnp.abs(z) + jnp.sign(z) * z + jnp.maximum(z, 0.1) - jnp.minimum(z, -0.2)
+        b = jax.nn.log_softmax(z) * y + jax.nn.sigmoid(z) + jnp.tanh(z) ** 3
+        M = u.reshape(2, 3)
+        cat = jnp.concatenate([u[:2], u[::2], M[:, 1]])
+        e = jnp.exp(-z ** 2) + jnp.log1p(z ** 2) + jnp.sqrt(1 + z ** 2) + jax.lax.rsqrt(2 + z ** 2)
+        bm = jnp.einsum("bi,bj->bij", M, M).sum() + (M.T @ M).sum()
+        return c * (a.sum() + b.sum() + (cat ** 2).sum() + jnp.where(z > 0, z, 0.5 * z).sum()
+                    + e.mean() + bm + jnp.max(z) - jnp.min(z) + jnp.clip(z, -0.5, 0.5).sum()
+                    + (1.0 / (1.1 + z ** 2)).sum() + jnp.sum(z ** -2))
+    model = ps.models.from_jax(grab, np.ones(6), X=X, y=y, c=0.7)
+    W, V = points(6)
+    assert_like_jax(model, lambda w: grab(w, X, y, 0.7), W, V, 1e-12, 1e-11)
+
+
+def test_sin_and_cos_to_the_third_derivative():
+    """sin and cos: the jets' coupled recurrence against JAX's own derivatives."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((7, 5))
+
+    def wave(w, X):
+        z = X @ (w / jnp.sqrt(w @ w))
+        return jnp.mean(jnp.sin(2.0 * z) ** 2 + jnp.cos(z) * z)
+    model = ps.models.from_jax(wave, np.ones(5), X=X)
+    assert "sin_(" in model.source and "cos_(" in model.source
+    W, V = points(5)
+    assert_like_jax(model, lambda w: wave(w, X), W, V, 1e-12, 1e-11)
+
+
+def test_pysharp_run_and_sweep_take_a_jax_loss_file(tmp_path):
+    """``pysharp run FILE.py:FUNCTION --dim D`` and ``[model] python = ...`` (issue 27.5)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "mymodels.py").write_text(
+        "import jax.numpy as jnp\n\n\n"
+        "def phase(w, X, y, c):\n"
+        "    q = (X @ w) ** 2 / (w @ w)\n"
+        "    return 0.5 * c / X.shape[0] * jnp.sum((q - y) ** 2)\n")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((12, 5))
+    w_star = rng.standard_normal(5)
+    np.savez(tmp_path / "phase.npz", X=X, y=(X @ w_star) ** 2 / (w_star @ w_star))
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    cmd = [sys.executable, "-m", "pysharp"]
+    done = subprocess.run(cmd + ["run", "mymodels.py:phase", "--dim", "5", "--data", "phase.npz",
+                                 "--param", "c=1.5", "--lr", "0.5", "--wd", "1e-3", "--steps",
+                                 "300", "--sharpness-every", "50"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "pysharp-run" / "run.json").read_text())
+    assert summary["model_parameters"]["python"] == "mymodels.py:phase"
+    assert summary["model_parameters"]["dim"] == 5
+    (tmp_path / "phase.toml").write_text(
+        '[model]\npython = "mymodels.py:phase"\ndim = 5\ndata = "phase.npz"\nc = 1.5\n\n'
+        '[grid]\nlr = [0.2, 0.5]\nwd = [1e-3]\n\n[run]\nsteps = 300\nsharpness_every = 50\n')
+    done = subprocess.run(cmd + ["sweep", "phase.toml", "--no-progress"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "2 trajectories" in done.stdout
+    bad = subprocess.run(cmd + ["run", "mymodels.py:phase", "--data", "phase.npz"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "needs --dim D" in bad.stderr

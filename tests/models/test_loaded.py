@@ -1,0 +1,389 @@
+"""Run-time compiled models (pysharp.models.load_model): the header door, its cache and errors.
+
+Oracles: the NumPy loss of each header, finite differences, the scale-invariance
+identities, and the built-in models, whose own headers loaded at run time must
+give the built-ins' bits.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pysharp as ps
+from pysharp.models import _compiler
+from pysharp.models._compiler import ModelCompileError
+
+ROOT = Path(__file__).resolve().parents[2]
+PHASE = ROOT / "examples" / "models" / "phase_retrieval.hpp"
+BUILTIN = ps.include_dir() / "pysharp" / "models"
+
+pytestmark = pytest.mark.skipif(
+    ps.build_info().get("available") is not True, reason="needs the compiled core")
+
+
+def phase_data(n=30, d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    w_star = rng.standard_normal(d)
+    return X, (X @ w_star) ** 2 / (w_star @ w_star)
+
+
+def phase_loss(w, X, y, c=1.0):
+    """The NumPy oracle of examples/models/phase_retrieval.hpp."""
+    q = (X @ w) ** 2 / (w @ w)
+    return 0.5 * c / X.shape[0] * np.sum((q - y) ** 2)
+
+
+@pytest.fixture(scope="module")
+def phase():
+    X, y = phase_data()
+    return ps.load_model(PHASE, X=X, y=y, c=1.5), X, y
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+TRIVIAL = """\
+    #include <pysharp/model.hpp>
+    template <class Real>
+    struct Cosine {{   // L = 1 - w_0 / ||w||, scale-invariant
+      Real c;
+      PYSHARP_HD int dim() const {{ return 3; }}
+      PYSHARP_HD int work_size() const {{ return 0; }}
+      template <class S>
+      PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S*) const {{
+        const S r2 = w[0] * w[0] + w[1] * w[1] + w[2] * w[2];
+        const S inv = Real(1) / sqrt_(r2);
+        *loss = c * (Real(1) - w[0] * inv);
+        for (int j = 0; j < 3; ++j) g[j] = c * w[0] * w[j] * inv * inv * inv;
+        g[0] = g[0] - c * inv;
+        {extra}
+        return value_of(r2) > Real(0);
+      }}
+    }};
+    PYSHARP_MODEL(Cosine, PYSHARP_SCALAR(c))
+"""
+
+
+# -- the example model against its oracle ---------------------------------------------------
+
+def test_phase_retrieval_matches_its_numpy_oracle(phase):
+    model, X, y = phase
+    W = model.random_point(batch=5, seed=1, norm=3.0)
+    loss, G = model.loss_and_grad(W)
+    ref = np.array([phase_loss(w, X, y, 1.5) for w in W])
+    np.testing.assert_allclose(loss, ref, rtol=1e-13)
+    h = 1e-6
+    for w, g in zip(W, G):
+        fd = [(phase_loss(w + h * e, X, y, 1.5) - phase_loss(w - h * e, X, y, 1.5)) / (2 * h)
+              for e in np.eye(model.dim)]
+        np.testing.assert_allclose(g, fd, atol=1e-8 * np.abs(fd).max())
+    assert np.abs(np.einsum("bi,bi->b", G, W)).max() < 1e-13 * np.abs(G).max() * 3
+    np.testing.assert_allclose(model.hvp(W, W), -G, atol=1e-13 * np.abs(G).max())
+
+
+def test_phase_retrieval_hvp_and_third_are_derivatives_of_the_kernels(phase):
+    model, _, _ = phase
+    w = model.random_point(seed=2)
+    v = model.random_point(seed=3)
+    t = 1e-5
+    fd_h = (model.grad(w + t * v) - model.grad(w - t * v)) / (2 * t)
+    np.testing.assert_allclose(model.hvp(w, v), fd_h, atol=1e-8 * np.abs(fd_h).max())
+    fd_3 = (model.hvp(w + t * v, v) - model.hvp(w - t * v, v)) / (2 * t)
+    np.testing.assert_allclose(model.third(w, v), fd_3, atol=1e-7 * np.abs(fd_3).max())
+    H = model.hessian(w)
+    np.testing.assert_allclose(H @ v, model.hvp(w, v), atol=1e-13 * np.abs(H).max())
+
+
+def test_float32_compiles_on_first_use_and_agrees_to_its_precision(phase):
+    model, X, y = phase
+    w = model.random_point(seed=4)
+    loss32, g32 = model.loss_and_grad(w.astype(np.float32))
+    assert loss32.dtype == np.float32 and g32.dtype == np.float32
+    loss64, g64 = model.loss_and_grad(w)
+    np.testing.assert_allclose(loss32, loss64, rtol=1e-5)
+    np.testing.assert_allclose(g32, g64, atol=1e-5 * np.abs(g64).max())
+    m32 = ps.load_model(PHASE, X=X, y=y, c=1.5, dtype="float32")
+    assert m32.dtype == np.float32
+    assert np.array_equal(m32.loss(w.astype(np.float32)), loss32)
+
+
+def test_every_tool_runs_on_a_loaded_model(phase):
+    model, _, _ = phase
+    w0 = model.random_point(batch=3, seed=5, norm=4.0)
+    tr = ps.run_gd_wd(model, w0, 0.4, 1e-3, 400, sharpness_every=50, top_k=2)
+    assert np.all(np.isfinite(tr.loss)) and tr.top_eigenvalues.shape[-1] == 2
+    assert ps.run_pgd(model, w0, 0.4, 200).loss.shape[1] == 3
+    ps.run_scalar_rmsprop(model, w0, 0.01, 1e-3, 200)
+    top = ps.spherical_sharpness(model, w0[0], k=2)
+    H = model.hessian(w0[0] / np.linalg.norm(w0[0]))
+    np.testing.assert_allclose(top.eigenvalues, np.linalg.eigvalsh(H)[::-1][:2], rtol=1e-10)
+    dens = ps.spectral_density(model, w0[0], steps=model.dim)
+    np.testing.assert_allclose(np.sort(dens.nodes[0]), np.linalg.eigvalsh(H), atol=1e-10)
+    with pytest.raises(ps.BackendUnavailable, match="compiled module"):
+        model.loss(w0[0], backend="numpy")
+
+
+# -- the built-ins take the same door -------------------------------------------------------
+
+def test_a_builtin_header_loaded_at_run_time_gives_the_builtins_bits():
+    builtin = ps.BNLinearRegression.synthetic(d=12, n=8, seed=0)
+    Xc = builtin._Xc
+    loaded = ps.load_model(BUILTIN / "bn_linear_regression.hpp", Xc=Xc, u=builtin._u,
+                           scale=builtin._scale, xc_fro2=float(np.sum(Xc * Xc)))
+    w0 = builtin.random_point(batch=6, seed=3, norm=6.0)
+    a = ps.run_gd_wd(builtin, w0, 0.5, 5e-3, 3000, sharpness_every=100, reduced=False)
+    b = ps.run_gd_wd(loaded, w0, 0.5, 5e-3, 3000, sharpness_every=100)
+    assert (a.eos_entry_step >= 0).any()  # the comparison runs through EoS: bits, not tolerance
+    for name in ("w", "loss", "norm2", "sharpness", "eos_ratio"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    v = builtin.random_point(batch=6, seed=4)
+    assert np.array_equal(builtin.hvp(w0, v), loaded.hvp(w0, v))
+    assert np.array_equal(builtin.third(w0, v), loaded.third(w0, v))
+
+
+def test_toy3d_header_at_run_time_matches_the_builtin_bit_for_bit():
+    loaded = ps.load_model(BUILTIN / "toy3d.hpp", c=10.0)
+    builtin = ps.Toy3D(c=10.0)
+    w0 = builtin.random_point(batch=9, seed=1)
+    a = ps.run_gd_wd(builtin, w0, 0.3, 1e-2, 2000, sharpness_every=40)
+    b = ps.run_gd_wd(loaded, w0, 0.3, 1e-2, 2000, sharpness_every=40)
+    assert np.array_equal(a.w, b.w) and np.array_equal(a.sharpness, b.sharpness)
+
+
+# -- data validation --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("data, message", [
+    ({"y": np.ones(30), "c": 1.0}, "missing X"),
+    ({"X": np.ones((30, 8)), "y": np.ones(30), "c": 1.0, "z": 1}, "unknown z"),
+    ({"X": np.ones(30), "y": np.ones(30), "c": 1.0}, r"X must have 2 axes \(n, d\)"),
+    ({"X": np.ones((30, 8)), "y": np.ones(29), "c": 1.0}, r"y: axis 0 \(n\) has length 29, "
+                                                           r"but n = 30 from X"),
+    ({"X": np.ones((30, 8)) * 1j, "y": np.ones(30), "c": 1.0}, "X must be a real array"),
+    ({"X": np.ones((30, 8)), "y": np.ones(30), "c": "big"}, "c must be a finite real"),
+    ({"X": np.full((30, 8), np.nan), "y": np.ones(30), "c": 1.0}, "X has non-finite"),
+])
+def test_bad_data_is_refused_naming_the_field(phase, data, message):
+    with pytest.raises(ValueError, match=message):
+        ps.load_model(PHASE, **data)
+
+
+def test_a_header_without_a_declaration_is_refused(tmp_path):
+    path = write(tmp_path, "none.hpp", "#include <pysharp/model.hpp>\n")
+    with pytest.raises(ValueError, match="exactly one PYSHARP_MODEL"):
+        ps.load_model(path)
+    with pytest.raises(FileNotFoundError):
+        ps.load_model(tmp_path / "absent.hpp")
+
+
+# -- compile errors a user can act on ---------------------------------------------------------
+
+def test_a_compile_error_points_at_the_users_file_and_line(tmp_path):
+    path = write(tmp_path, "typo.hpp", TRIVIAL.format(extra="undeclared_name = 1;"))
+    with pytest.raises(ModelCompileError) as info:
+        ps.load_model(path, c=1.0)
+    text = str(info.value)
+    line = 1 + path.read_text().splitlines().index(
+        next(s for s in path.read_text().splitlines() if "undeclared_name" in s))
+    assert f"typo.hpp:{line}" in text and "undeclared_name" in text
+    cache = _compiler.cache_dir()  # nothing half-written: no scratch folder, no temp file
+    # (the jax/ folder holds from_jax's generated headers, not compile scratch)
+    assert [p for p in cache.iterdir()
+            if (p.is_dir() and p.name != "jax") or p.suffix == ".tmp"] == []
+
+
+def test_a_missing_member_is_named_by_a_static_assert(tmp_path):
+    path = write(tmp_path, "nodim.hpp", """\
+        #include <pysharp/model.hpp>
+        template <class Real>
+        struct NoDim {
+          Real c;
+          PYSHARP_HD int work_size() const { return 0; }
+        };
+        PYSHARP_MODEL(NoDim, PYSHARP_SCALAR(c))
+    """)
+    with pytest.raises(ModelCompileError, match=r"missing member `PYSHARP_HD int dim\(\) const`"):
+        ps.load_model(path, c=1.0)
+
+
+def test_no_compiler_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    path = write(tmp_path, "cos.hpp", TRIVIAL.format(extra=""))
+    with pytest.raises(ModelCompileError, match="apt-get install g\\+\\+.*built-in models work"):
+        ps.load_model(path, c=1.0)
+
+
+# -- the cache ----------------------------------------------------------------------------------
+
+def test_a_cache_hit_compiles_nothing_and_an_edit_recompiles(tmp_path, monkeypatch):
+    path = write(tmp_path, "cos.hpp", TRIVIAL.format(extra=""))
+    first = ps.load_model(path, c=2.0)
+    w = np.array([0.3, -1.0, 2.0])
+    expected = 2.0 * (1 - w[0] / np.linalg.norm(w))
+    np.testing.assert_allclose(first.loss(w), expected, rtol=1e-15)
+
+    calls = []
+    real_build = _compiler._build
+    monkeypatch.setattr(_compiler, "_build", lambda *a: calls.append(a) or real_build(*a))
+    again = ps.load_model(path, c=2.0)                 # same source: a hit
+    assert calls == [] and again.loss(w) == first.loss(w)
+    path.write_text(path.read_text().replace("*loss = c *", "*loss = Real(2) * c *"))
+    edited = ps.load_model(path, c=2.0)                # new source: a new key, a compile
+    assert len(calls) == 1
+    np.testing.assert_allclose(edited.loss(w), 2 * expected, rtol=1e-15)
+
+
+def test_a_cache_others_can_write_to_is_refused(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    (shared / "models").mkdir(parents=True)
+    (shared / "models").chmod(0o777)
+    monkeypatch.setenv("PYSHARP_CACHE_DIR", str(shared))
+    with pytest.raises(PermissionError, match="others can write"):
+        _compiler.cache_dir()
+
+
+def test_a_new_cache_folder_is_private(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYSHARP_CACHE_DIR", str(tmp_path / "fresh"))
+    path = _compiler.cache_dir()
+    assert path.stat().st_mode & 0o777 == 0o700
+
+
+def test_two_processes_compile_the_same_model_once(tmp_path):
+    """A process pool's workers load the same new model at once: one compiles, both run."""
+    header = write(tmp_path, "cos.hpp", TRIVIAL.format(extra=""))
+    cache = tmp_path / "cache"
+    script = (f"import pysharp as ps, numpy as np\n"
+              f"m = ps.load_model({str(header)!r}, c=3.0)\n"
+              f"print(repr(float(m.loss(np.array([1.0, 2.0, 2.0])))))\n")
+    env = {**os.environ, "PYSHARP_CACHE_DIR": str(cache)}
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path)  # not the repo
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
+    assert {o[0].strip() for o in outs} == {repr(3.0 * (1 - 1 / 3))}
+    modules = list((cache / "models").glob("_pysharp_model_*.so"))
+    assert len(modules) == 1
+    leftovers = [p for p in (cache / "models").iterdir() if p.is_dir() or p.suffix == ".tmp"]
+    assert leftovers == []
+
+
+def test_layernorm_example_matches_its_reference():
+    sys.path.insert(0, str(ROOT / "examples" / "models"))
+    try:
+        import layernorm_net as ref
+    finally:
+        sys.path.pop(0)
+    rng = np.random.default_rng(0)
+    n, d, m = 16, 5, 6
+    X, y, a = rng.standard_normal((n, d)), rng.standard_normal(n), rng.standard_normal(m)
+    model = ps.load_model(ROOT / "examples" / "models" / "layernorm_net.hpp", X=X, y=y, a=a)
+    assert model.dim == m * d
+    W = model.random_point(batch=3, seed=1)
+    loss, G = model.loss_and_grad(W)
+    np.testing.assert_allclose(loss, [ref.loss(w, X, y, a) for w in W], rtol=1e-13)
+    h = 1e-6
+    fd = np.array([(ref.loss(W[0] + h * e, X, y, a) - ref.loss(W[0] - h * e, X, y, a)) / (2 * h)
+                   for e in np.eye(model.dim)])
+    np.testing.assert_allclose(G[0], fd, atol=1e-8 * np.abs(fd).max())
+    np.testing.assert_allclose(model.hvp(W, W), -G, atol=1e-12 * np.abs(G).max())
+    np.testing.assert_allclose(model.loss(2.5 * W), loss, rtol=1e-13)
+
+
+# -- sweeps and the command line -----------------------------------------------------------
+
+def test_a_sweep_of_a_loaded_model_is_bit_equal_to_lone_runs(phase):
+    model, _, _ = phase
+    grid = {"lr": [0.2, 0.6], "wd": [1e-3], "seeds": [0, 1], "init_norm": 3.0}
+    run = {"steps": 600, "sharpness_every": 50}
+    ds = ps.sweep(model, **grid, **run, chunk_size=3)
+    for i, lr in enumerate(grid["lr"]):
+        for seed in range(2):
+            lone = ps.sweep(model, lr=[lr], wd=[1e-3], seeds=[seed], init_norm=3.0, **run)
+            got = ds.isel(lr=i, wd=0, seed=seed, init_norm=0)
+            assert np.array_equal(got.loss.values, lone.loss.values[0, 0, 0, 0]), (lr, seed)
+
+
+def test_a_sweep_spec_names_the_header_and_its_data(phase):
+    model, X, y = phase
+    spec = {"name": "loaded", "header": str(PHASE), "fields": {"X": X, "y": y, "c": 1.5}}
+    a = ps.sweep(spec, lr=[0.5], wd=[1e-3], seeds=1, steps=300, sharpness_every=50)
+    b = ps.sweep(model, lr=[0.5], wd=[1e-3], seeds=1, steps=300, sharpness_every=50)
+    assert np.array_equal(a.loss.values, b.loss.values)
+
+
+@pytest.mark.slow
+def test_dask_workers_rebuild_a_loaded_model_from_its_spec(phase):
+    distributed = pytest.importorskip("distributed")
+    model, _, _ = phase
+    run = {"lr": [0.2, 0.5], "wd": [1e-3], "seeds": [0, 1], "steps": 300, "sharpness_every": 50}
+    local = ps.sweep(model, **run, chunk_size=2)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        remote = ps.sweep(model, **run, chunk_size=2, executor=client.get_executor())
+    assert np.array_equal(local.loss.values, remote.loss.values)
+
+
+def test_pysharp_run_and_sweep_take_a_model_header(tmp_path):
+    X, y = phase_data()
+    np.savez(tmp_path / "phase.npz", X=X, y=y)
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    cmd = [sys.executable, "-m", "pysharp"]
+    done = subprocess.run(cmd + ["run", str(PHASE), "--data", "phase.npz", "--param", "c=1.5",
+                                 "--lr", "0.5", "--wd", "1e-3", "--steps", "400",
+                                 "--sharpness-every", "50", "--init-norm", "3"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    import json
+    summary = json.loads((tmp_path / "pysharp-run" / "run.json").read_text())
+    assert summary["model"] == "loaded" and summary["model_parameters"]["scalars"] == {"c": 1.5}
+    model = ps.load_model(PHASE, X=X, y=y, c=1.5)
+    lone = ps.sweep(model, lr=[0.5], wd=[1e-3], seeds=[0], init_norm=3.0, steps=400,
+                    sharpness_every=50)
+    assert summary["trajectories"][0]["final_loss"] == float(lone.final_loss.values.ravel()[0])
+
+    (tmp_path / "phase.toml").write_text(
+        f'[model]\nheader = "{PHASE}"\ndata = "phase.npz"\nc = 1.5\n\n'
+        '[grid]\nlr = [0.2, 0.5]\nwd = [1e-3]\n\n[run]\nsteps = 300\nsharpness_every = 50\n')
+    done = subprocess.run(cmd + ["sweep", "phase.toml", "--no-progress"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "2 trajectories" in done.stdout
+    bad = subprocess.run(cmd + ["run", str(PHASE), "--data", "phase.npz", "--param", "c=big"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--param c must be a number" in bad.stderr
+
+
+def test_loading_leaves_the_callers_arrays_writable(phase):
+    X, y = phase_data()
+    model = ps.load_model(PHASE, X=X, y=y, c=1.5)
+    assert X.flags.writeable and y.flags.writeable
+    before = X[0, 0]
+    X[0, 0] = before + 1.0             # the model keeps its own copy
+    assert model.fields["X"][0, 0] == before
+
+
+def test_the_bn_two_layer_net_header_keeps_its_groups_and_bits():
+    """An optional member (n_groups) works through the door: per-row norms are recorded."""
+    builtin = ps.BNTwoLayerNet.synthetic(n=8, d=4, width=3, teacher_width=3, seed=0)
+    Xc = builtin._Xc
+    loaded = ps.load_model(BUILTIN / "bn_two_layer_net.hpp", Xc=Xc, y=builtin.y,
+                           xc_fro2=float(np.sum(Xc * Xc)), inv_sqrt_m=1 / np.sqrt(3), m=3,
+                           act=0)
+    assert loaded.dim == builtin.dim == 12
+    w0 = builtin.random_point(batch=4, seed=2, norm=3.0)
+    a = ps.run_gd_wd(builtin, w0, 0.2, 1e-3, 500, sharpness_every=50)
+    b = ps.run_gd_wd(loaded, w0, 0.2, 1e-3, 500, sharpness_every=50)
+    assert b.group_norm2 is not None and b.group_norm2.shape[-1] == 3
+    assert np.array_equal(a.group_norm2, b.group_norm2) and np.array_equal(a.w, b.w)
