@@ -39,6 +39,17 @@ _DEMO = {"model": "bn_linear_regression", "d": 40, "n": 20, "lr": 0.5, "wd": 2e-
          "init_norm": 10.0, "record_every": 10, "sharpness_every": 500, "eos_tol": 0.05}
 
 
+def _pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or None where matplotlib is absent."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
 def _entry_text(entry: int, every: int, eos_tol: float) -> str:
     """What an EoS entry step measures: the first sharpness record at the edge, known to
     within the record spacing ``every``."""
@@ -144,11 +155,8 @@ def _demo(args) -> int:
         "steps": steps, "sharpness_every": sweep_every, "eos_tol": c["eos_tol"],
         "eos_entry_resolution_steps": sweep_every}
     (out / "demo.json").write_text(json.dumps(summary, indent=2))
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         print(f"\n  wrote {out / 'demo.json'} (install matplotlib for the figures)")
         return 0
     fig, ax = plt.subplots(1, 3, figsize=(13, 4.0), layout="constrained")
@@ -453,11 +461,8 @@ def _run(args) -> int:
                                        "with eff_lr * sharpness >= 2 (1 - eos_tol); -1: never",
                "eos_entry_resolution_steps": every, "trajectories": rows}
     (out / "run.json").write_text(json.dumps(summary, indent=2))
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         print(f"wrote {out / 'run.json'} (install matplotlib for the figure)")
         return 0
     fig, ax = plt.subplots(1, 3, figsize=(14, 4.2), layout="constrained")
