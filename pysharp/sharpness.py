@@ -121,8 +121,8 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, which: str
         order = slice(None, k) if smallest else slice(None, -k - 1, -1)
         evals = evals[:, order]
         evecs = np.swapaxes(evecs[:, :, order], 1, 2).copy()
-        sign = np.sign(np.take_along_axis(evecs, np.abs(evecs).argmax(-1)[..., None], -1))
-        evecs *= np.where(sign == 0, 1, sign)
+        # the largest entry of a unit vector is never 0
+        evecs *= np.sign(np.take_along_axis(evecs, np.abs(evecs).argmax(-1)[..., None], -1))
         resid = np.linalg.norm(np.einsum("bij,bkj->bki", H, evecs) - evals[..., None] * evecs,
                                axis=-1)
         iters = np.full(W.shape[0], D, dtype=np.int32)

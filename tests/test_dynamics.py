@@ -96,3 +96,17 @@ def test_rmsprop_default_trajectory_offset_keys_the_jitter():
                                 first_trajectory=1)
     assert np.array_equal(base.w, zero.w) and not np.allclose(base.w, one.w, rtol=1e-6)
 
+
+
+def test_adaptive_pgd_refuses_a_decay_factor_that_is_not_positive():
+    model, w0 = ps.Toy3D(), np.array([1.0, 0.0, 0.0])
+    for lr, wd in [(2.0, 0.5), (3.0, 0.5)]:  # lr wd = 1 and 1.5
+        with pytest.raises(ValueError, match="lr \\* wd must be < 1"):
+            ps.run_pgd(model, w0, 0.1, 2, lr=lr, wd=wd)
+
+
+def test_theta_final_is_the_direction_of_the_final_iterate():
+    tr = ps.run_gd_wd(ps.Toy3D(), np.array([[3.0, 1.0, 0.5], [0.2, -4.0, 1.0]]), 0.1, 0.05, 20)
+    norms = np.linalg.norm(tr.w, axis=-1, keepdims=True)
+    assert (np.abs(norms - 1) > 0.1).all()  # the iterates are off the sphere
+    np.testing.assert_allclose(tr.theta_final, tr.w / norms, rtol=1e-15)

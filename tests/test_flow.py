@@ -242,3 +242,16 @@ def test_compare_to_flow_aligns_at_the_eos_entry_step_by_default():
     with pytest.raises(ValueError, match="theta_every"):
         compare_to_flow(SimpleNamespace(theta=None), flow)
 
+
+
+def test_geometry_at_a_flat_minimiser_scales_with_the_loss():
+    """Sharpness below 1 is still curvature: BN linear regression's loss, and so its
+    sharpness, scale with var(y), while Gamma (set by the direction of y) does not."""
+    base = ps.BNLinearRegression.synthetic(d=12, n=8, seed=3)
+    X, y = np.asarray(base.X), np.asarray(base.y)
+    zeta, _ = SharpnessReductionFlow(base).project(base.random_point(seed=4))
+    small, large = (SharpnessReductionFlow(ps.BNLinearRegression(X, s * y)).geometry(zeta)
+                    for s in (1e-3, 1.0))
+    assert 0 < small.sharpness < 1 < large.sharpness
+    np.testing.assert_allclose(small.sharpness * 1e6, large.sharpness, rtol=1e-10)
+    np.testing.assert_allclose(small.log_grad, large.log_grad, rtol=1e-8, atol=1e-12)

@@ -116,3 +116,11 @@ def test_diverging_sgd_is_flagged_and_the_rest_completes():
     assert res.diverged.tolist() == [False, True, False]
     assert np.all(np.isfinite(res.w))
     assert np.isfinite(res.loss[-1, [0, 2]]).all() and np.isnan(res.loss[-1, 1])
+
+
+@pytest.mark.parametrize("batch, error", [(2.5, ValueError), ([2, np.inf], ValueError),
+                                          ([2.0, 3.5], ValueError), (True, TypeError)])
+def test_batch_sizes_must_be_whole_numbers(batch, error):
+    model = _linreg()
+    with pytest.raises(error, match="batch"):
+        run_sgd(model, np.zeros(model.dim), 0.1, batch, 3)

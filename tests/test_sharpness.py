@@ -250,3 +250,22 @@ def test_default_krylov_cap_admits_more_than_128_eigenpairs():
     # D = 200) and, for k > 1, the complement check runs of the locking scheme
     assert res.converged and 200 <= res.iterations <= 2 * 200
 
+
+
+def test_sharpness_and_lanczos_refuse_what_they_cannot_run():
+    case = get_case("toy3d")
+    w = case.points(seed=0)
+    with pytest.raises(ValueError, match="method must be 'auto', 'lanczos' or 'dense'"):
+        ps.spherical_sharpness(case.model, w, method="power")
+    with pytest.raises(TypeError, match="matvec must be callable"):
+        ps.lanczos(np.eye(3), 3)
+
+
+def test_dense_eigenvectors_are_unit_and_sign_fixed():
+    """The dense path orients each eigenvector so that its largest entry is positive."""
+    case = get_case("bn_linreg_small")
+    res = ps.spherical_sharpness(case.model, case.points(seed=1), k=3, method="dense")
+    v = res.eigenvectors
+    np.testing.assert_allclose(np.linalg.norm(v, axis=-1), 1.0, rtol=1e-13)
+    top = np.take_along_axis(v, np.abs(v).argmax(-1)[..., None], -1)
+    assert (top > 0).all()

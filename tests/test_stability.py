@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import rel_err
 
+import pysharp as ps
 from pysharp import stability
 from pysharp.models import LinearRegression, TwoLayerNet
 from pysharp.sgd import run_sgd
@@ -511,3 +512,19 @@ def test_rank_zero_hessian_is_trivially_stable():
     c = stability.stability_conditions(model, np.zeros(2), 0.1, 2)
     assert c.stable and c.sufficient and c.vector_criterion == 0.0
 
+
+
+def test_input_smoothness_on_new_inputs_and_its_refusals():
+    """X given: the model is evaluated on those inputs (as with_data does); a BN model,
+    whose normalisation is over its training set, refuses other inputs."""
+    net = _net()
+    w = net.random_point(seed=2)
+    X = np.random.default_rng(4).standard_normal((5, net.input_dim))
+    got = stability.input_smoothness(net, w, X)
+    want = stability.input_smoothness(net.with_data(X), w)
+    np.testing.assert_allclose(got.g_x, want.g_x, rtol=1e-13)
+    with pytest.raises(ValueError, match=r"X must have shape \(N, 3\)"):
+        stability.input_smoothness(net, w, X[:, :2])
+    bn = ps.BNLinearRegression.synthetic(d=4, n=6, seed=0)
+    with pytest.raises(ValueError, match="training inputs only"):
+        stability.input_smoothness(bn, bn.random_point(seed=0), np.ones((3, 4)))

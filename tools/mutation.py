@@ -80,10 +80,11 @@ TESTS: dict[str, list[str]] = {
                        "tests/test_stability.py", "tests/test_validation.py"],
     "pysharp/_engine/validation.py": ["tests/test_dynamics.py", "tests/test_sgd.py",
                                       "tests/test_sharpness.py", "tests/test_validation.py",
-                                      "tests/models/test_models.py"],
+                                      "tests/models/test_models.py",
+                                      "tests/engine/test_array_intake.py"],
     "pysharp/sweeps/_sweep.py": ["tests/sweeps/test_sweep.py", "tests/test_validation.py"],
     "pysharp/models/_base.py": ["tests/models/test_models.py", "tests/csrc/test_trajectory.py",
-                                "tests/test_validation.py"],
+                                "tests/csrc/test_lanes.py", "tests/test_validation.py"],
 }
 
 #: hand C++ mutants: (header, exact original text, mutated text, what it breaks)

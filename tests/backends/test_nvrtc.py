@@ -1,7 +1,7 @@
 """NVRTC compiles every CUDA kernel source (the CuPy backend's path), without a GPU or nvcc.
 
 What is compiled: csrc/cuda/kernels.cuh instantiated for every (model, precision) that
-csrc/cuda/executor.cuh's PYSHARP_CUDA_UNITS lists, to a cubin for sm_90, and for sm_80 in
+csrc/builtin_models.hpp lists, to a cubin for sm_90, and for sm_80 in
 float64; every csrc/cuda/*tile* source for both. One unit (Toy3D float64, sm_90, ~20 s)
 runs in the default test set; the rest is marked slow (20-120 s of CPU a unit: each
 carries the whole generic engine) and .ci/run runs it in its own bounded step with the
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(_nvrtc.unavailable_reason() is not None,
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
 INCLUDE = [CSRC / "include", CSRC]
 ARCHS = ("sm_80", "sm_90")
-UNITS = cs.cuda_units(CSRC / "cuda" / "executor.cuh")
+UNITS = cs.cuda_units(CSRC / "builtin_models.hpp")
 QUICK = ("Toy3D", "f64", "sm_90")
 
 

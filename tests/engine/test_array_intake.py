@@ -143,3 +143,15 @@ def test_missing_framework_message(framework):
             raise AssertionError("no ImportError")
     """)
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("library", ["jax", "torch"])
+def test_what_is_not_an_array_comes_back_as_it_is(library):
+    """like_input converts arrays only: a Python number or a result object passes through."""
+    from pysharp._engine.validation import like_input
+    template = pytest.importorskip(library).numpy.zeros(2) if library == "jax" else \
+        pytest.importorskip(library).zeros(2)
+    marker = object()
+    assert like_input(template, marker) is marker
+    out = like_input(template, (np.ones(2), 3.5))
+    assert type(out[1]) is float and not isinstance(out[0], np.ndarray)

@@ -850,3 +850,13 @@ def test_matrix_completion_sv_gap_only_when_the_truth_has_lower_rank():
     assert "sv_gap" not in layout(equal, s) and "sv_gap" in layout(lower, s)
     assert "test_loss" in layout(equal, s)
 
+
+
+def test_row_scaling_by_powers_of_two_at_the_ends_of_the_exponent_range():
+    """_scale_rows multiplies by 2^k exactly, whether 2^k is a normal double or not."""
+    from pysharp.models._base import _scale_rows
+    for k in (-1075, -1022, -1021, 1023, 1024):
+        x = np.array([[0.75, -0.5], [2.0 ** -600, 3.0]])
+        kk = np.array([k, -k // 2])
+        want = np.ldexp(x, kk[:, None])
+        np.testing.assert_array_equal(_scale_rows(x.copy(), kk), want, err_msg=f"k = {k}")

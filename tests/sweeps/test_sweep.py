@@ -479,3 +479,44 @@ def test_sweep_records_its_default_settings_and_resumes_the_progress_count(tmp_p
     assert again.attrs["chunks_reused"] == 2 and again.attrs["chunks_computed"] == 0
     assert seen == [(True, 3, 0), (True, 3, 3)]  # resumed: the bar starts at 3 trajectories
 
+
+
+def test_sigint_during_store_io_is_raised_after_it():
+    """Ctrl-C inside the deferred block is held until the block ends, then raised."""
+    from pysharp.sweeps._sweep import _sigint_deferred
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with _sigint_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("the block ran to its end")
+    assert done == ["the block ran to its end"]
+    with _sigint_deferred():  # no signal: nothing raised
+        pass
+
+
+def test_check_memory_counts_the_chunks_in_flight():
+    """Each chunk holds _CHUNK_WORK times its results while it runs: a chunk of 100
+    trajectories of 1 kB each needs more than 100 kB."""
+    from pysharp.sweeps._sweep import _CHUNK_WORK, check_memory
+    layout = {"w": ((128,), np.float64)}  # 1 kB per trajectory
+    need = _CHUNK_WORK * 100 * 1024
+    check_memory(layout, (100,), 100, in_memory=False, available=4 * need)
+    with pytest.raises(MemoryError):
+        check_memory(layout, (100,), 100, in_memory=False, available=need // 2)
+
+
+def test_a_sweep_records_the_backend_that_ran_it():
+    if not ps.backends()["numba"]["available"]:
+        pytest.skip("needs the Numba backend")
+    ds = ps.sweep({"name": "toy3d"}, lr=[0.1], wd=[0.01], steps=4, sharpness_every=0,
+                  backend="numba", progress=False)
+    assert ds.attrs["backend"] == "numba"
+    assert ps.sweep({"name": "toy3d"}, lr=[0.1], wd=[0.01], steps=4, sharpness_every=0,
+                    progress=False).attrs["backend"] == "cpp"
+
+
+def test_open_sweep_refuses_a_directory_that_is_not_a_store(tmp_path):
+    pytest.importorskip("zarr")
+    (tmp_path / "notes.txt").write_text("not a store")
+    with pytest.raises(ValueError, match="is not a Zarr store"):
+        ps.open_sweep(tmp_path)
