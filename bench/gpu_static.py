@@ -9,7 +9,7 @@ and writes bench/results/gpu_static.json::
                         "fp64_per_step", "predicted_traj_steps_per_s"}}}
 
 Kernels: csrc/cuda/kernels.cuh instantiated for every (model, precision) of
-executor.cuh's PYSHARP_CUDA_UNITS (named ``<kernel>_<Model>_<prec>``), and every kernel of
+csrc/builtin_models.hpp (named ``<kernel>_<Model>_<prec>``), and every kernel of
 the csrc/cuda/*tile* sources (named by their demangled function name, which contains
 "tile"; templates are instantiated through their ``// pysharp-instantiate:`` lines).
 
@@ -221,7 +221,7 @@ class Unit:
 def engine_units() -> list[Unit]:
     from pysharp._backends import _cuda_sources as cs
     units = []
-    for model, prec in cs.cuda_units(CSRC / "cuda" / "executor.cuh"):
+    for model, prec in cs.cuda_units(CSRC / "builtin_models.hpp"):
         names = cs.kernel_names(model, prec)
         units.append(Unit(f"{model}_{prec}", cs.KERNELS_SOURCE,
                           {expr: f"{short}_{model}_{prec}" for short, expr in names.items()}))

@@ -3,20 +3,19 @@
 // bind_models_f32.cpp instantiate it, one translation unit each.
 #pragma once
 
+#include "builtin_models.hpp"
 #include "holders.hpp"
 
 namespace pysharp::module {
 
-template <class Real>
-void bind_dtype(py::module_& m, const std::string& suffix) {
-  py::class_<BNLinRegCore<Real>> linreg(m, ("BNLinearRegression" + suffix).c_str());
-  module::def_init_BNLinearRegression<Real>(linreg);
-  module::bind_cpu_model<BNLinRegCore<Real>, Real>(linreg);
+// What a model's class offers beyond bind_cpu_model: nothing, but for the overloads below.
+template <class Holder>
+void bind_extras(py::class_<Holder>&) {}
 
+// BN matrix completion's loss on held-out entries.
+template <class Real>
+void bind_extras(py::class_<BNMatrixCompletionCore<Real>>& mc) {
   using MC = BNMatrixCompletionCore<Real>;
-  py::class_<MC> mc(m, ("BNMatrixCompletion" + suffix).c_str());
-  module::def_init_BNMatrixCompletion<Real>(mc);
-  module::bind_cpu_model<MC, Real>(mc);
   mc.def(
       "test_loss",
       [](const MC& c, const carray<Real>& W, const carray<int>& rows,
@@ -50,15 +49,20 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
       },
       py::arg("W"), py::arg("rows"), py::arg("cols"), py::arg("values"),
       py::arg("value_mean"), py::arg("value_std"));
+}
 
-  using BN2 = BNTwoLayerNetCore<Real>;
-  py::class_<BN2> bn2(m, ("BNTwoLayerNet" + suffix).c_str());
-  module::def_init_BNTwoLayerNet<Real>(bn2);
-  module::bind_cpu_model<BN2, Real>(bn2);
-
-  py::class_<Toy3DCore<Real>> toy(m, ("Toy3D" + suffix).c_str());
-  module::def_init_Toy3D<Real>(toy);
-  module::bind_cpu_model<Toy3DCore<Real>, Real>(toy);
+// The class <Model><suffix> of every model of builtin_models.hpp, in one precision.
+template <class Real>
+void bind_dtype(py::module_& m, const std::string& suffix) {
+#define PYSHARP_BIND_MODEL(Model)                                               \
+  {                                                                             \
+    py::class_<Model##Core<Real>> cls(m, (#Model + suffix).c_str());            \
+    module::def_init_##Model<Real>(cls);                                        \
+    module::bind_cpu_model<Model##Core<Real>, Real>(cls);                       \
+    bind_extras(cls);                                                           \
+  }
+  PYSHARP_BUILTIN_MODELS(PYSHARP_BIND_MODEL)
+#undef PYSHARP_BIND_MODEL
 }
 
 }  // namespace pysharp::module

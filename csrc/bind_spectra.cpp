@@ -1,17 +1,16 @@
 // Bindings for Hessian spectra of pysharp._core: stochastic Lanczos quadrature
 // (cpu/slq.hpp), one overload of slq() per model holder.
+#include "builtin_models.hpp"
 #include "holders.hpp"
 
 namespace pysharp::module {
 
 void bind_spectra(py::module_& m) {
-  def_slq<BNLinRegCore<double>>(m);
-  def_slq<BNMatrixCompletionCore<double>>(m);
-  def_slq<BNTwoLayerNetCore<double>>(m);
-  def_slq<Toy3DCore<double>>(m);
-  def_slq<LinearRegressionCore<double>>(m);
+#define PYSHARP_DEF_SLQ(Model) def_slq<Model##Core<double>>(m);
+  PYSHARP_BUILTIN_MODELS(PYSHARP_DEF_SLQ)
+#undef PYSHARP_DEF_SLQ
+  def_slq<LinearRegressionCore<double>>(m);  // the square-loss models of bind_stability.cpp
   def_slq<TwoLayerNetCore<double>>(m);
 }
-
 
 }  // namespace pysharp::module

@@ -45,7 +45,7 @@ void bind_stability_dtype(py::module_& m, const std::string& suffix) {
 
   m.def(
       "bn_linreg_jacobians",
-      [](const BNLinRegCore<Real>& c, const carray<Real>& W) {
+      [](const BNLinearRegressionCore<Real>& c, const carray<Real>& W) {
         const std::int64_t P = checked_batch(c, W, "W");
         const py::ssize_t n = c.model.n, d = c.model.d;
         carray<Real> A({(py::ssize_t)P, n, d}), GX({(py::ssize_t)P, n, d});
@@ -60,7 +60,7 @@ void bind_stability_dtype(py::module_& m, const std::string& suffix) {
       py::arg("core"), py::arg("W"), "(P, d) -> (grad_w p (P, n, d), grad_x p (P, n, d), ok (P,))");
   m.def(
       "bn_linreg_sgd",
-      [](const BNLinRegCore<Real>& c, const carray<Real>& W0, const carray<Real>& lr,
+      [](const BNLinearRegressionCore<Real>& c, const carray<Real>& W0, const carray<Real>& lr,
          const carray<int>& batch, const carray<Real>& wd, long long steps,
          long long record_every, bool replacement, std::uint64_t seed, long long offset,
          double max_loss) {
@@ -73,7 +73,7 @@ void bind_stability_dtype(py::module_& m, const std::string& suffix) {
       "Mini-batch SGD+WD with ghost BN (each batch's own statistics) on BN linear regression");
   m.def(
       "bn_linreg_batch_loss_grad",
-      [](const BNLinRegCore<Real>& c, const carray<Real>& W, const carray<int>& idx) {
+      [](const BNLinearRegressionCore<Real>& c, const carray<Real>& W, const carray<int>& idx) {
         const std::int64_t P = checked_batch(c, W, "W");
         const int n = c.model.n, d = c.model.d;
         require(idx.ndim() == 1 && idx.shape(0) >= 2, "batch must be 1-D with >= 2 indices");

@@ -63,7 +63,7 @@ py::list shape_list() {
   return out;
 }
 
-// The model's data in tile layout (owned), as BNLinRegCore computes ||Xc||_F^2.
+// The model's data in tile layout (owned), as BNLinearRegressionCore computes ||Xc||_F^2.
 struct PackedBNLinReg {
   std::vector<double> xc, u;
   tile::BNLinRegTileData data;

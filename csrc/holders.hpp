@@ -32,11 +32,11 @@ std::vector<T> to_vector(const carray<T>& a) {
 // Owners keep the model's arrays alive; the model itself is a view of them
 // (the same POD struct a CUDA kernel receives).
 template <class Real>
-struct BNLinRegCore {
+struct BNLinearRegressionCore {
   std::vector<Real> Xc, u, sigma, inv_sigma, sigma2, ut, V;
   BNLinearRegression<Real> model;
   BNLinRegSpectral<Real> spectral;  // the reduced form used by the engine
-  BNLinRegCore(const carray<Real>& Xc_, const carray<Real>& u_, double scale,
+  BNLinearRegressionCore(const carray<Real>& Xc_, const carray<Real>& u_, double scale,
                const carray<Real>& sigma_, const carray<Real>& ut_, const carray<Real>& V_,
                double uperp2)
       : Xc(to_vector(Xc_)), u(to_vector(u_)), sigma(to_vector(sigma_)), ut(to_vector(ut_)),
@@ -60,7 +60,7 @@ struct BNLinRegCore {
                 static_cast<Real>(uperp2), static_cast<Real>(fro2),
                 static_cast<Real>(scale), r, d};
   }
-  BNLinRegCore(const BNLinRegCore&) = delete;
+  BNLinearRegressionCore(const BNLinearRegressionCore&) = delete;
 };
 
 // Models whose holder is no more than their fields: the holder of any declared model

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "builtin_models.hpp"
 #include "bind_model.hpp"
 #include "cuda/kernels.cuh"
 
@@ -319,16 +320,13 @@ void bind_Toy3D(py::module_& m, const std::string& suffix) {
   add_methods<Toy3DCuda<Real>, Real>(cls);
 }
 
-// The CUDA module's models and precisions: the one list. CMakeLists.txt reads its
-// X(Model, f64|f32) entries and generates one translation unit per entry from
-// bind_unit.cu.in, so that the module's heavy parts compile in parallel; module.cu binds
-// them through it, and pysharp/_backends/_cuda_sources.py reads it for NVRTC.
-#define PYSHARP_CUDA_UNITS(X)                                                          \
-  X(BNLinearRegression, f64) X(BNLinearRegression, f32) X(BNMatrixCompletion, f64)    \
-  X(BNMatrixCompletion, f32) X(BNTwoLayerNet, f64) X(BNTwoLayerNet, f32) X(Toy3D, f64) \
-  X(Toy3D, f32)
-#define PYSHARP_CUDA_DECLARE_UNIT(Model, Prec) void bind_##Model##_##Prec(py::module_& m);
-PYSHARP_CUDA_UNITS(PYSHARP_CUDA_DECLARE_UNIT)
-#undef PYSHARP_CUDA_DECLARE_UNIT
+// One translation unit per model of builtin_models.hpp and precision: CMakeLists.txt
+// generates them from bind_unit.cu.in, so that the module's heavy parts compile in
+// parallel; module.cu binds them.
+#define PYSHARP_CUDA_DECLARE_UNITS(Model)       \
+  void bind_##Model##_f64(py::module_& m); \
+  void bind_##Model##_f32(py::module_& m);
+PYSHARP_BUILTIN_MODELS(PYSHARP_CUDA_DECLARE_UNITS)
+#undef PYSHARP_CUDA_DECLARE_UNITS
 
 }  // namespace pysharp::cuda_module

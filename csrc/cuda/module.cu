@@ -19,9 +19,11 @@ void bind_tile(py::module_& m);  // bind_tile.cu: the fused tile kernels (_tile_
 
 PYBIND11_MODULE(_cuda, m) {
   m.doc() = "pysharp CUDA kernels, with the interface of pysharp._core (see pysharp.backends).";
-#define PYSHARP_CUDA_BIND_UNIT(Model, Prec) cuda_module::bind_##Model##_##Prec(m);
-  PYSHARP_CUDA_UNITS(PYSHARP_CUDA_BIND_UNIT)
-#undef PYSHARP_CUDA_BIND_UNIT
+#define PYSHARP_CUDA_BIND_UNITS(Model) \
+  cuda_module::bind_##Model##_f64(m);  \
+  cuda_module::bind_##Model##_f32(m);
+  PYSHARP_BUILTIN_MODELS(PYSHARP_CUDA_BIND_UNITS)
+#undef PYSHARP_CUDA_BIND_UNITS
   cuda_module::bind_tile(m);
   m.attr("METHODS") = module::method_names();
   m.def("device_error", []() -> std::string {

@@ -2,8 +2,8 @@
 
 One place that says which kernels of csrc/cuda/kernels.cuh a model and precision use, in the
 form NVRTC wants: the source text of a translation unit and the name expressions of its
-template instantiations. It mirrors what csrc/cuda/executor.cuh instantiates for each entry of
-its PYSHARP_CUDA_UNITS list (tests/backends/test_nvrtc.py checks that the two lists agree).
+template instantiations. It mirrors what csrc/cuda/executor.cuh instantiates for each model of
+csrc/builtin_models.hpp and precision (tests/backends/test_nvrtc.py checks the two agree).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 #: csrc/ of a source checkout (None in an installed wheel, which ships no csrc/cuda/executor.cuh).
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
 
-#: Real type of each precision suffix of PYSHARP_CUDA_UNITS.
+#: Real type of each precision suffix of pysharp._cuda's classes.
 REAL = {"f64": "double", "f32": "float"}
 
 #: Models whose reduced (spectral) trajectory kernel exists (module::has_reduced).
@@ -40,12 +40,15 @@ def kernel_names(model: str, prec: str) -> dict[str, str]:
     return names
 
 
-def cuda_units(executor: Path) -> list[tuple[str, str]]:
-    """(model, precision) pairs listed by PYSHARP_CUDA_UNITS in csrc/cuda/executor.cuh."""
-    text = executor.read_text()
-    start = text.index("#define PYSHARP_CUDA_UNITS(X)")
-    body = text[start:text.index("\n#define", start + 1)]
-    return re.findall(r"X\((\w+),\s*(\w+)\)", body)
+def cuda_units(models_header: Path) -> list[tuple[str, str]]:
+    """(model, precision) for each model of PYSHARP_BUILTIN_MODELS in csrc/builtin_models.hpp
+    and each precision: the translation units of pysharp._cuda (CMakeLists.txt reads the
+    same list)."""
+    text = models_header.read_text()
+    start = text.index("#define PYSHARP_BUILTIN_MODELS(X)")
+    end = text.find("\n#", start + 1)
+    body = text[start:end if end >= 0 else len(text)]
+    return [(model, prec) for model in re.findall(r"X\((\w+)\)", body) for prec in REAL]
 
 
 _HOST_ONLY_RE = re.compile(r'^\s*#\s*include\s*[<"](pybind11/|cuda_runtime|cuda/executor\.cuh)',
