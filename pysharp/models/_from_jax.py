@@ -53,7 +53,8 @@ _CALLS = ("jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_
 _ALIASES = ("reshape", "squeeze", "expand_dims", "copy", "copy_p", "reduce_precision",
             "optimization_barrier")
 _RESERVED = {"w", "loss", "g", "work", "S", "Real", "dim", "work_size", "loss_grad", "n_groups",
-             "value_of", "select", "sqrt_", "exp_", "log_", "tanh_", "sin_", "cos_", "matvec_rows",
+             "value_of", "select", "sqrt_", "exp_", "expm1_", "log_", "log1p_", "tanh_", "sin_",
+             "cos_", "matvec_rows",
              "matvec_cols", "mask_t", "pysharp"}
 
 
@@ -535,10 +536,10 @@ class _Codegen:
         self._unary(e, lambda x: f"log_({x})")
 
     def _p_log1p(self, e):
-        self._unary(e, lambda x: f"log_(Real(1) + {x})")
+        self._unary(e, lambda x: f"log1p_({x})")
 
     def _p_expm1(self, e):
-        self._unary(e, lambda x: f"exp_({x}) - Real(1)")
+        self._unary(e, lambda x: f"expm1_({x})")
 
     def _p_tanh(self, e):
         self._unary(e, lambda x: f"tanh_({x})")

@@ -230,6 +230,21 @@ def test_sin_and_cos_to_the_third_derivative():
     assert_like_jax(model, lambda w: wave(w, X), W, V, 1e-12, 1e-11)
 
 
+def test_expm1_and_log1p_keep_their_accuracy_near_zero():
+    """expm1 and log1p are their own functions, not exp - 1 and log(1 + x): at arguments
+    of 1e-9 the latter lose half the digits, and check() refused the model."""
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((6, 4))
+
+    def tiny(w, X):
+        z = X @ (w / jnp.sqrt(w @ w))
+        return jnp.sum(jnp.expm1(1e-9 * z) ** 2) + jnp.sum(jnp.log1p(1e-9 * z * z))
+    model = ps.models.from_jax(tiny, np.ones(4), X=X)
+    assert "expm1_(" in model.source and "log1p_(" in model.source
+    W, V = points(4)
+    assert_like_jax(model, lambda w: tiny(w, X), W, V, 1e-13, 1e-12)
+
+
 def test_pysharp_run_and_sweep_take_a_jax_loss_file(tmp_path):
     """``pysharp run FILE.py:FUNCTION --dim D`` and ``[model] python = ...`` (issue 27.5)."""
     import json

@@ -37,7 +37,8 @@
 //
 // The math available inside loss_grad, on every S above:
 //   + - * /, comparisons (giving mask_t<S>), compound assignment;
-//   sqrt_, exp_, log_, tanh_                      elementary functions;
+//   sqrt_, exp_, expm1_, log_, log1p_, tanh_,
+//   sin_, cos_                                    elementary functions;
 //   select(mask, a, b)                            a where mask, else b (no branch);
 //   value_of(x)                                   the value part of a jet (for tests
 //                                                 of degeneracy, not for arithmetic);
@@ -71,14 +72,18 @@ struct Extent {
 using pysharp::bn_cosine_loss_grad;
 using pysharp::dot_split;
 using pysharp::exp_;
+using pysharp::expm1_;
 using pysharp::Jet;
 using pysharp::lane_real_t;
 using pysharp::log_;
+using pysharp::log1p_;
 using pysharp::machine_eps;
 using pysharp::mask_t;
 using pysharp::matvec_cols;
 using pysharp::matvec_rows;
 using pysharp::select;
+using pysharp::sin_;
+using pysharp::cos_;
 using pysharp::sqrt_;
 using pysharp::square_loss_grad;
 using pysharp::tanh_;

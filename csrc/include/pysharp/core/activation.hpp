@@ -1,4 +1,4 @@
-// Elementary functions (tanh_, exp_, log_, sin_, cos_) on scalars and jets, and the activations of the
+// Elementary functions (tanh_, exp_, expm1_, log_, log1p_, sin_, cos_) on scalars and jets, and the activations of the
 // models with hidden units. Their lane-block versions are in core/lanes.hpp.
 #pragma once
 
@@ -42,6 +42,22 @@ PYSHARP_HD Jet<T, N> exp_(const Jet<T, N>& x) {
   return y;
 }
 
+// expm1 = exp - 1 on scalars and jets, without exp's cancellation near 0: y' = (y + 1) x',
+// the recurrence of exp on e = y + 1 (e_0 = y_0 + 1, e_m = y_m above order 0).
+PYSHARP_HD inline double expm1_(double x) { return expm1(x); }
+PYSHARP_HD inline float expm1_(float x) { return expm1f(x); }
+template <class T, int N>
+PYSHARP_HD Jet<T, N> expm1_(const Jet<T, N>& x) {
+  Jet<T, N> y;
+  y.c[0] = expm1_(x.c[0]);
+  for (int k = 1; k <= N; ++k) {
+    T acc = T(0);
+    for (int j = 1; j <= k; ++j) acc += T(j) * x.c[j] * (k == j ? y.c[0] + T(1) : y.c[k - j]);
+    y.c[k] = acc / T(k);
+  }
+  return y;
+}
+
 // log on scalars and jets: x y' = x', so k x_0 y_k = k x_k - sum_{j=1..k-1} j y_j x_{k-j}.
 // Defined for x > 0 only (NaN or -inf otherwise, as <cmath>).
 PYSHARP_HD inline double log_(double x) { return log(x); }
@@ -54,6 +70,23 @@ PYSHARP_HD Jet<T, N> log_(const Jet<T, N>& x) {
     T acc = T(k) * x.c[k];
     for (int j = 1; j < k; ++j) acc -= T(j) * y.c[j] * x.c[k - j];
     y.c[k] = acc / (T(k) * x.c[0]);
+  }
+  return y;
+}
+
+// log1p = log(1 + x) on scalars and jets, without the rounding of 1 + x near 0: the
+// recurrence of log on u = 1 + x, k u_0 y_k = k x_k - sum_{j=1..k-1} j y_j x_{k-j}.
+PYSHARP_HD inline double log1p_(double x) { return log1p(x); }
+PYSHARP_HD inline float log1p_(float x) { return log1pf(x); }
+template <class T, int N>
+PYSHARP_HD Jet<T, N> log1p_(const Jet<T, N>& x) {
+  Jet<T, N> y;
+  y.c[0] = log1p_(x.c[0]);
+  const T u0 = T(1) + x.c[0];
+  for (int k = 1; k <= N; ++k) {
+    T acc = T(k) * x.c[k];
+    for (int j = 1; j < k; ++j) acc -= T(j) * y.c[j] * x.c[k - j];
+    y.c[k] = acc / (T(k) * u0);
   }
   return y;
 }

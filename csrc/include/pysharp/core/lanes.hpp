@@ -176,7 +176,9 @@ template <class Real, int W>
   }
 PYSHARP_LANEWISE(tanh_, tanh)
 PYSHARP_LANEWISE(exp_, exp)
+PYSHARP_LANEWISE(expm1_, expm1)
 PYSHARP_LANEWISE(log_, log)
+PYSHARP_LANEWISE(log1p_, log1p)
 PYSHARP_LANEWISE(sin_, sin)
 PYSHARP_LANEWISE(cos_, cos)
 #undef PYSHARP_LANEWISE
