@@ -163,11 +163,11 @@ py::tuple tridiagonal_top_test_rows(const carray<Real>& d, const carray<Real>& e
   return py::make_tuple(theta, z, norm, ok);
 }
 
-// exp_ or tanh_ of each element in lane blocks of doubles (core/lane_math.hpp),
+// exp_, log_ or tanh_ of each element in lane blocks of doubles (core/lane_math.hpp),
 // the engine's own code path, for the accuracy tests (tests/csrc/test_lane_math.py).
 carray<double> lane_math(const std::string& name, const carray<double>& x) {
-  require(name == "exp" || name == "tanh", "name must be 'exp' or 'tanh'");
-  const bool is_exp = name == "exp";
+  require(name == "exp" || name == "log" || name == "tanh",
+          "name must be 'exp', 'log' or 'tanh'");
   constexpr int L = kNativeLanes<double>;
   const py::ssize_t n = x.size();
   carray<double> out(n);
@@ -178,7 +178,7 @@ carray<double> lane_math(const std::string& name, const carray<double>& x) {
     for (py::ssize_t i0 = 0; i0 < n; i0 += L) {
       Lanes<double, L> v(0.0);
       for (int l = 0; l < L && i0 + l < n; ++l) v.set(l, in[i0 + l]);
-      const Lanes<double, L> r = is_exp ? exp_(v) : tanh_(v);
+      const Lanes<double, L> r = name == "exp" ? exp_(v) : name == "log" ? log_(v) : tanh_(v);
       for (int l = 0; l < L && i0 + l < n; ++l) o[i0 + l] = r[l];
     }
   }

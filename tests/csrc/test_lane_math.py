@@ -1,4 +1,4 @@
-"""exp and tanh on lane blocks of doubles (csrc/include/pysharp/core/lane_math.hpp).
+"""exp, log and tanh on lane blocks of doubles (csrc/include/pysharp/core/lane_math.hpp).
 
 The engine's lane path evaluates them with polynomial kernels instead of <cmath>; here
 they are held to long-double references in units in the last place, on the whole
@@ -57,15 +57,33 @@ def test_exp_within_one_ulp(lo, hi):
         assert (np.abs(got[~normal] - ref[~normal]) <= tiny).all()
 
 
+@needs_long
+@pytest.mark.parametrize("lo, hi", [(0.5, 2.0), (1 - 1e-6, 1 + 1e-6), (1e-300, 1e300)])
+def test_log_within_one_ulp(lo, hi):
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.uniform(lo, hi, 200_000),
+                        np.exp(rng.uniform(np.log(lo), np.log(hi), 200_000)),
+                        [np.sqrt(0.5), np.nextafter(np.sqrt(2.0), 0), np.sqrt(2.0), 5e-324,
+                         2.0 ** -1022, np.nextafter(2.0 ** -1022, 0), 1.7976931348623157e308]])
+    x = x[x != 1.0]  # log 1 = 0 exactly (checked with the special values)
+    err = ulp_error(_core._lane_math("log", x), np.log(x.astype(np.longdouble)))
+    assert err.max() <= 1.0, (err.max(), x[np.argmax(err)])
+
+
 def test_special_values_as_cmath():
-    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-310, 709.78, 709.79,
-                  -745.1, -745.2, 710.0, -1000.0, 1000.0])
-    with np.errstate(over="ignore", under="ignore"):
-        for name, fn in (("exp", np.exp), ("tanh", np.tanh)):
+    finite_args = [5e-324, -5e-324, 1e-310, 709.78, 709.79, -745.1, -745.2, 710.0, -1000.0,
+                   1000.0]
+    cases = {"exp": (np.exp, finite_args), "tanh": (np.tanh, finite_args),
+             "log": (np.log, [-1.0, 1.0, -5e-324])}
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        for name, (fn, more) in cases.items():
+            x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan] + more)
             got, want = _core._lane_math(name, x), fn(x)
             np.testing.assert_array_equal(got, want, err_msg=name)
-            # the sign of zero too
-            np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=name)
+            # the sign of zero and infinity too
+            number = ~np.isnan(want)
+            np.testing.assert_array_equal(np.signbit(got[number]), np.signbit(want[number]),
+                                          err_msg=name)
 
 
 def test_tanh_is_odd_to_the_bit():
@@ -76,13 +94,14 @@ def test_tanh_is_odd_to_the_bit():
 def test_a_value_gets_the_same_bits_in_every_lane():
     """Moving the input by one place moves every value to another lane of its block."""
     x = np.random.default_rng(4).uniform(-3, 3, 1001)
-    for name in ("exp", "tanh"):
-        a = _core._lane_math(name, x)
+    for name in ("exp", "log", "tanh"):
+        a = _core._lane_math(name, np.abs(x) if name == "log" else x)
         for shift in range(1, 8):
-            np.testing.assert_array_equal(_core._lane_math(name, np.r_[np.zeros(shift), x])[shift:],
-                                          a, err_msg=f"{name}, shift {shift}")
+            shifted = np.r_[np.ones(shift), np.abs(x) if name == "log" else x]
+            np.testing.assert_array_equal(_core._lane_math(name, shifted)[shift:], a,
+                                          err_msg=f"{name}, shift {shift}")
 
 
 def test_refuses_other_names():
     with pytest.raises(ValueError, match="name must be"):
-        _core._lane_math("log", np.ones(3))
+        _core._lane_math("sin", np.ones(3))

@@ -1,4 +1,4 @@
-// exp and tanh on lane blocks of doubles, in vector arithmetic. Host only.
+// exp, log and tanh on lane blocks of doubles, in vector arithmetic. Host only.
 //
 // <cmath> has no vector forms, and calling it lane by lane cost the BN two-layer
 // net four fifths of its run time (a tanh per sample, unit and step). These are
@@ -10,7 +10,7 @@
 // compare to a tolerance; see docs/conventions.rst).
 //
 // Accuracy, measured against long-double references by tests/csrc/test_lane_math.py:
-// exp within 1 ulp and tanh within 1.5 ulp, on the whole double range, with NaN,
+// exp and log within 1 ulp and tanh within 1.5 ulp, on the whole double range, with NaN,
 // +-inf, -0 and subnormals handled as <cmath> does.
 //
 // The method. exp: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite: ln2 split in a
@@ -120,6 +120,44 @@ Lanes<double, W> tanh_(const Lanes<double, W>& a) {
   const vec mid = (below_half ? vec{} : vec{} + 1.0) + (below_half ? e : vec{} - 2.0) / (e + 2.0);
   const vec th = ax < 0.375 ? small : mid;
   return Lanes<double, W>((vec)((ivec)th | ((ivec)x & sign_bit)));
+}
+
+}  // namespace pysharp
+
+namespace pysharp {
+
+// log on lane blocks of doubles: x = 2^k m with m in [sqrt(1/2), sqrt(2)) (subnormals
+// scaled into the normal range first) and g = m - 1 (exact). With s = g / (2 + g),
+// |s| <= 0.1716, log m = 2 atanh(s) = g - h + s (h + R), h = g^2 / 2 and R the series
+// 2 s^2 / 3 + 2 s^4 / 5 + ... to s^22 (the first omitted term is below 2^-58 |s|): the
+// leading term g is exact and the rest small. log x = k ln2 + log m, ln2 in two parts,
+// summed smallest first. 0, negatives, inf and NaN as <cmath>.
+template <int W>
+Lanes<double, W> log_(const Lanes<double, W>& a) {
+  using vec = typename Lanes<double, W>::vec;
+  using ivec = decltype(vec{} < vec{});
+  const vec x = a.v;
+  const ivec sub = x < 0x1p-1022;
+  const ivec bits = (ivec)(sub ? x * 0x1p54 : x);
+  ivec k = ((bits >> 52) & 0x7ff) - 1023 - (sub & 54);
+  vec m = (vec)((bits & 0x000fffffffffffff) | 0x3ff0000000000000);  // in [1, 2)
+  const ivec big = m > 0x1.6a09e667f3bcdp0;                          // sqrt(2)
+  m = big ? m * 0.5 : m;
+  k = k - big;  // a mask lane is -1 where set
+  const vec g = m - 1.0;
+  const vec s = g / (2.0 + g);
+  const vec z = s * s;
+  vec q = vec{} + 2.0 / 23;
+  for (int n = 21; n >= 3; n -= 2) q = q * z + 2.0 / n;
+  const vec R = z * q;
+  const vec h = 0.5 * g * g;
+  const vec kd = __builtin_convertvector(k, vec);
+  vec r = kd * detail::kLn2Hi - ((h - (s * (h + R) + kd * detail::kLn2Lo)) - g);
+  const double inf = __builtin_inf();
+  r = x == 0.0 ? vec{} - inf : r;
+  r = x == inf ? vec{} + inf : r;
+  r = x < 0.0 ? vec{} + __builtin_nan("") : r;
+  return Lanes<double, W>(x != x ? x : r);
 }
 
 }  // namespace pysharp

@@ -166,7 +166,7 @@ template <class Real, int W>
   }
 }
 // Elementary functions without a vector instruction: lane by lane through <cmath>,
-// except exp_ and tanh_ on doubles (core/lane_math.hpp, included at the end).
+// except exp_, log_ and tanh_ on doubles (core/lane_math.hpp, included at the end).
 #define PYSHARP_LANEWISE(name, fn)                        \
   template <class Real, int W>                            \
   Lanes<Real, W> name(const Lanes<Real, W>& a) {          \
@@ -352,5 +352,5 @@ inline void scatter_lanes<Lanes<double, 8>>(const Lanes<double, 8>* x, int d,
 
 }  // namespace pysharp
 
-// exp_ and tanh_ on lane blocks of doubles in vector arithmetic.
+// exp_, log_ and tanh_ on lane blocks of doubles in vector arithmetic.
 #include "pysharp/core/lane_math.hpp"
