@@ -16,11 +16,13 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <utility>
 #include <type_traits>
@@ -40,43 +42,58 @@ namespace ffi = ::xla::ffi;
 template <class Real>
 constexpr ffi::DataType kDataType = std::is_same_v<Real, double> ? ffi::F64 : ffi::F32;
 
-// Runs f(first_row, rows) over [0, B) in contiguous chunks of whole lane blocks, one per
-// thread of XLA's intra-op pool (the calling thread takes one), each on one thread: an
-// OpenMP team started inside an XLA program competes for the cores with XLA's own
-// threads, which left a GD loop's kernel at about single-thread speed. The chunks are
-// the kernels' own lane blocks, so the bits are those of one call on the whole batch.
+// Runs f(first_row, rows) over [0, B) in chunks of whole lane blocks, on the calling
+// thread and XLA's intra-op pool together, each chunk on one thread: an OpenMP team
+// started inside an XLA program competes for the cores with XLA's own threads. The caller
+// and num_threads() - 1 pool tasks claim chunks (four per participant) from one counter
+// until none is left. The caller then waits only for the tasks that are running a chunk,
+// never for one that has not started: where the pool's threads are all busy (other
+// custom calls running at the same time), the caller does the whole batch itself instead
+// of waiting on a task that cannot start. A task that starts after the last chunk was
+// claimed finds nothing and returns, touching only the shared counters it holds a
+// reference to. The chunks are whole lane blocks, so the bits are those of one call on
+// the whole batch.
+struct PoolShare {
+  std::atomic<std::int64_t> next{0};  // first row of the next unclaimed chunk
+  std::atomic<int> running{0};        // pool tasks inside their claiming loop
+  std::mutex mu;
+  std::condition_variable idle;
+};
+
+template <class F>
+void claim_chunks(PoolShare& share, std::int64_t B, std::int64_t per, F& f) {
+#ifdef _OPENMP
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);  // this thread's setting only, restored below
+#endif
+  for (std::int64_t first; (first = share.next.fetch_add(per)) < B;)
+    f(first, std::min(per, B - first));
+#ifdef _OPENMP
+  omp_set_num_threads(threads);
+#endif
+}
+
 template <int L, class F>
 void on_pool(ffi::ThreadPool& pool, std::int64_t B, F&& f) {
   const std::int64_t blocks = (B + L - 1) / L;
-  const std::int64_t tasks = std::clamp<std::int64_t>(pool.num_threads(), 1, blocks);
-  const std::int64_t per = (blocks + tasks - 1) / tasks * L;  // rows per chunk
-  auto run = [&](std::int64_t first) {
-#ifdef _OPENMP
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);  // this thread's setting only, restored below
-#endif
-    f(first, std::min(per, B - first));
-#ifdef _OPENMP
-    omp_set_num_threads(threads);
-#endif
-  };
-  std::mutex mu;
-  std::condition_variable done;
-  std::int64_t pending = 0;
-  for (std::int64_t first = per; first < B; first += per) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      ++pending;
-    }
-    pool.Schedule([&, first] {
-      run(first);
-      std::lock_guard<std::mutex> lock(mu);
-      if (--pending == 0) done.notify_one();
+  const std::int64_t helpers = std::clamp<std::int64_t>(pool.num_threads() - 1, 0, blocks - 1);
+  const std::int64_t chunks = std::min<std::int64_t>(blocks, 4 * (helpers + 1));
+  const std::int64_t per = (blocks + chunks - 1) / chunks * L;  // rows per chunk
+  auto share = std::make_shared<PoolShare>();
+  auto* run = &f;  // called only for a chunk claimed before the caller stops waiting
+  for (std::int64_t h = 0; h < helpers; ++h)
+    pool.Schedule([share, run, B, per] {
+      share->running.fetch_add(1);
+      claim_chunks(*share, B, per, *run);
+      {
+        std::lock_guard<std::mutex> lock(share->mu);
+        share->running.fetch_sub(1);
+      }
+      share->idle.notify_one();
     });
-  }
-  run(0);
-  std::unique_lock<std::mutex> lock(mu);
-  done.wait(lock, [&] { return pending == 0; });
+  claim_chunks(*share, B, per, f);
+  std::unique_lock<std::mutex> lock(share->mu);
+  share->idle.wait(lock, [&] { return share->running.load() == 0; });
 }
 
 template <class Model, class Real>
