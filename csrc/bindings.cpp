@@ -168,6 +168,7 @@ py::tuple tridiagonal_top_test_rows(const carray<Real>& d, const carray<Real>& e
 carray<double> lane_math(const std::string& name, const carray<double>& x) {
   require(name == "exp" || name == "log" || name == "tanh",
           "name must be 'exp', 'log' or 'tanh'");
+  const int fn = name == "exp" ? 0 : name == "log" ? 1 : 2;
   constexpr int L = kNativeLanes<double>;
   const py::ssize_t n = x.size();
   carray<double> out(n);
@@ -178,7 +179,7 @@ carray<double> lane_math(const std::string& name, const carray<double>& x) {
     for (py::ssize_t i0 = 0; i0 < n; i0 += L) {
       Lanes<double, L> v(0.0);
       for (int l = 0; l < L && i0 + l < n; ++l) v.set(l, in[i0 + l]);
-      const Lanes<double, L> r = name == "exp" ? exp_(v) : name == "log" ? log_(v) : tanh_(v);
+      const Lanes<double, L> r = fn == 0 ? exp_(v) : fn == 1 ? log_(v) : tanh_(v);
       for (int l = 0; l < L && i0 + l < n; ++l) o[i0 + l] = r[l];
     }
   }

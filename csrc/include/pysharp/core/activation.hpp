@@ -1,5 +1,6 @@
-// Elementary functions (tanh_, exp_, expm1_, log_, log1p_, sin_, cos_) on scalars and jets, and the activations of the
-// models with hidden units. Their lane-block versions are in core/lanes.hpp.
+// Elementary functions (tanh_, exp_, expm1_, log_, log1p_, sin_, cos_) on scalars and
+// jets, and the activations of the models with hidden units. Their lane-block versions
+// are in core/lanes.hpp and core/lane_math.hpp.
 #pragma once
 
 #include "pysharp/core/jet.hpp"
@@ -50,9 +51,10 @@ template <class T, int N>
 PYSHARP_HD Jet<T, N> expm1_(const Jet<T, N>& x) {
   Jet<T, N> y;
   y.c[0] = expm1_(x.c[0]);
+  const T e0 = y.c[0] + T(1);
   for (int k = 1; k <= N; ++k) {
     T acc = T(0);
-    for (int j = 1; j <= k; ++j) acc += T(j) * x.c[j] * (k == j ? y.c[0] + T(1) : y.c[k - j]);
+    for (int j = 1; j <= k; ++j) acc += T(j) * x.c[j] * (j == k ? e0 : y.c[k - j]);
     y.c[k] = acc / T(k);
   }
   return y;

@@ -64,6 +64,21 @@ inline constexpr double kLog2e = 0x1.71547652b82fep0;
 // Adding 1.5 * 2^52 rounds to an integer held in the low mantissa bits.
 inline constexpr double kRoundShift = 0x1.8p52;
 
+// x = k ln2 + r with k the nearest integer to x / ln2 (|r| <= ln2/2), k read from the
+// rounding shift's low mantissa bits and r by Cody-Waite. |x| < 2^19.
+template <class Vec>
+struct Ln2Reduction {
+  decltype(Vec{} < Vec{}) k;
+  Vec r;
+};
+template <class Vec>
+[[gnu::always_inline]] inline Ln2Reduction<Vec> reduce_ln2(Vec x) {
+  using IVec = decltype(Vec{} < Vec{});
+  const Vec t = x * kLog2e + kRoundShift;
+  const Vec kd = t - kRoundShift;
+  return {(IVec)t - (IVec)(Vec{} + kRoundShift), (x - kd * kLn2Hi) - kd * kLn2Lo};
+}
+
 // 2^k for integer-valued k in [-1022, 1023], built in the exponent field.
 template <class Vec, class IVec>
 [[gnu::always_inline]] inline Vec pow2(IVec k) {
@@ -81,10 +96,7 @@ Lanes<double, W> exp_(const Lanes<double, W>& a) {
   // scaling below produce them (NaN fails both tests and is restored at the end).
   vec xc = x < -746.0 ? vec{} - 746.0 : x;
   xc = xc > 710.0 ? vec{} + 710.0 : xc;
-  const vec t = xc * detail::kLog2e + detail::kRoundShift;
-  const vec kd = t - detail::kRoundShift;
-  const ivec k = (ivec)t - (ivec)(vec{} + detail::kRoundShift);  // kd as an integer
-  const vec r = (xc - kd * detail::kLn2Hi) - kd * detail::kLn2Lo;
+  const auto [k, r] = detail::reduce_ln2(xc);
   const vec p = detail::expm1_taylor(r) + 1.0;
   // 2^k = 2^(k/2) 2^(k - k/2): both halves normal for k in [-1076, 1024].
   const ivec k1 = k >> 1;
@@ -107,11 +119,7 @@ Lanes<double, W> tanh_(const Lanes<double, W>& a) {
   for (int i = 12; i >= 0; --i) q = q * z + detail::kTanhTaylor[i];
   const vec small = ax + ax * (z * q);
   // |x| >= 3/8: e / (e + 2), e = expm1(2|x|) = 2^k (e^r - 1) + (2^k - 1), k in [1, 58].
-  const vec y = ax + ax;
-  const vec t = y * detail::kLog2e + detail::kRoundShift;
-  const vec kd = t - detail::kRoundShift;
-  const ivec k = (ivec)t - (ivec)(vec{} + detail::kRoundShift);
-  const vec r = (y - kd * detail::kLn2Hi) - kd * detail::kLn2Lo;
+  const auto [k, r] = detail::reduce_ln2(ax + ax);
   const vec s = detail::pow2<vec>(k);
   const vec e = s * detail::expm1_taylor(r) + (s - 1.0);
   // 1 - 2 / (e + 2) once tanh >= 1/2 (|x| > 0.5493): the subtraction is exact there,
@@ -121,10 +129,6 @@ Lanes<double, W> tanh_(const Lanes<double, W>& a) {
   const vec th = ax < 0.375 ? small : mid;
   return Lanes<double, W>((vec)((ivec)th | ((ivec)x & sign_bit)));
 }
-
-}  // namespace pysharp
-
-namespace pysharp {
 
 // log on lane blocks of doubles: x = 2^k m with m in [sqrt(1/2), sqrt(2)) (subnormals
 // scaled into the normal range first) and g = m - 1 (exact). With s = g / (2 + g),
