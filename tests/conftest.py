@@ -18,8 +18,10 @@ boundary input whose verdict the documented contract fixes), not "some witness e
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import tempfile
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -214,3 +216,19 @@ def rel_err(a, b) -> float:
 
 def tol(dtype, f64: float = 1e-12, f32: float = 1e-4) -> float:
     return f64 if np.dtype(dtype) == np.float64 else f32
+
+
+#: The example models' headers and reference modules (examples/models/).
+EXAMPLE_MODELS = Path(__file__).resolve().parents[1] / "examples" / "models"
+
+
+def example_module(name: str):
+    """examples/models/<name>.py, imported (its reference losses and synthetic data);
+    the calling test is skipped where examples/ is not next to the tests."""
+    path = EXAMPLE_MODELS / f"{name}.py"
+    if not path.is_file():
+        pytest.skip("examples/ not next to the tests")
+    spec = importlib.util.spec_from_file_location(f"{name}_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

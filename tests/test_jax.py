@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import EXAMPLE_MODELS, example_module
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -14,8 +14,6 @@ jax.config.update("jax_enable_x64", True)
 
 import pysharp as ps  # noqa: E402
 import pysharp.jax as psj  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module", autouse=True, params=["ffi", "direct"])
@@ -224,13 +222,9 @@ def test_toy3d():
 
 
 def test_loaded_model():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "phase_retrieval", ROOT / "examples" / "models" / "phase_retrieval.py")
-    pr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pr)
+    pr = example_module("phase_retrieval")
     X, y = pr.synthetic()
-    model = ps.load_model(ROOT / "examples" / "models" / "phase_retrieval.hpp", X=X, y=y, c=1.0)
+    model = ps.load_model(EXAMPLE_MODELS / "phase_retrieval.hpp", X=X, y=y, c=1.0)
     w = jnp.asarray(model.random_point(seed=2))
 
     def ref(w):

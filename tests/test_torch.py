@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import EXAMPLE_MODELS, example_module
 
 torch = pytest.importorskip("torch")
 
 import pysharp as ps  # noqa: E402
 import pysharp.torch as pst  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 OPS = ("loss_and_grad", "hvp", "third", "hessian")
 # torch's first forward-mode call in a process imports torch._decomp.decompositions_for_jvp,
 # which calls the deprecated torch.jit.script: a warning of torch's own, not of pysharp's
@@ -392,13 +391,9 @@ def test_input_errors(model):
 
 @FORWARD_AD
 def test_loaded_model():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "phase_retrieval", ROOT / "examples" / "models" / "phase_retrieval.py")
-    pr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pr)
+    pr = example_module("phase_retrieval")
     X, y = pr.synthetic()
-    model = ps.load_model(ROOT / "examples" / "models" / "phase_retrieval.hpp", X=X, y=y, c=1.0)
+    model = ps.load_model(EXAMPLE_MODELS / "phase_retrieval.hpp", X=X, y=y, c=1.0)
     w = torch.tensor(model.random_point(seed=2))
     x1, x2 = w.clone().requires_grad_(), w.clone().requires_grad_()
     pst.loss(model, x1).backward()

@@ -8,17 +8,15 @@ are compiled into a cache of this module's own unless PYSHARP_CACHE_DIR is set.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import example_module
 
 import pysharp as ps
 from pysharp.models import BNTwoLayerNet, CheckReport, Toy3D, check
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "models" / "phase_retrieval.py"
 
 QUADRATIC = """\
 // Not scale-invariant: L(w) = (c / 2) ||w||^2 on R^3.
@@ -58,12 +56,7 @@ def model_cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def pr():
     """The example's reference module (examples/models/phase_retrieval.py)."""
-    if not EXAMPLE.is_file():
-        pytest.skip("examples/ not next to the tests")
-    spec = importlib.util.spec_from_file_location("phase_retrieval_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return example_module("phase_retrieval")
 
 
 @pytest.fixture(scope="module")
