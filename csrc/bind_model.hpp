@@ -49,6 +49,26 @@ std::int64_t checked_batch(const Core& core, const py::array& W, const char* nam
   return W.shape(0);
 }
 
+// A run's hyperparameters from {name: (B,) array}: exactly the fields `method` reads
+// (kMethodHyper), each with one entry per trajectory; `held` keeps the arrays alive.
+template <class Real>
+Hyperparameters<Real> hyperparameters_from(const py::dict& d, Method method, std::int64_t B,
+                                           std::array<carray<Real>, kHyperparameterCount>& held) {
+  const int m = static_cast<int>(method);
+  Fields f(d, std::string("the hyperparameters of method ") + kMethodNames[m]);
+  Hyperparameters<Real> h;
+  for (int i = 0; i < kHyperparameterCount; ++i) {
+    if (!(kMethodHyper[m] & (1u << i))) continue;
+    const char* name = kHyperparameterNames[i];
+    held[i] = f.get<carray<Real>>(name);
+    require(held[i].ndim() == 1 && held[i].size() == B,
+            std::string(name) + " must have one entry per trajectory");
+    h.field(i) = held[i].data();
+  }
+  f.done();
+  return h;
+}
+
 // The host arrays a `run` returns, and the BatchRecords that write them.
 template <class Real>
 struct RunOutputs {
@@ -200,23 +220,25 @@ void bind_engine(py::class_<Core>& cls) {
       "iterations (B,), converged (B,), ok (B,))");
   cls.def(
       "run",
-      [](const Core& c, const carray<Real>& W0, const carray<Real>& lr, const carray<Real>& wd,
-         const py::dict& config, long long offset) {
+      [](const Core& c, const carray<Real>& W0, const py::dict& hyper, const py::dict& config,
+         long long offset) {
         const std::int64_t B = checked_batch(c, W0, "w0");
         const int D = c.model.dim();
-        require(lr.size() == B && wd.size() == B, "lr and wd must have one entry per trajectory");
         require(offset >= 0, "offset must be >= 0");
         bool reduced = false;
         const EngineConfig cfg = engine_config_from(config, D, has_reduced<Core>::value, &reduced);
+        std::array<carray<Real>, kHyperparameterCount> held;  // alive until the run ends
+        const Hyperparameters<Real> h = hyperparameters_from(hyper, cfg.method, B, held);
         RunOutputs<Real> out(B, D, n_groups(c.model), cfg);
         {
           py::gil_scoped_release nogil;
-          Exec::run(c, cfg, reduced, W0.data(), lr.data(), wd.data(), B, offset, out);
+          Exec::run(c, cfg, reduced, W0.data(), h, B, offset, out);
         }
         return out.to_dict();
       },
-      py::arg("w0"), py::arg("lr"), py::arg("wd"), py::arg("config"), py::arg("offset") = 0,
-      "(B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records");
+      py::arg("w0"), py::arg("hyper"), py::arg("config"), py::arg("offset") = 0,
+      "(B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first "
+      "trajectory index -> dict of records");
 }
 
 template <class Exec, class Core, class Real>

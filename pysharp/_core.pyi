@@ -94,13 +94,12 @@ class BNLinearRegression_f64:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def third(
         self,
@@ -172,13 +171,12 @@ class BNMatrixCompletion_f64:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def test_loss(
         self,
@@ -256,13 +254,12 @@ class BNTwoLayerNet_f64:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def third(
         self,
@@ -325,13 +322,12 @@ class Toy3D_f64:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def third(
         self,
@@ -403,13 +399,12 @@ class BNLinearRegression_f32:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def third(
         self,
@@ -481,13 +476,12 @@ class BNMatrixCompletion_f32:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def test_loss(
         self,
@@ -565,13 +559,12 @@ class BNTwoLayerNet_f32:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def third(
         self,
@@ -634,13 +627,12 @@ class Toy3D_f32:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def third(
         self,

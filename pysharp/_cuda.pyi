@@ -2,9 +2,8 @@
 pysharp CUDA kernels, with the interface of pysharp._core (see pysharp.backends).
 """
 
-# Generated from the built module (PYSHARP_CUDA=ON) by pybind11-stubgen, then `ruff format`;
-# regenerate after changing csrc/cuda/module.cu or csrc/bind_model.hpp (docs/architecture.rst,
-# "Type stubs").
+# Generated from the built module by pybind11-stubgen, then `ruff format`: do not edit.
+# Regenerate after changing the bindings: python tools/stubs.py (--check in CI).
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ class BNLinearRegression_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -82,238 +80,12 @@ class BNLinearRegression_f64:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
-        """
-    def third(
-        self,
-        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
-        """
-        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
-        """
-    @property
-    def dim(self) -> int: ...
-    @property
-    def model_address(self) -> int:
-        """
-        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
-        """
-
-class BNMatrixCompletion_f64:
-    def __init__(
-        self,
-        rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
-        cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
-        u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        scale: typing.SupportsFloat | typing.SupportsIndex,
-        m1: typing.SupportsInt | typing.SupportsIndex,
-        m2: typing.SupportsInt | typing.SupportsIndex,
-        rank: typing.SupportsInt | typing.SupportsIndex,
-    ) -> None: ...
-    def hessian(
-        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
-    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
-        """
-        (B, D) -> (H (B, D, D), ok (B,))
-        """
-    def hvp(
-        self,
-        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
-        """
-        (B, D), (B, D) -> (H v (B, D), ok (B,))
-        """
-    def lanczos(
-        self,
-        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        options: dict,
-        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
-    ) -> tuple[
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.int32],
-        numpy.typing.NDArray[numpy.uint8],
-        numpy.typing.NDArray[numpy.uint8],
-    ]:
-        """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
-        """
-    def loss_grad(
-        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
-    ) -> tuple[
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.uint8],
-    ]:
-        """
-        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
-        """
-    def run(
-        self,
-        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        config: dict,
-        offset: typing.SupportsInt | typing.SupportsIndex = 0,
-    ) -> dict:
-        """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
-        """
-    def third(
-        self,
-        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
-        """
-        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
-        """
-    @property
-    def dim(self) -> int: ...
-    @property
-    def model_address(self) -> int:
-        """
-        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
-        """
-
-class BNTwoLayerNet_f64:
-    def __init__(
-        self,
-        Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        y: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        width: typing.SupportsInt | typing.SupportsIndex,
-        activation: typing.SupportsInt | typing.SupportsIndex,
-    ) -> None: ...
-    def hessian(
-        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
-    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
-        """
-        (B, D) -> (H (B, D, D), ok (B,))
-        """
-    def hvp(
-        self,
-        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
-        """
-        (B, D), (B, D) -> (H v (B, D), ok (B,))
-        """
-    def lanczos(
-        self,
-        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        options: dict,
-        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
-    ) -> tuple[
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.int32],
-        numpy.typing.NDArray[numpy.uint8],
-        numpy.typing.NDArray[numpy.uint8],
-    ]:
-        """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
-        """
-    def loss_grad(
-        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
-    ) -> tuple[
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.uint8],
-    ]:
-        """
-        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
-        """
-    def run(
-        self,
-        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        config: dict,
-        offset: typing.SupportsInt | typing.SupportsIndex = 0,
-    ) -> dict:
-        """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
-        """
-    def third(
-        self,
-        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
-        """
-        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
-        """
-    @property
-    def dim(self) -> int: ...
-    @property
-    def model_address(self) -> int:
-        """
-        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
-        """
-
-class Toy3D_f64:
-    def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
-    def hessian(
-        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
-    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
-        """
-        (B, D) -> (H (B, D, D), ok (B,))
-        """
-    def hvp(
-        self,
-        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
-        """
-        (B, D), (B, D) -> (H v (B, D), ok (B,))
-        """
-    def lanczos(
-        self,
-        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        options: dict,
-        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
-    ) -> tuple[
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.int32],
-        numpy.typing.NDArray[numpy.uint8],
-        numpy.typing.NDArray[numpy.uint8],
-    ]:
-        """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
-        """
-    def loss_grad(
-        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
-    ) -> tuple[
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.float64],
-        numpy.typing.NDArray[numpy.uint8],
-    ]:
-        """
-        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
-        """
-    def run(
-        self,
-        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
-        config: dict,
-        offset: typing.SupportsInt | typing.SupportsIndex = 0,
-    ) -> dict:
-        """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def third(
         self,
@@ -370,8 +142,7 @@ class BNLinearRegression_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -386,19 +157,95 @@ class BNLinearRegression_f32:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def third(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
     ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
+
+class BNMatrixCompletion_f64:
+    def __init__(
+        self,
+        rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        scale: typing.SupportsFloat | typing.SupportsIndex,
+        m1: typing.SupportsInt | typing.SupportsIndex,
+        m2: typing.SupportsInt | typing.SupportsIndex,
+        rank: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        hyper: dict,
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
+        """
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
         """
         (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
         """
@@ -449,8 +296,7 @@ class BNMatrixCompletion_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -465,19 +311,92 @@ class BNMatrixCompletion_f32:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def third(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
     ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
+
+class BNTwoLayerNet_f64:
+    def __init__(
+        self,
+        Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        y: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        width: typing.SupportsInt | typing.SupportsIndex,
+        activation: typing.SupportsInt | typing.SupportsIndex,
+    ) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        hyper: dict,
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
+        """
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
         """
         (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
         """
@@ -525,8 +444,7 @@ class BNTwoLayerNet_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -541,19 +459,86 @@ class BNTwoLayerNet_f32:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def third(
         self,
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
     ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def dim(self) -> int: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
+
+class Toy3D_f64:
+    def __init__(self, c: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        hyper: dict,
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
+        """
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
         """
         (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
         """
@@ -595,8 +580,7 @@ class Toy3D_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k),
-        iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -611,13 +595,12 @@ class Toy3D_f32:
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
-        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        hyper: dict,
         config: dict,
         offset: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> dict:
         """
-        (B, D), (B,), (B,), EngineConfig dict, first trajectory index -> dict of records
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
         """
     def third(
         self,

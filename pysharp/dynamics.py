@@ -6,14 +6,16 @@ call into C++; Python only validates the inputs and labels the regimes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._backends import BACKENDS, resolve
 from ._engine import EngineConfig, LanczosOptions, Method
 from ._engine.hyper import broadcast_batch, per_trajectory
-from ._engine.methods import METHODS, method_spec
+from ._engine.methods import HYPERPARAMETERS, METHODS, method_spec
 from ._engine.validation import as_positive_int, as_real, check_nonzero_rows
 from .models import ScaleInvariantModel
 from .models._kinds import require_scale_invariant
@@ -49,6 +51,9 @@ class Trajectory:
     ``top_eigenvalues`` (sharpness records, B, k) at ``sharpness_steps`` with
     ``top_k = k >= 2``: the k largest eigenvalues of H(theta_t), descending
     (column 0 is the sharpness, from a separate solve); else None.
+    ``hyper`` holds the method's hyperparameters by name, each (B,) (a scalar for an
+    unbatched run); ``lr`` and ``wd`` are GD+WD's (pgd_adaptive: of the run it follows),
+    and for a method on the sphere without them, ``lr`` is its ``eta`` and ``wd`` 0.
     """
 
     w: np.ndarray
@@ -74,6 +79,7 @@ class Trajectory:
     eos_tol: float
     group_norm2: np.ndarray | None = None
     top_eigenvalues: np.ndarray | None = None
+    hyper: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
     @property
@@ -99,7 +105,8 @@ def first_eos_step(regime: np.ndarray, sharpness_steps: np.ndarray) -> np.ndarra
     return first.astype(np.int64)
 
 
-def run_method(model: ScaleInvariantModel, w0, lr, wd, steps: int, *, method: str,
+def run_method(model: ScaleInvariantModel, w0, hyper: Mapping[str, ArrayLike], steps: int, *,
+               method: str,
                record_every: int | None = None, sharpness_every: int | None = None,
                theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
                backend: str = "auto", eos_tol: float = 0.05, lanczos_tol: float = 1e-10,
@@ -108,13 +115,18 @@ def run_method(model: ScaleInvariantModel, w0, lr, wd, steps: int, *, method: st
                qr_kappa: float = 0.0, top_k: int = 1) -> Trajectory:
     """One batch of the engine's ``method`` (a row of ``pysharp._engine.methods.METHODS``).
 
-    The table-driven entry under every ``run_*`` function and ``pysharp.sweep``: ``lr`` and
-    ``wd`` are the engine's two per-trajectory hyperparameters, meaning what the method's
-    ``MethodSpec.hyper`` says (e.g. eta_0 and c for Quasi-RMSprop). Prefer the public
-    ``run_*`` functions, which take each method's hyperparameters by their own names;
-    the other arguments are theirs (see :func:`run_gd_wd`).
+    The table-driven entry under every ``run_*`` function and ``pysharp.sweep``. ``hyper``
+    gives exactly the hyperparameters the method's ``MethodSpec.hyper`` names (see
+    ``HYPERPARAMETERS``), each a scalar or (B,): ``{"lr": ..., "wd": ...}`` for GD+WD,
+    ``{"eta": ...}`` for projected GD, ``{"eta": ..., "c": ...}`` for Quasi-RMSprop. Prefer
+    the public ``run_*`` functions, which take them as arguments; the other arguments are
+    theirs (see :func:`run_gd_wd`).
     """
     spec = method_spec(method)
+    if not isinstance(hyper, Mapping) or set(hyper) != set(spec.hyper):
+        got = sorted(hyper) if isinstance(hyper, Mapping) else type(hyper).__name__
+        raise ValueError(f"method {method!r} takes the hyperparameters {list(spec.hyper)}, "
+                         f"got {got}")
     require_scale_invariant(model, spec.runner,
                             "use pysharp.run_sgd (batch = n for full-batch GD)")
     backend = resolve(backend, w0, trajectories=True)
@@ -135,9 +147,10 @@ def run_method(model: ScaleInvariantModel, w0, lr, wd, steps: int, *, method: st
     lanczos_tol = as_real(lanczos_tol, "lanczos_tol", minimum=0.0, strict=True)
     if dtype is not None and np.dtype(dtype) not in (np.float32, np.float64):
         raise TypeError(f"dtype must be float32 or float64, got {dtype}")
-    lr_a = per_trajectory(lr, "lr", positive=True)
-    wd_a = per_trajectory(wd, "wd")
-    W0, hyper, single = broadcast_batch(w0, model.dim, dtype, lr=lr_a, wd=wd_a)
+    values = {name: per_trajectory(hyper[name], name,
+                                   positive=HYPERPARAMETERS[name][1] == "> 0")
+              for name in spec.hyper}
+    W0, hyper, single = broadcast_batch(w0, model.dim, dtype, **values)
     check_nonzero_rows(W0, "w0")
     if spec.on_sphere:
         # Rows first scaled by powers of two: a norm that over- or underflows
@@ -162,8 +175,7 @@ def run_method(model: ScaleInvariantModel, w0, lr, wd, steps: int, *, method: st
         top_k=top_k if top_k > 1 else 0,
         lanczos=LanczosOptions.for_dim(model.dim, 1, lanczos_max_iter, tol=lanczos_tol,
                                        seed=seed, name="lanczos_max_iter"))
-    raw = model._core(W0.dtype, backend).run(W0, hyper["lr"], hyper["wd"], config.to_core(),
-                                             first_trajectory)
+    raw = model._core(W0.dtype, backend).run(W0, hyper, config.to_core(), first_trajectory)
 
     sharpness_steps = np.arange(0, steps + 1, sharpness_every) if sharpness_every else \
         np.zeros(0, dtype=np.int64)
@@ -179,7 +191,8 @@ def run_method(model: ScaleInvariantModel, w0, lr, wd, steps: int, *, method: st
         theta_steps=np.arange(0, steps + 1, theta_every) if theta_every else
         np.zeros(0, dtype=np.int64),
         theta=raw["theta"] if theta_every else None,
-        lr=hyper["lr"], wd=hyper["wd"], method=method, eos_tol=eos_tol,
+        lr=hyper.get("lr", hyper.get("eta")), wd=hyper.get("wd", np.zeros_like(W0[:, 0])),
+        hyper=hyper, method=method, eos_tol=eos_tol,
         group_norm2=raw.get("group_norm2"), top_eigenvalues=raw.get("top_eigenvalues"),
         meta={"model": type(model).__name__, "jitter": jitter, "seed": seed, "dtype": str(W0.dtype),
               "reduced": reduced, "backend": backend},
@@ -195,6 +208,7 @@ def run_method(model: ScaleInvariantModel, w0, lr, wd, steps: int, *, method: st
                 setattr(traj, name, getattr(traj, name)[:, 0])
         for name in ("eos_entry_step", "diverged", "diverged_step", "lr", "wd"):
             setattr(traj, name, getattr(traj, name)[0])
+        traj.hyper = {k: v[0] for k, v in traj.hyper.items()}
     return traj
 
 
@@ -339,7 +353,8 @@ def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
     >>> ps.run_gd_wd(model, w0, [0.1, 0.5], 2e-4, 20_000, sharpness_every=500).eos_entry_step
     array([   -1, 18500])
     """
-    return run_method(model, w0, lr, wd, steps, method="gd_wd", record_every=record_every,
+    return run_method(model, w0, {"lr": lr, "wd": wd}, steps, method="gd_wd",
+                      record_every=record_every,
                       sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
                       seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
                       lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
@@ -381,6 +396,7 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
     """
     if (lr is None) != (wd is None):
         raise ValueError("give both lr and wd (adaptive effective LR) or neither (constant)")
+    per_trajectory(eff_lr, "eff_lr", positive=True)  # refused by the name the caller used
     if scheduler is not None:
         if lr is not None:
             raise ValueError("give lr and wd (GD+WD's scheduler) or scheduler, not both")
@@ -391,7 +407,8 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
             raise ValueError(f"scheduler.beta must be < 1, got {beta}")
         kappa = as_real(scheduler.kappa, "scheduler.kappa", minimum=0.0)
         per_trajectory(scheduler.lr, "scheduler.lr", positive=True)
-        tr = run_method(model, theta0, eff_lr, scheduler.c, steps, method="pgd_quasi_rmsprop",
+        tr = run_method(model, theta0, {"eta": eff_lr, "c": scheduler.c}, steps,
+                        method="pgd_quasi_rmsprop",
                         record_every=record_every, sharpness_every=sharpness_every,
                         theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
                         backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
@@ -401,24 +418,14 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
         tr.meta["flow_time_per_step"] = scheduler.flow_time_per_step
         return tr
     if lr is None:
-        return run_method(model, theta0, eff_lr, 0.0, steps, method="pgd",
+        return run_method(model, theta0, {"eta": eff_lr}, steps, method="pgd",
                           record_every=record_every, sharpness_every=sharpness_every,
                           theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
                           backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
                           lanczos_max_iter=lanczos_max_iter, first_trajectory=first_trajectory,
                           top_k=top_k)
-    # The engine's pgd_adaptive takes eta_0 through its lr slot and lr * wd
-    # through the decay factor: pass lr' = eta_0 and wd' = lr wd / eta_0.
-    eta0 = per_trajectory(eff_lr, "eff_lr", positive=True)
-    lr_a = per_trajectory(lr, "lr", positive=True)
-    wd_a = per_trajectory(wd, "wd")
-    try:
-        np.broadcast_shapes(eta0.shape, lr_a.shape, wd_a.shape)
-    except ValueError:
-        raise ValueError("eff_lr, lr and wd must have equal lengths (or be scalars)") from None
-    if np.any(np.multiply(lr_a, wd_a) >= 1):
-        raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
-    return run_method(model, theta0, eta0, lr_a * wd_a / eta0, steps, method="pgd_adaptive",
+    return run_method(model, theta0, {"eta": eff_lr, "lr": lr, "wd": wd}, steps,
+                      method="pgd_adaptive",
                       record_every=record_every, sharpness_every=sharpness_every,
                       theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
                       backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
@@ -453,7 +460,8 @@ def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
     if beta >= 1:
         raise ValueError(f"beta must be < 1, got {beta}")
     eps = as_real(eps, "eps", minimum=0.0)
-    return run_method(model, w0, lr, wd, steps, method="scalar_rmsprop", record_every=record_every,
+    return run_method(model, w0, {"lr": lr, "wd": wd}, steps, method="scalar_rmsprop",
+                      record_every=record_every,
                       sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
                       seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
                       lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,

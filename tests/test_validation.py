@@ -738,7 +738,8 @@ def test_engine_interface_is_typed_and_read_by_field_name():
     lr = np.array([0.1])
     wd = np.array([1e-3])
     good = EngineConfig(Method.GD_WD, steps=5, lanczos=LanczosOptions(max_iter=3, min_iter=3))
-    out = core.run(W, lr, wd, good.to_core())
+    hyper = {"lr": lr, "wd": wd}
+    out = core.run(W, hyper, good.to_core())
     ref = ps.run_gd_wd(model, W[0], 0.1, 1e-3, 5, record_every=1, sharpness_every=0)
     np.testing.assert_array_equal(out["w"][0], ref.w)
     for broken, message in [
@@ -749,7 +750,19 @@ def test_engine_interface_is_typed_and_read_by_field_name():
          "k = 1"),
     ]:
         with pytest.raises(ValueError, match=message):
-            core.run(W, lr, wd, broken)
+            core.run(W, hyper, broken)
+    # the hyperparameters by name: exactly those the method reads, one entry per trajectory
+    for broken, message in [
+        ({"lr": lr}, "lacks the field 'wd'"),
+        ({**hyper, "c": lr}, "unknown field 'c'"),
+        ({"eta": lr, "wd": wd}, "lacks the field 'lr'"),
+        ({"lr": lr, "wd": np.array([1e-3, 1e-3])}, "wd must have one entry per trajectory"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            core.run(W, broken, good.to_core())
+    pgd = EngineConfig(Method.PGD, steps=5, lanczos=LanczosOptions(max_iter=3, min_iter=3))
+    with pytest.raises(ValueError, match="of method pgd has an unknown field 'lr'"):
+        core.run(W, {"eta": lr, "lr": lr}, pgd.to_core())
     with pytest.raises(ValueError, match="unknown method 'sgd_wd'"):
         Method.named("sgd_wd")
     with pytest.raises(ValueError, match="lanczos_max_iter must be in"):

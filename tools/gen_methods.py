@@ -28,7 +28,7 @@ def _table():
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up while the class is made
     spec.loader.exec_module(mod)
-    return mod.METHODS
+    return mod.METHODS, mod.HYPERPARAMETERS
 
 
 def _predicate(name: str, doc: str, methods) -> str:
@@ -40,7 +40,20 @@ def _predicate(name: str, doc: str, methods) -> str:
 
 def generate() -> str:
     """The header's text for the current table."""
-    methods = list(_table().values())
+    table, hyper = _table()
+    methods = list(table.values())
+    for m in methods:
+        if unknown := set(m.hyper) - set(hyper):
+            raise SystemExit(f"{TABLE}: method {m.name} reads unknown hyperparameters {unknown}")
+    fields = "\n".join(f"  const Real* {h} = nullptr;  // {meaning} ({bound})"
+                       for h, (meaning, bound) in hyper.items())
+    bits = "\n".join(f"  kHyper_{h} = 1u << {i}," for i, h in enumerate(hyper))
+    names_h = list(hyper)
+    cases = "".join(f"\n      case {i}: return {h};" for i, h in enumerate(names_h[:-1]))
+    cases += f"\n      default: return {names_h[-1]};"
+    hyper_names = "".join(f'\n    "{h}",' for h in hyper)
+    reads = "".join(f"\n    {' | '.join(f'kHyper_{h}' for h in m.hyper)},  // {m.name}"
+                    for m in methods)
     width = max(len(f"{m.name} = {m.code},") for m in methods)
     enum = "\n".join(f"  {f'{m.name} = {m.code},':<{width}}  // {m.rule}" for m in methods)
     names = "".join(f'\n    "{m.name}",' for m in methods)
@@ -66,7 +79,40 @@ inline constexpr int kMethodCount = {len(methods)};
 inline constexpr const char* kMethodNames[kMethodCount] = {{{names}
 }};
 
-{_predicate("method_on_sphere", "Iterates stay on the unit sphere; lr is the effective LR.",
+// A batch's per-trajectory hyperparameters, each (B,) or null where the method does not
+// read it (HYPERPARAMETERS in the table). Each method reads the fields its row names, never
+// one borrowed for another meaning.
+template <class Real>
+struct Hyperparameters {{
+{fields}
+
+  // Field i, named kHyperparameterNames[i].
+  PYSHARP_HD const Real*& field(int i) {{
+    switch (i) {{{cases}
+    }}
+  }}
+
+  // The same fields from trajectory `first` on.
+  PYSHARP_HD Hyperparameters from(long long first) const {{
+    Hyperparameters h = *this;
+    for (int i = 0; i < {len(hyper)}; ++i)
+      if (h.field(i)) h.field(i) += first;
+    return h;
+  }}
+}};
+
+// Field bits and names, in field order; kMethodHyper[m]: the fields method m reads.
+enum HyperparameterBit : unsigned {{
+{bits}
+}};
+inline constexpr int kHyperparameterCount = {len(hyper)};
+inline constexpr const char* kHyperparameterNames[kHyperparameterCount] = {{{hyper_names}
+}};
+inline constexpr unsigned kMethodHyper[kMethodCount] = {{{reads}
+}};
+
+{_predicate("method_on_sphere",
+            "Iterates stay on the unit sphere; the step size is eta, the effective LR.",
             [m for m in methods if m.on_sphere])}
 {_predicate("method_has_reduced",
             "BN linear regression's exact reduced update exists for the method.",

@@ -41,16 +41,16 @@ struct CpuExec {
   }
   template <class Core, class Real>
   static void run(const Core& c, const EngineConfig& cfg, bool reduced, const Real* W0,
-                  const Real* lr, const Real* wd, std::int64_t B, long long offset,
+                  const Hyperparameters<Real>& h, std::int64_t B, long long offset,
                   RunOutputs<Real>& out) {
     const BatchRecords<Real> rec = out.host_records();
     if constexpr (has_reduced<Core>::value) {
       if (reduced) {
-        cpu::run_batch_spectral(c.model, c.spectral, cfg, W0, lr, wd, B, offset, rec);
+        cpu::run_batch_spectral(c.model, c.spectral, cfg, W0, h, B, offset, rec);
         return;
       }
     }
-    cpu::run_batch(c.model, cfg, W0, lr, wd, B, offset, rec);
+    cpu::run_batch(c.model, cfg, W0, h, B, offset, rec);
   }
 };
 

@@ -15,11 +15,11 @@
 namespace pysharp::cpu {
 
 // Runs B trajectories; trajectory b uses global index offset + b for its
-// random streams and hyperparameters lr[b], wd[b]. make_state(w0, scratch)
+// random streams and its hyperparameters at index b of h. make_state(w0, scratch)
 // builds the trajectory's state in state_reals of scratch.
 template <class Model, class Real, class MakeState>
-void run_batch_with(const Model& m, const EngineConfig& c, const Real* W0, const Real* lr,
-                    const Real* wd, long long B, long long offset,
+void run_batch_with(const Model& m, const EngineConfig& c, const Real* W0,
+                    const Hyperparameters<Real>& h, long long B, long long offset,
                     const BatchRecords<Real>& out, long long state_reals,
                     MakeState&& make_state) {
   const int D = m.dim();
@@ -32,7 +32,7 @@ void run_batch_with(const Model& m, const EngineConfig& c, const Real* W0, const
 #pragma omp for schedule(dynamic, 4)
     for (long long b = 0; b < B; ++b) {
       auto state = make_state(W0 + b * D, state_scratch.data());
-      run_trajectory(m, c, offset + b, state, lr[b], wd[b], out.row(b, B, D),
+      run_trajectory(m, c, offset + b, state, h.from(b), out.row(b, B, D),
                      scratch.data(), jets.data());
     }
   }
@@ -57,8 +57,9 @@ int interleaved_blocks(const Model& m, long long blocks) {
 // padded), never on a scalar path, so its bits do not depend on B, its
 // position, the chunking or the thread count.
 template <class Model, class Real>
-void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real* lr,
-               const Real* wd, long long B, long long offset, const BatchRecords<Real>& out) {
+void run_batch(const Model& m, const EngineConfig& c, const Real* W0,
+               const Hyperparameters<Real>& h, long long B, long long offset,
+               const BatchRecords<Real>& out) {
   constexpr int W = kNativeLanes<Real>;
   using V = Lanes<Real, W>;
   using State = FullSpaceState<Model, V>;
@@ -98,7 +99,7 @@ void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real
         const int j = static_cast<int>(runners.size());
         gather_rows(W0, D, src, lanes, w0.data());  // padding lanes repeat the first
         states.emplace_back(m, w0.data(), state_scratch.data() + j * State::scratch_size(m));
-        runners.emplace_back(m, c, lanes, traj, states.back(), lr + first, wd + first, rows,
+        runners.emplace_back(m, c, lanes, traj, states.back(), h.from(first), rows,
                              scratch.data() + j * reals, jets.data(), lane_scratch.data(),
                              lane_jets.data());
       }
@@ -117,11 +118,11 @@ void run_batch(const Model& m, const EngineConfig& c, const Real* W0, const Real
 // trajectory-steps/s). Each lane's arithmetic is the same whatever kLanes.
 template <class Real>
 void run_batch_spectral(const BNLinearRegression<Real>& m, const BNLinRegSpectral<Real>& sp,
-                        const EngineConfig& c, const Real* W0, const Real* lr, const Real* wd,
+                        const EngineConfig& c, const Real* W0, const Hyperparameters<Real>& h,
                         long long B, long long offset, const BatchRecords<Real>& out) {
   using State = SpectralState<Real>;
   if (c.method != Method::gd_wd) {
-    run_batch_with(m, c, W0, lr, wd, B, offset, out, State::scratch_size(sp),
+    run_batch_with(m, c, W0, h, B, offset, out, State::scratch_size(sp),
                    [&sp](const Real* w0, Real* scratch) { return State(sp, w0, scratch); });
     return;
   }
@@ -148,12 +149,12 @@ void run_batch_spectral(const BNLinearRegression<Real>& m, const BNLinRegSpectra
         // Padding lanes repeat the block's first trajectory and are never read back.
         const long long j = first + (l < lanes ? l : 0);
         states.emplace_back(sp, W0 + j * D, state_scratch.data() + l * State::scratch_size(sp));
-        decay[l] = Real(1) - lr[j] * wd[j];
-        rate[l] = lr[j];
+        decay[l] = Real(1) - h.lr[j] * h.wd[j];
+        rate[l] = h.lr[j];
         alive[l] = l < lanes;
       }
       for (int l = 0; l < lanes; ++l)
-        runners.emplace_back(m, c, offset + first + l, states[l], lr[first + l], wd[first + l],
+        runners.emplace_back(m, c, offset + first + l, states[l], h.from(first + l),
                              out.row(first + l, B, D),
                              scratch.data() + l * trajectory_scratch_reals(D, c), jets.data());
       auto gather = [&](Real* dst, Real* cdst) {

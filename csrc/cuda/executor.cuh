@@ -239,7 +239,7 @@ struct CudaExec {
 
   template <class Core, class Real>
   static void run(const Core& c, const EngineConfig& cfg, bool reduced, const Real* W0,
-                  const Real* lr, const Real* wd, long long B, long long offset,
+                  const Hyperparameters<Real>& h, long long B, long long offset,
                   module::RunOutputs<Real>& out) {
     const int D = c.model.dim();
     // A device mirror of every output array; empty ones (not asked for) stay null.
@@ -252,7 +252,16 @@ struct CudaExec {
       dev[i] = arrays[i]->size() ? mirror.back().get() : nullptr;
     }
     const BatchRecords<Real> rec = out.records(dev);
-    DeviceBuffer<Real> dW0(W0, B * D), dlr(lr, B), dwd(wd, B);
+    DeviceBuffer<Real> dW0(W0, B * D);
+    // The fields the method reads, each on the device; the others stay null.
+    Hyperparameters<Real> host = h, dh;
+    std::vector<DeviceBuffer<Real>> dh_buffers;
+    dh_buffers.reserve(kHyperparameterCount);
+    for (int i = 0; i < kHyperparameterCount; ++i) {
+      if (!host.field(i)) continue;
+      dh_buffers.emplace_back(host.field(i), B);
+      dh.field(i) = dh_buffers.back().get();
+    }
     constexpr bool can_reduce = module::has_reduced<Core>::value;
     long long state_reals =
         FullSpaceState<std::decay_t<decltype(c.model)>, Real>::scratch_size(c.model);
@@ -270,14 +279,14 @@ struct CudaExec {
       if constexpr (can_reduce) {
         if (reduced) {
           cuda::spectral_trajectory_kernel<<<blocks_for(count), kThreads>>>(
-              c.model, c.spectral, cfg, dW0.get(), dlr.get(), dwd.get(), first, count, B,
+              c.model, c.spectral, cfg, dW0.get(), dh, first, count, B,
               offset, rec, state.get(), scratch.get(), jets.get());
           launched = true;
         }
       }
       if (!launched)
         cuda::trajectory_kernel<<<blocks_for(count), kThreads>>>(
-            c.model, cfg, dW0.get(), dlr.get(), dwd.get(), first, count, B, offset, rec,
+            c.model, cfg, dW0.get(), dh, first, count, B, offset, rec,
             state.get(), scratch.get(), jets.get());
       finish_launch("run");
     }

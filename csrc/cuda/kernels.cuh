@@ -96,8 +96,8 @@ __global__ void lanczos_kernel(Model m, LanczosOptions o, const Real* W, const R
 // state: FullSpaceState::scratch_size(m) Reals per thread; scratch:
 // trajectory_scratch_reals(D, c) per thread; jets: jet_scratch_size(m).
 template <class Model, class Real>
-__global__ void trajectory_kernel(Model m, EngineConfig c, const Real* W0, const Real* lr,
-                                  const Real* wd, long long first, long long count,
+__global__ void trajectory_kernel(Model m, EngineConfig c, const Real* W0,
+                                  Hyperparameters<Real> h, long long first, long long count,
                                   long long B, long long offset, BatchRecords<Real> out,
                                   Real* state, Real* scratch, Jet<Real, 1>* jets) {
   const long long i = thread_index();
@@ -105,15 +105,15 @@ __global__ void trajectory_kernel(Model m, EngineConfig c, const Real* W0, const
   const long long b = first + i;
   const int D = m.dim();
   FullSpaceState<Model, Real> st(m, W0 + b * D, state + i * FullSpaceState<Model, Real>::scratch_size(m));
-  run_trajectory(m, c, offset + b, st, lr[b], wd[b], out.row(b, B, D),
+  run_trajectory(m, c, offset + b, st, h.from(b), out.row(b, B, D),
                  scratch + i * trajectory_scratch_reals(D, c), jets + i * jet_scratch_size(m));
 }
 
 // BN linear regression, the exact reduced update (SpectralState), same layout.
 template <class Real>
 __global__ void spectral_trajectory_kernel(BNLinearRegression<Real> m, BNLinRegSpectral<Real> sp,
-                                           EngineConfig c, const Real* W0, const Real* lr,
-                                           const Real* wd, long long first, long long count,
+                                           EngineConfig c, const Real* W0,
+                                           Hyperparameters<Real> h, long long first, long long count,
                                            long long B, long long offset,
                                            BatchRecords<Real> out, Real* state, Real* scratch,
                                            Jet<Real, 1>* jets) {
@@ -122,7 +122,7 @@ __global__ void spectral_trajectory_kernel(BNLinearRegression<Real> m, BNLinRegS
   const long long b = first + i;
   const int D = m.dim();
   SpectralState<Real> st(sp, W0 + b * D, state + i * SpectralState<Real>::scratch_size(sp));
-  run_trajectory(m, c, offset + b, st, lr[b], wd[b], out.row(b, B, D),
+  run_trajectory(m, c, offset + b, st, h.from(b), out.row(b, B, D),
                  scratch + i * trajectory_scratch_reals(D, c), jets + i * jet_scratch_size(m));
 }
 

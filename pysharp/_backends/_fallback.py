@@ -92,17 +92,20 @@ class NumbaCore(_Cast):
                                                  o["min_iter"], o["tol"], o["seed"], S,
                                                  start is not None, bool(o["smallest"])))
 
-    def run(self, W0, lr, wd, config: dict, offset: int = 0):
-        """As the compiled core's: ``config`` is ``EngineConfig.to_core()``."""
-        W0, lr, wd = self._f64(W0, lr, wd)
+    def run(self, W0, hyper: dict, config: dict, offset: int = 0):
+        """As the compiled core's: ``hyper`` {name: (B,)}, ``config`` ``EngineConfig.to_core()``."""
         c, lz = config, config["lanczos"]
         spec = METHODS[Method(c["method"]).name.lower()]
+        (W0,) = self._f64(W0)
+        zero = np.zeros(W0.shape[0])
+        rate, lr, wd = self._f64(hyper["eta"] if spec.on_sphere else hyper["lr"],
+                                 hyper.get("lr", zero), hyper.get("wd", zero))
         missing = (f"port of {spec.label} (method {spec.name!r})"
                    if spec.name not in NUMBA_SCOPE["methods"] else
                    "in-run top-k eigenvalues (top_k)" if c["top_k"] else None)
         if missing:
             raise BackendUnavailable(f"the numba backend has no {missing}; use backend='cpp'")
-        out = self._nk.run(self._p, W0, lr, wd, c["method"], c["steps"], c["record_every"],
+        out = self._nk.run(self._p, W0, rate, lr, wd, c["method"], c["steps"], c["record_every"],
                            c["sharpness_every"], c["theta_every"], c["jitter"], c["seed"],
                            offset, c["rms_beta"], c["rms_eps"], lz["max_iter"],
                            lz["min_iter"], lz["tol"])

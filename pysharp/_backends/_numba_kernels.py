@@ -768,9 +768,12 @@ _SCALAR_RMSPROP = METHODS["scalar_rmsprop"].code
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_every,
+def run(params, W0, rate, lr, wd, method, steps, record_every, sharpness_every, theta_every,
         jitter, seed, offset, rms_beta, rms_eps, m_max, min_iter, tol):
     """engine/trajectory.hpp: TrajectoryRunner.observe / step / finish on lane blocks.
+
+    rate (B,) is the step size (the method's lr, or eta on the sphere); lr and wd (B,) give
+    the decay factor 1 - lr wd (zeros for a method without weight decay).
 
     prange runs over blocks of up to LANES trajectories; a block's iterate, gradient,
     next iterate and model scratch are (rows, L) lane-interleaved arrays, allocated once
@@ -805,9 +808,9 @@ def run(params, W0, lr, wd, method, steps, record_every, sharpness_every, theta_
         for l in range(L):
             b = b0 + (l if l < lanes else 0)  # padding repeats the block's first lane
             traj[l] = offset + b
-            lr_l[l] = lr[b]
+            lr_l[l] = rate[b]
             decay[l] = 1.0 - lr[b] * wd[b]
-            eta[l] = lr[b]
+            eta[l] = rate[b]
             live[l] = l < lanes
             for i in range(D):
                 w[i, l] = W0[b, i]

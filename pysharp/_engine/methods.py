@@ -37,14 +37,12 @@ class MethodSpec:
     runner : str
         The public function that runs it (``pysharp.<runner>``).
     hyper : tuple of str
-        Meaning of the engine's two per-trajectory hyperparameter arrays, in order
-        (the ``lr`` and ``wd`` arguments of a backend's ``run``).
+        The per-trajectory hyperparameters it reads, by name (keys of ``HYPERPARAMETERS``):
+        exactly these are given to :func:`pysharp.dynamics.run_method` and a backend's
+        ``run``.
     on_sphere : bool
-        Iterates stay on the unit sphere: the start is normalised, the first hyperparameter
-        is the effective LR.
-    uses_wd : bool
-        The second hyperparameter is a weight decay: lr wd < 1 is required, and a sweep's
-        grid must give ``wd``.
+        Iterates stay on the unit sphere: the start is normalised and the step size is
+        ``eta``, the effective LR.
     reduced : bool
         BN linear regression's exact reduced (singular-basis) update exists for it.
     adaptive_step : bool
@@ -65,9 +63,8 @@ class MethodSpec:
     label: str
     rule: str
     runner: str
-    hyper: tuple[str, str] = ("lr", "wd")
+    hyper: tuple[str, ...] = ("lr", "wd")
     on_sphere: bool = False
-    uses_wd: bool = True
     reduced: bool = False
     adaptive_step: bool = False
     options: tuple[str, ...] = ()
@@ -75,23 +72,38 @@ class MethodSpec:
     sweep: bool = False
     central_flow: bool = False
 
+    @property
+    def uses_wd(self) -> bool:
+        """It decays the weights: lr wd < 1 is required, and a sweep's grid must give wd."""
+        return "wd" in self.hyper
+
+
+#: The engine's per-trajectory hyperparameters: each a (B,) array, read by the methods whose
+#: ``hyper`` names it (the C++ ``Hyperparameters`` struct has one field per entry, in order).
+#: Value: (meaning, lower bound) with bound "> 0" or ">= 0".
+HYPERPARAMETERS: dict[str, tuple[str, str]] = {
+    "lr": ("GD+WD's learning rate (pgd_adaptive: the run it follows)", "> 0"),
+    "wd": ("weight decay, lr wd < 1", ">= 0"),
+    "eta": ("effective LR on the sphere: pgd's, or the first", "> 0"),
+    "c": ("Quasi-RMSprop's coefficient of ||g||^2", "> 0"),
+}
 
 _ROWS = (
     MethodSpec("gd_wd", 0, "GD+WD", "w+ = (1 - lr wd) w - lr grad L(w)", "run_gd_wd",
                reduced=True, sweep=True, central_flow=True),
     MethodSpec("pgd", 1, "projected GD",
-               "theta+ = Pi(theta - eta grad L(theta)), constant eta = lr", "run_pgd",
-               hyper=("eff_lr", "zero"), on_sphere=True, uses_wd=False, sweep=True),
+               "theta+ = Pi(theta - eta grad L(theta)), constant eta", "run_pgd",
+               hyper=("eta",), on_sphere=True, sweep=True),
     MethodSpec("pgd_adaptive", 2, "projected GD with GD+WD's LR",
-               "as pgd, eta follows the GD+WD recursion (Lemma 3.1) from lr", "run_pgd",
-               hyper=("eta0", "lr_wd_over_eta0"), on_sphere=True, adaptive_step=True),
+               "as pgd, eta follows the GD+WD recursion (Lemma 3.1) from eta_0 = eta", "run_pgd",
+               hyper=("eta", "lr", "wd"), on_sphere=True, adaptive_step=True),
     MethodSpec("scalar_rmsprop", 3, "scalar RMSprop",
                "v+ = b v + (1-b) ||g||^2, w+ = (1 - lr wd) w - lr g / (sqrt(v+) + eps)",
                "run_scalar_rmsprop", reduced=True, adaptive_step=True,
                options=("rms_beta", "rms_eps"), sweep=True, central_flow=True),
     MethodSpec("pgd_quasi_rmsprop", 4, "projected GD with a Quasi-RMSprop LR",
                "as pgd, eta follows a Quasi-RMSprop scheduler (trajectory.hpp)", "run_pgd",
-               hyper=("eta0", "c"), on_sphere=True, uses_wd=False, adaptive_step=True,
+               hyper=("eta", "c"), on_sphere=True, adaptive_step=True,
                options=("rms_beta", "qr_kappa"), numba=False),
 )
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._engine.methods import METHODS, method_spec
+from .._engine.methods import METHODS, MethodSpec, method_spec
 from ..dynamics import run_method
 from ..models import ScaleInvariantModel
 from ..models._registry import entry_of
@@ -187,10 +187,19 @@ def run_chunk(model, settings: Settings, pts: dict[str, np.ndarray], start: int)
                        wd=pts["wd"], replacement=bool(settings.replacement), seed=0, **common)
     common.update(sharpness_every=settings.sharpness_every, jitter=settings.jitter, seed=0,
                   backend=settings.backend, eos_tol=settings.eos_tol)
-    # the grid's lr and wd are the method's two hyperparameters (pgd: eta, and wd = 0)
-    options = {k: getattr(settings, k) for k in method_spec(settings.method).options}
-    return run_method(model, W0, pts["lr"], pts["wd"], settings.steps, method=settings.method,
-                      **common, **options)
+    spec = method_spec(settings.method)
+    options = {k: getattr(settings, k) for k in spec.options}
+    return run_method(model, W0, grid_hyper(spec, pts["lr"], pts["wd"]), settings.steps,
+                      method=settings.method, **common, **options)
+
+
+def grid_hyper(spec: MethodSpec, lr: np.ndarray, wd: np.ndarray) -> dict[str, np.ndarray]:
+    """A swept method's hyperparameters from the grid's axes: ``lr`` is its step size
+    (``eta`` on the sphere), ``wd`` its weight decay (0 for a method without one)."""
+    axes = {"lr": lr, "eta": lr, "wd": wd}
+    if not set(spec.hyper) <= set(axes) or {"lr", "eta"} <= set(spec.hyper):
+        raise ValueError(f"method {spec.name!r} has no lr x wd grid (it reads {spec.hyper})")
+    return {name: axes[name] for name in spec.hyper}
 
 
 def compute_chunk(spec: dict, grid: dict[str, np.ndarray], settings: Settings,

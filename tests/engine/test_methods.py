@@ -27,9 +27,12 @@ def _tool():
     return mod
 
 
-def _run(name, lr=0.05, wd=1e-3, **kw):
+def _run(name, lr=0.05, wd=1e-3, c=1.0, **kw):
+    """Six steps of ``name``; on the sphere its eta is ``lr``."""
     kw = dict(record_every=1, sharpness_every=0, backend="cpp") | kw
-    return run_method(MODEL, W0, lr, wd, 6, method=name, **kw)
+    values = {"lr": lr, "wd": wd, "eta": lr, "c": c}
+    return run_method(MODEL, W0, {h: values[h] for h in METHODS[name].hyper}, 6, method=name,
+                      **kw)
 
 
 def test_one_table_gives_the_engine_enum_the_core_names_and_the_python_enum():
@@ -47,6 +50,30 @@ def test_generator_notices_a_stale_header(tmp_path, monkeypatch):
     monkeypatch.setattr(tool, "HEADER", stale)
     assert tool.main(["--check"]) == 1
     assert tool.main([]) == 0 and tool.main(["--check"]) == 0
+
+
+def test_every_row_reads_only_declared_hyperparameters():
+    from pysharp._engine.methods import HYPERPARAMETERS
+    for m in METHODS.values():
+        assert set(m.hyper) <= set(HYPERPARAMETERS) and len(set(m.hyper)) == len(m.hyper)
+        assert m.uses_wd == ("wd" in m.hyper)
+        assert m.on_sphere == ("eta" in m.hyper)  # the step size on the sphere is eta
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_run_method_takes_exactly_the_rows_hyperparameters(name):
+    hyper = {h: 0.05 for h in METHODS[name].hyper}
+    with pytest.raises(ValueError, match=f"method '{name}' takes the hyperparameters"):
+        run_method(MODEL, W0, {**hyper, "momentum": 0.9}, 6, method=name)
+    with pytest.raises(ValueError, match="takes the hyperparameters"):
+        run_method(MODEL, W0, dict(list(hyper.items())[1:]), 6, method=name)
+    with pytest.raises(ValueError, match="takes the hyperparameters"):
+        run_method(MODEL, W0, 0.05, 6, method=name)
+    first = METHODS[name].hyper[0]
+    with pytest.raises(ValueError, match=f"{first} must be > 0"):
+        run_method(MODEL, W0, {**hyper, first: -1.0}, 6, method=name)
+    tr = run_method(MODEL, W0, hyper, 6, method=name, sharpness_every=0)
+    assert set(tr.hyper) == set(hyper) and all(v.shape == (2,) for v in tr.hyper.values())
 
 
 def test_an_unknown_name_is_refused_with_the_choices():

@@ -19,8 +19,8 @@ namespace pysharp {
 
 // Quasi-RMSprop (pgd_quasi_rmsprop): with g_t = grad L(theta_t) on the sphere,
 //     1/eta_{t+1}^2 = b / eta_t^2 + c ||g_t||^2 + kappa c^2 ||g_t||^4 eta_t^2,
-// b = rms_beta, kappa = qr_kappa (EngineConfig), c > 0 per trajectory (its wd slot;
-// c = (1 - b) / lr^2 for a base LR lr), eta_0 per trajectory (its lr slot).
+// b = rms_beta, kappa = qr_kappa (EngineConfig), c > 0 per trajectory (Hyperparameters::c;
+// c = (1 - b) / lr^2 for a base LR lr), eta_0 per trajectory (Hyperparameters::eta).
 // kappa = 0 is scalar RMSprop's scheduler; b = (1 - lr wd)^4, c = 2 b,
 // kappa = 1 / (4 b) is GD+WD's (pgd_adaptive) exactly.
 
@@ -199,7 +199,8 @@ PYSHARP_HD inline long long trajectory_scratch_lanes(int D, const EngineConfig& 
 // batch split into chunks gives the same bits when each chunk passes its
 // offset). Lanes >= `lanes` are padding: computed, never recorded or flagged.
 // A lane's arithmetic never involves another lane, so its bits do not depend
-// on its position. scratch: trajectory_scratch_reals(D, c, W) Reals; jets:
+// on its position. h: lane l's hyperparameters at index l (the fields its method
+// reads, methods.hpp). scratch: trajectory_scratch_reals(D, c, W) Reals; jets:
 // jet_scratch_size(m) order-1 jets (Lanczos runs lane by lane, in Real).
 template <class Model, class State, class V>
 class TrajectoryRunner {
@@ -209,8 +210,9 @@ class TrajectoryRunner {
   static constexpr int W = lane_width<V>;
 
   PYSHARP_HD TrajectoryRunner(const Model& m, const EngineConfig& c, int lanes,
-                              const long long* traj, State& state, const Real* lr,
-                              const Real* wd, const TrajectoryRecords<Real>* out, Real* scratch,
+                              const long long* traj, State& state,
+                              const Hyperparameters<Real>& h,
+                              const TrajectoryRecords<Real>* out, Real* scratch,
                               Jet<Real, 1>* jets, V* lane_scratch = nullptr,
                               Jet<V, 1>* lane_jets = nullptr)
       : m_(m), c_(c), lanes_(lanes), state_(state), v_new_(scratch + W * m.dim()),
@@ -224,15 +226,15 @@ class TrajectoryRunner {
     lz_lanes_ = lz_top_ + (c.top_k >= 2 ? lanczos_scratch_size(m.dim(), top_k_options(c)) +
                                               c.top_k * (m.dim() + 2LL)
                                         : 0);
-    const bool quasi = c.method == Method::pgd_quasi_rmsprop;
     on_sphere_ = method_on_sphere(c.method);
     for (int l = 0; l < W; ++l) {
       const int src = l < lanes ? l : 0;  // padding repeats lane 0
       traj_[l] = traj[src];
-      set_lane(lr_, l, lr[src]);
-      // Quasi-RMSprop carries its coefficient c in the wd slot and never decays.
-      set_lane(decay_, l, quasi ? Real(1) : Real(1) - lr[src] * wd[src]);
-      set_lane(qr_c_, l, quasi ? wd[src] : Real(0));
+      // The step size: GD+WD's lr off the sphere, the effective LR (or eta_0) on it.
+      set_lane(lr_, l, on_sphere_ ? h.eta[src] : h.lr[src]);
+      // GD+WD's decay factor 1 - lr wd, which pgd_adaptive's eta recursion also follows.
+      set_lane(decay_, l, h.wd ? Real(1) - h.lr[src] * h.wd[src] : Real(1));
+      set_lane(qr_c_, l, h.c ? h.c[src] : Real(0));
       v1_[l] = scratch + l * m.dim();
       have_v1_[l] = false;
       alive_[l] = l < lanes;
@@ -251,9 +253,10 @@ class TrajectoryRunner {
 
   // One trajectory (W = 1).
   PYSHARP_HD TrajectoryRunner(const Model& m, const EngineConfig& c, long long traj,
-                              State& state, Real lr, Real wd, const TrajectoryRecords<Real>& out,
-                              Real* scratch, Jet<Real, 1>* jets)
-      : TrajectoryRunner(m, c, 1, &traj, state, &lr, &wd, &out, scratch, jets) {
+                              State& state, const Hyperparameters<Real>& h,
+                              const TrajectoryRecords<Real>& out, Real* scratch,
+                              Jet<Real, 1>* jets)
+      : TrajectoryRunner(m, c, 1, &traj, state, h, &out, scratch, jets) {
     static_assert(W == 1, "one trajectory per runner");
   }
 
@@ -516,10 +519,10 @@ PYSHARP_HD inline bool is_event(const EngineConfig& c, long long t) {
 // Runs one trajectory from the state's initial point, step by step.
 template <class Model, class State, class Real>
 PYSHARP_HD void run_trajectory(const Model& m, const EngineConfig& c, long long traj,
-                               State& state, Real lr, Real wd,
+                               State& state, const Hyperparameters<Real>& h,
                                const TrajectoryRecords<Real>& out, Real* scratch,
                                Jet<Real, 1>* jets) {
-  TrajectoryRunner<Model, State, Real> runner(m, c, traj, state, lr, wd, out, scratch, jets);
+  TrajectoryRunner<Model, State, Real> runner(m, c, traj, state, h, out, scratch, jets);
   run_to_end(runner, c);
 }
 
