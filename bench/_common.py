@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import math
 import os
@@ -51,6 +52,24 @@ def import_pysharp():
     note = (f"source tree {pkg_dir} has no built _core; using the installed pysharp at "
             f"{Path(installed.__file__).resolve().parent}")
     return installed, note
+
+
+def start_benchmark(doc: str, argv=None, *, quick: str, json: str | None = None):
+    """The arguments every small benchmark takes, parsed, and pysharp imported.
+
+    ``--quick`` (help ``quick``: what it shrinks) and, when ``json`` names what is written,
+    ``--json PATH``. Prints where pysharp came from when it is not the source tree's.
+    Returns (args, pysharp).
+    """
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick)
+    if json:
+        parser.add_argument("--json", metavar="PATH", help=f"write the {json} here")
+    args = parser.parse_args(argv)
+    ps, note = import_pysharp()
+    if note:
+        print(note)
+    return args, ps
 
 
 class LoadMonitor:

@@ -48,13 +48,9 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
-except ImportError:  # run as a script: python bench/<name>.py
+if not __package__:  # run as a script: python bench/<name>.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
-
-
+from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
 
 #: Final iterates of every peer must match pysharp's to this relative deviation.
 CHECK_TOL = 1e-8

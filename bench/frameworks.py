@@ -33,11 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    from bench._common import BUSY_THRESHOLD, import_pysharp, timed
-except ImportError:  # run as a script: python bench/frameworks.py
+if not __package__:  # run as a script: python bench/<name>.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench._common import BUSY_THRESHOLD, import_pysharp, timed
+from bench._common import BUSY_THRESHOLD, import_pysharp, timed
 
 LR, WD = 0.05, 1e-3
 

@@ -22,7 +22,6 @@ Usage (from the repository root)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -32,11 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    from bench._common import BUSY_THRESHOLD, import_pysharp, timed
-except ImportError:  # run as a script: python bench/from_jax.py
+if not __package__:  # run as a script: python bench/<name>.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench._common import BUSY_THRESHOLD, import_pysharp, timed
+from bench._common import BUSY_THRESHOLD, start_benchmark, timed
 
 
 def bn_linreg(w, X, y):
@@ -74,13 +71,7 @@ def jax_gd_wd(loss, W, lr, wd, steps):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", help="write the rows here")
-    args = parser.parse_args(argv)
-    ps, note = import_pysharp()
-    if note:
-        print(note)
+    args, ps = start_benchmark(__doc__, argv, quick="B 512, 200 steps", json="rows")
     import jax
     import jax.numpy as jnp
 

@@ -22,14 +22,13 @@ Run on a machine with an NVIDIA GPU and pysharp built with ``PYSHARP_CUDA=ON``:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 
 import numpy as np
 
-from bench._common import import_pysharp, record_check
+from bench._common import record_check, start_benchmark
 from bench.engine import Problem, rel_dev
 from bench.kernels import jax_kernels, jax_loss
 from bench.suite import import_jax, jax_gd_wd, trajectory_workloads
@@ -172,13 +171,7 @@ def print_row(row: str, rates: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="batches / 16, steps / 5")
-    ap.add_argument("--json", help="write the figures here")
-    args = ap.parse_args(argv)
-    ps, note = import_pysharp()
-    if note:
-        print(note)
+    args, ps = start_benchmark(__doc__, argv, quick="batches / 16, steps / 5", json="figures")
     report = ps.backends()["cuda"]
     if not report["available"]:
         print(f"no CUDA backend: {report['reason']}")

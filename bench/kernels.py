@@ -35,13 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
-except ImportError:  # run as a script: python bench/<name>.py
+if not __package__:  # run as a script: python bench/<name>.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
-
-
+from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp
 
 #: The NumPy matrix-completion reference loops over the batch in Python with
 #: np.add.at, so it is timed on at most this many rows (its cost is linear in B).

@@ -19,7 +19,6 @@ Usage (from the repository root)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -30,24 +29,16 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp, timed
-except ImportError:  # run as a script: python bench/loaded.py
+if not __package__:  # run as a script: python bench/<name>.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench._common import BUSY_THRESHOLD, LoadMonitor, import_pysharp, timed
+from bench._common import BUSY_THRESHOLD, LoadMonitor, start_benchmark, timed
 
 _REPO = Path(__file__).resolve().parent.parent
 _PHASE = _REPO / "examples" / "models" / "phase_retrieval.hpp"
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", help="write the rows here")
-    args = parser.parse_args(argv)
-    ps, note = import_pysharp()
-    if note:
-        print(note)
+    args, ps = start_benchmark(__doc__, argv, quick="B 512, 200 steps", json="rows")
     B = 512 if args.quick else 4096
     steps = 200 if args.quick else 1000
     repeats = 3 if args.quick else 7

@@ -21,11 +21,9 @@ times compared, as ratios peer time / pysharp time (> 1: pysharp is faster).
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
-from bench._common import import_pysharp, timed
+from bench._common import start_benchmark, timed
 
 
 def flag(load) -> str:
@@ -135,12 +133,7 @@ def moments(nodes, weights, kmax=4):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="B 16 points, one size")
-    args = ap.parse_args(argv)
-    ps, note = import_pysharp()
-    if note:
-        print(note)
+    args, ps = start_benchmark(__doc__, argv, quick="B 16 points, one size")
     from pysharp.spectra import rademacher
     try:
         import jax

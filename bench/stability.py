@@ -10,11 +10,9 @@ to rounding; the agreement is checked before the rates are printed.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
-from bench._common import import_pysharp, timed
+from bench._common import start_benchmark, timed
 from bench.engine import rel_dev
 
 
@@ -84,12 +82,7 @@ def peers(model, W0, lr, B, steps) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="T 64, 500 steps")
-    args = ap.parse_args(argv)
-    ps, note = import_pysharp()
-    if note:
-        print(note)
+    args, ps = start_benchmark(__doc__, argv, quick="T 64, 500 steps")
     model, W0, lr, B, steps = workload(ps, args.quick)
     (n, d), T = model.X.shape, len(W0)
     ref = run_pysharp(ps, model, W0, lr, B, steps)

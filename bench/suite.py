@@ -28,28 +28,18 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    from bench._common import (
-        BUSY_THRESHOLD,
-        best_ceilings,
-        import_pysharp,
-        measured_ceilings,
-        peak_fraction,
-        record_check,
-        timed,
-    )
-except ImportError:  # run as a script
+if not __package__:  # run as a script: python bench/<name>.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench._common import (
-        BUSY_THRESHOLD,
-        best_ceilings,
-        import_pysharp,
-        measured_ceilings,
-        peak_fraction,
-        record_check,
-        timed,
-    )
 from bench import stability
+from bench._common import (
+    BUSY_THRESHOLD,
+    best_ceilings,
+    import_pysharp,
+    measured_ceilings,
+    peak_fraction,
+    record_check,
+    timed,
+)
 from bench.engine import Problem, machine_info, make_numba, numpy_gd_wd, rel_dev
 from bench.kernels import jax_kernels, jax_loss
 

@@ -15,7 +15,6 @@ before the times are printed. ``python -m bench.sweep [--quick]``
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
@@ -23,7 +22,7 @@ import time
 
 import numpy as np
 
-from bench._common import LoadMonitor, import_pysharp
+from bench._common import LoadMonitor, start_benchmark
 
 
 def _timed(fn):
@@ -35,12 +34,7 @@ def _timed(fn):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="16 x 16 x 2 grid, 2000 steps")
-    args = ap.parse_args(argv)
-    ps, note = import_pysharp()
-    if note:
-        print(note)
+    args, ps = start_benchmark(__doc__, argv, quick="16 x 16 x 2 grid, 2000 steps")
     from pysharp.sweeps._compute import grid_points, initial_points
 
     side, seeds, steps = (16, 2, 2000) if args.quick else (64, 4, 10_000)

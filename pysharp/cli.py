@@ -50,6 +50,17 @@ def _pyplot():
     return plt
 
 
+def _summary_and_axes(path: Path, summary: dict, figsize: tuple[float, float]):
+    """Write ``summary`` as JSON to ``path``; then a figure of three panels side by side,
+    (fig, axes), or (None, None) with a note where matplotlib is absent."""
+    path.write_text(json.dumps(summary, indent=2))
+    plt = _pyplot()
+    if plt is None:
+        print(f"wrote {path} (install matplotlib for the figures)")
+        return None, None
+    return plt.subplots(1, 3, figsize=figsize, layout="constrained")
+
+
 def _entry_text(entry: int, every: int, eos_tol: float) -> str:
     """What an EoS entry step measures: the first sharpness record at the edge, known to
     within the record spacing ``every``."""
@@ -154,12 +165,9 @@ def _demo(args) -> int:
                  "seeds": {"range": n_seeds}, "init_norm": c["init_norm"]},
         "steps": steps, "sharpness_every": sweep_every, "eos_tol": c["eos_tol"],
         "eos_entry_resolution_steps": sweep_every}
-    (out / "demo.json").write_text(json.dumps(summary, indent=2))
-    plt = _pyplot()
-    if plt is None:
-        print(f"\n  wrote {out / 'demo.json'} (install matplotlib for the figures)")
+    fig, ax = _summary_and_axes(out / "demo.json", summary, figsize=(13, 4.0))
+    if fig is None:
         return 0
-    fig, ax = plt.subplots(1, 3, figsize=(13, 4.0), layout="constrained")
     ax[0].semilogy(tr.steps, tr.loss)
     ax[0].set(title="training loss", xlabel="step", ylabel="loss")
     ax[1].plot(tr.sharpness_steps, tr.eos_ratio, ".-")
@@ -178,14 +186,14 @@ def _demo(args) -> int:
                  f"wd {c['wd']:g}, {steps} steps, seed {args.seed}, "
                  f"||w0|| = {c['init_norm']:g}; sharpness every {every} steps", fontsize=10)
     fig.savefig(out / "demo.png", dpi=110)
-    plt.close(fig)
+    _pyplot().close(fig)
     fig = plot(ds, x="lr", y="wd", metric=list(entry_of(model).plot_metrics))
     fig.suptitle(f"GD+WD on BN linear regression (d = {c['d']}, n = {c['n']}): "
                  f"{n_side} x {n_side} log-spaced lr x wd, mean over {n_seeds} seeds, "
                  f"||w0|| = {c['init_norm']:g}, {steps} steps, sharpness every {sweep_every} "
                  "steps", fontsize=10)
     fig.savefig(out / "demo-sweep.png", dpi=110)  # sweeps.plot lays out (constrained)
-    plt.close(fig)
+    _pyplot().close(fig)
     print(f"\n  wrote {out / 'demo.png'}, {out / 'demo-sweep.png'} and {out / 'demo.json'}")
     return 0
 
@@ -460,12 +468,9 @@ def _run(args) -> int:
                "eos_entry_definition": "first sharpness record (every sharpness_every steps) "
                                        "with eff_lr * sharpness >= 2 (1 - eos_tol); -1: never",
                "eos_entry_resolution_steps": every, "trajectories": rows}
-    (out / "run.json").write_text(json.dumps(summary, indent=2))
-    plt = _pyplot()
-    if plt is None:
-        print(f"wrote {out / 'run.json'} (install matplotlib for the figure)")
+    fig, ax = _summary_and_axes(out / "run.json", summary, figsize=(14, 4.2))
+    if fig is None:
         return 0
-    fig, ax = plt.subplots(1, 3, figsize=(14, 4.2), layout="constrained")
     shown = min(flat.sizes["trajectory"], 12)
     for t in range(shown):
         row = flat.isel(trajectory=t)
@@ -496,7 +501,7 @@ def _run(args) -> int:
     fig.suptitle(f"{method.label} on {title}\n{values}; {int(settings['steps'])} steps, "
                  f"sharpness every {every} steps{more}", fontsize=10)
     fig.savefig(out / "run.png", dpi=110)
-    plt.close(fig)
+    _pyplot().close(fig)
     print(f"wrote {out / 'run.png'} and {out / 'run.json'}")
     return 0
 

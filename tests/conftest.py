@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -218,8 +219,23 @@ def tol(dtype, f64: float = 1e-12, f32: float = 1e-4) -> float:
     return f64 if np.dtype(dtype) == np.float64 else f32
 
 
-#: The example models' headers and reference modules (examples/models/).
-EXAMPLE_MODELS = Path(__file__).resolve().parents[1] / "examples" / "models"
+#: The repository the tests sit in, and its example models' headers and reference modules.
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_MODELS = REPO / "examples" / "models"
+
+
+def bench_module(name: str):
+    """bench/<name>.py imported as ``bench.<name>``; the calling test module is skipped where
+    bench/ is not next to the tests. The repository root is on sys.path for this import only:
+    left there, it would shadow the installed pysharp (no compiled core in the source tree)
+    in every process later tests start (dask workers, subprocesses)."""
+    if not (REPO / "bench" / f"{name}.py").is_file():
+        pytest.skip("the bench/ folder is not part of this tree", allow_module_level=True)
+    sys.path.insert(0, str(REPO))
+    try:
+        return importlib.import_module(f"bench.{name}")
+    finally:
+        sys.path.remove(str(REPO))
 
 
 def example_module(name: str):

@@ -5,21 +5,13 @@ NVRTC or cuobjdump/nvdisasm). No GPU is needed."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import REPO, bench_module
 
-_REPO = Path(__file__).resolve().parents[2]
-if not (_REPO / "bench" / "gpu_static.py").exists():
-    pytest.skip("the bench/ folder is not part of this tree", allow_module_level=True)
-sys.path.insert(0, str(_REPO))
-try:
-    from bench import gpu_static as gs  # noqa: E402
-finally:
-    sys.path.remove(str(_REPO))
+from pysharp._backends import _nvrtc
 
-from pysharp._backends import _nvrtc  # noqa: E402
+gs, gpu_report = bench_module("gpu_static"), bench_module("gpu_report")
 
 SASS = """
 	code for sm_90
@@ -84,12 +76,7 @@ def test_a_small_kernel_is_read_from_its_cubin(tmp_path):
 
 
 def test_gpu_report_reads_the_first_runs_log_and_writes_the_table(tmp_path):
-    sys.path.insert(0, str(_REPO))
-    try:
-        from bench import gpu_report
-    finally:
-        sys.path.remove(str(_REPO))
-    result = gpu_report.from_txt(_REPO / "bench" / "results" / "gpu_h200.txt")
+    result = gpu_report.from_txt(REPO / "bench" / "results" / "gpu_h200.txt")
     assert result["device"] == "NVIDIA H200" and result["ceilings"] is None
     row = result["rows"]["bn_linreg d40 n20 B1048576 T1000 direct"]
     assert row["pysharp cuda"] == 2.825e8 and row["jax gpu"] == 9.349e8
@@ -101,8 +88,8 @@ def test_gpu_report_reads_the_first_runs_log_and_writes_the_table(tmp_path):
     assert "old" not in text and text.startswith("before") and text.endswith("after\n")
     assert "FP64 GEMM 60.0 TFLOP/s" in text and "0.30x" in text
     # the committed JSON is what the docs' table was generated from
-    committed = json.loads((_REPO / "bench" / "results" / "gpu_h200.json").read_text())
-    assert gpu_report.table(committed) in (_REPO / "docs" / "tutorials" / "gpu.rst").read_text()
+    committed = json.loads((REPO / "bench" / "results" / "gpu_h200.json").read_text())
+    assert gpu_report.table(committed) in (REPO / "docs" / "tutorials" / "gpu.rst").read_text()
 
 
 def test_tile_sources_are_found_by_name_and_host_glue_is_left_out(tmp_path):

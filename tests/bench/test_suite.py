@@ -5,22 +5,11 @@ only that the ceiling is a positive finite rate and that the fractions use it.""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import bench_module
 
-_REPO = Path(__file__).resolve().parents[2]
-if not (_REPO / "bench" / "_common.py").exists():
-    pytest.skip("the bench/ folder is not part of this tree", allow_module_level=True)
-# Imported with the repository root on sys.path for this import only: left there, it would
-# shadow the installed pysharp (no compiled core in the source tree) in every process the
-# later tests start (dask workers, subprocesses).
-sys.path.insert(0, str(_REPO))
-try:
-    from bench import _common, suite  # noqa: E402
-finally:
-    sys.path.remove(str(_REPO))
+_common, suite = bench_module("_common"), bench_module("suite")
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

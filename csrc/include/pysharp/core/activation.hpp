@@ -28,6 +28,19 @@ PYSHARP_HD Jet<T, N> tanh_(const Jet<T, N>& x) {
   return y;
 }
 
+namespace detail {
+// The orders k >= 1 of e = exp(x) given e_0: k e_k = sum_{j=1..k} j x_j e_{k-j}. y holds
+// y_0 on entry and receives y_k = e_k (exp: y = e; expm1: y = e - 1, so only order 0 differs).
+template <class T, int N>
+PYSHARP_HD void exp_orders(const Jet<T, N>& x, T e0, Jet<T, N>& y) {
+  for (int k = 1; k <= N; ++k) {
+    T acc = T(0);
+    for (int j = 1; j <= k; ++j) acc += T(j) * x.c[j] * (j == k ? e0 : y.c[k - j]);
+    y.c[k] = acc / T(k);
+  }
+}
+}  // namespace detail
+
 // exp on scalars and jets: y' = y x', so k y_k = sum_{j=1..k} j x_j y_{k-j}.
 PYSHARP_HD inline double exp_(double x) { return exp(x); }
 PYSHARP_HD inline float exp_(float x) { return expf(x); }
@@ -35,11 +48,7 @@ template <class T, int N>
 PYSHARP_HD Jet<T, N> exp_(const Jet<T, N>& x) {
   Jet<T, N> y;
   y.c[0] = exp_(x.c[0]);
-  for (int k = 1; k <= N; ++k) {
-    T acc = T(0);
-    for (int j = 1; j <= k; ++j) acc += T(j) * x.c[j] * y.c[k - j];
-    y.c[k] = acc / T(k);
-  }
+  detail::exp_orders(x, y.c[0], y);
   return y;
 }
 
@@ -51,12 +60,7 @@ template <class T, int N>
 PYSHARP_HD Jet<T, N> expm1_(const Jet<T, N>& x) {
   Jet<T, N> y;
   y.c[0] = expm1_(x.c[0]);
-  const T e0 = y.c[0] + T(1);
-  for (int k = 1; k <= N; ++k) {
-    T acc = T(0);
-    for (int j = 1; j <= k; ++j) acc += T(j) * x.c[j] * (j == k ? e0 : y.c[k - j]);
-    y.c[k] = acc / T(k);
-  }
+  detail::exp_orders(x, y.c[0] + T(1), y);
   return y;
 }
 

@@ -204,15 +204,9 @@ struct BNLinRegTile {
     const reg<long long> t0 = where(real, traj, reg<long long>(0));  // padding reads row 0
     const M writer = real & (quad == I(0));
     R w[DB][2];
-    PYSHARP_UNROLL
-    for (int b = 0; b < DB; ++b)
-      PYSHARP_UNROLL
-      for (int i = 0; i < 2; ++i) {
-        const I coord = 8 * b + 2 * quad + i;
-        const M in = coord < I(D);
-        const R x = load_row(io.w0, t0 * static_cast<long long>(D) + coord_ll(coord, in));
-        w[b][i] = where(in & real, x, R(0.0));
-      }
+    for_each_coord(quad, [&](int b, int i, const reg<long long>& at, const M& in) {
+      w[b][i] = where(in & real, load_row(io.w0, t0 * static_cast<long long>(D) + at), R(0.0));
+    });
     const R lr = load_row(io.lr, t0);
     const R decay = 1.0 - lr * load_row(io.wd, t0);
     M live = real;
@@ -260,14 +254,9 @@ struct BNLinRegTile {
       P::store(io.loss, at, nan, missed);
       P::store(io.norm2, at, nan, missed);
     }
-    PYSHARP_UNROLL
-    for (int b = 0; b < DB; ++b)
-      PYSHARP_UNROLL
-      for (int i = 0; i < 2; ++i) {
-        const I coord = 8 * b + 2 * quad + i;
-        const M in = coord < I(D);
-        P::store(io.w_final, t0 * static_cast<long long>(D) + coord_ll(coord, in), w[b][i], in & real);
-      }
+    for_each_coord(quad, [&](int b, int i, const reg<long long>& at, const M& in) {
+      P::store(io.w_final, t0 * static_cast<long long>(D) + at, w[b][i], in & real);
+    });
     P::store(io.diverged, t0, where(div_step > reg<long long>(-1), reg<std::uint8_t>(1),
                                     reg<std::uint8_t>(0)),
              writer);
@@ -281,9 +270,19 @@ struct BNLinRegTile {
   PYSHARP_TILE_HD static R load_row(const double* p, const reg<long long>& index) {
     return P::load(p, index);
   }
-  // A coordinate index as long long, 0 where out of range (so every read stays in bounds).
-  PYSHARP_TILE_HD static reg<long long> coord_ll(const I& coord, const M& in) {
-    return where(in, P::widen(coord), reg<long long>(0));
+  // f(b, i, at, in) for each of the lane's coordinates, held in fragment slot [b][i]: its
+  // index as long long (0 where out of range, so every access stays in bounds) and in,
+  // whether it is < D.
+  template <class F>
+  PYSHARP_TILE_HD static void for_each_coord(const I& quad, F&& f) {
+    PYSHARP_UNROLL
+    for (int b = 0; b < DB; ++b)
+      PYSHARP_UNROLL
+      for (int i = 0; i < 2; ++i) {
+        const I coord = 8 * b + 2 * quad + i;
+        const M in = coord < I(D);
+        f(b, i, where(in, P::widen(coord), reg<long long>(0)), in);
+      }
   }
 };
 
