@@ -19,6 +19,7 @@
 #include <omp.h>
 #endif
 
+#include "cpu/batched.hpp"
 #include "holders.hpp"
 
 namespace py = pybind11;
@@ -186,6 +187,35 @@ carray<double> lane_math(const std::string& name, const carray<double>& x) {
   return out;
 }
 
+// BN linear regression's batched loss and gradient through one named driver, "rows"
+// (cpu/bn_linreg_rows.hpp, whatever its `pays` says) or "lanes" (cpu/batched.hpp), for the
+// test that they agree bit for bit (tests/csrc/test_bn_linreg_rows.py).
+template <class Real>
+py::tuple bn_linreg_loss_grad_path(const std::string& path, const carray<Real>& Xc,
+                                   const carray<Real>& u, double scale, const carray<Real>& W) {
+  require(path == "rows" || path == "lanes", "path must be 'rows' or 'lanes'");
+  require(Xc.ndim() == 2 && u.ndim() == 1 && u.shape(0) == Xc.shape(0) && W.ndim() == 2 &&
+              W.shape(1) == Xc.shape(1),
+          "Xc must be (n, d), u (n,) and W (B, d)");
+  const int n = static_cast<int>(Xc.shape(0)), d = static_cast<int>(Xc.shape(1));
+  Real fro2 = Real(0);
+  for (py::ssize_t k = 0; k < Xc.size(); ++k) fro2 += Xc.data()[k] * Xc.data()[k];
+  const BNLinearRegression<Real> model{Xc.data(), u.data(), Real(scale), fro2, n, d};
+  const py::ssize_t B = W.shape(0);
+  carray<Real> loss(B), G({B, static_cast<py::ssize_t>(d)});
+  py::array_t<std::uint8_t> ok(B);
+  {
+    py::gil_scoped_release release;
+    if (path == "rows")
+      cpu::loss_grad_rows(model, W.data(), B, loss.mutable_data(), G.mutable_data(),
+                          ok.mutable_data());
+    else
+      cpu::loss_grad_lanes(model, W.data(), B, loss.mutable_data(), G.mutable_data(),
+                           ok.mutable_data());
+  }
+  return py::make_tuple(loss, G, ok);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -208,6 +238,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("_tridiagonal_top_test_f32", &tridiagonal_top_test_rows<float>, py::arg("d"),
         py::arg("e"), py::arg("lanes"));
   m.def("_lane_math", &lane_math, py::arg("name"), py::arg("x"));
+  m.def("_bn_linreg_loss_grad_path", &bn_linreg_loss_grad_path<double>, py::arg("path"),
+        py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("W"));
+  m.def("_bn_linreg_loss_grad_path_f32", &bn_linreg_loss_grad_path<float>, py::arg("path"),
+        py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("W"));
   m.attr("METHODS") = module::method_names();
   py::dict safe;  // kernels mark rows outside these squared norms ok = 2 (cpu/batched.hpp)
   safe["float64"] = py::make_tuple(cpu::SafeNorm2<double>::lo, cpu::SafeNorm2<double>::hi);

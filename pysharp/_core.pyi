@@ -932,6 +932,20 @@ class TwoLayerNet_f32:
         Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
         """
 
+def _bn_linreg_loss_grad_path(
+    path: str,
+    Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    scale: typing.SupportsFloat | typing.SupportsIndex,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+) -> tuple: ...
+def _bn_linreg_loss_grad_path_f32(
+    path: str,
+    Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    u: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    scale: typing.SupportsFloat | typing.SupportsIndex,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+) -> tuple: ...
 def _lane_math(
     name: str, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
 ) -> numpy.typing.NDArray[numpy.float64]: ...

@@ -107,9 +107,11 @@ void for_each_block(std::int64_t B, bool parallel, Make&& make, F&& f) {
   }
 }
 
+// Losses and gradients of B rows through lane blocks; loss_grad (bn_linreg_rows.hpp, included
+// at the end) calls it for every model but BN linear regression.
 template <class Model, class Real>
-void loss_grad(const Model& m, const Real* W, std::int64_t B, Real* loss, Real* G,
-               std::uint8_t* ok) {
+void loss_grad_lanes(const Model& m, const Real* W, std::int64_t B, Real* loss, Real* G,
+                     std::uint8_t* ok) {
   constexpr int L = kNativeLanes<Real>;
   using V = Lanes<Real, L>;
   const std::int64_t D = m.dim();
@@ -205,3 +207,6 @@ void hessian(const Model& m, const Real* W, std::int64_t B, Real* H, std::uint8_
 }
 
 }  // namespace pysharp::cpu
+
+// loss_grad itself: the lanes driver above, or BN linear regression's row kernel.
+#include "cpu/bn_linreg_rows.hpp"

@@ -28,13 +28,17 @@
 
 namespace pysharp {
 
-// Bytes of the widest vector register the build targets.
+// Bytes of the widest vector register the build targets, and how many such registers there
+// are (AVX-512 has 32; AVX and SSE 16).
 #if defined(__AVX512F__)
 inline constexpr int kSimdBytes = 64;
+inline constexpr int kSimdRegisters = 32;
 #elif defined(__AVX__)
 inline constexpr int kSimdBytes = 32;
+inline constexpr int kSimdRegisters = 16;
 #else
 inline constexpr int kSimdBytes = 16;
+inline constexpr int kSimdRegisters = 16;
 #endif
 
 // Lanes per block for a real type: one vector register's worth.

@@ -35,12 +35,18 @@ struct BNLinearRegression {
   PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, G* g, S* work) const {
     value_t<S> w2 = Real(0);
     for (int j = 0; j < d; ++j) w2 += value_of(w[j]) * value_of(w[j]);
-    const Real err = Real(d) * machine_eps<Real>();
-    const value_t<S> floor2 = err * err * xc_fro2 * w2;
+    const value_t<S> floor2 = rounding_floor2(w2);
     matvec_rows(Xc, n, d, w, work);  // z = Xc w
     const mask_t<S> defined = bn_cosine_loss_grad(work, u, scale, n, floor2, loss, work);
     matvec_cols(Xc, n, d, work, g);  // grad = Xc^T dL/dz
     return defined;
+  }
+
+  // The bound ~ (d eps ||Xc||_F ||w||)^2 on ||Xc w||^2's rounding error, from w2 = ||w||^2.
+  template <class T>
+  PYSHARP_HD T rounding_floor2(const T& w2) const {
+    const Real err = Real(d) * machine_eps<Real>();
+    return err * err * xc_fro2 * w2;
   }
 
   // Ghost batch normalisation: the same loss on the sub-dataset (X_I, y_I) of
