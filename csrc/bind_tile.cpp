@@ -149,7 +149,7 @@ py::tuple bn_linreg_loss_grad(const carray<double>& Xc, const carray<double>& u,
 
 // The outputs of a GD+WD run and the IO block that points at them.
 struct RunOutputs {
-  carray<double> w_final, loss, norm2;
+  carray<double> w_final, loss, norm2, eff_lr, grad_norm;
   carray<std::uint8_t> diverged;
   carray<long long> diverged_step;
   tile::GdWdTileIO io;
@@ -159,17 +159,22 @@ struct RunOutputs {
       : w_final({W0.shape(0), W0.shape(1)}),
         loss({static_cast<py::ssize_t>(steps / every + 1), W0.shape(0)}),
         norm2({static_cast<py::ssize_t>(steps / every + 1), W0.shape(0)}),
+        eff_lr({static_cast<py::ssize_t>(steps / every + 1), W0.shape(0)}),
+        grad_norm({static_cast<py::ssize_t>(steps / every + 1), W0.shape(0)}),
         diverged(W0.shape(0)), diverged_step(W0.shape(0)) {
     const py::ssize_t Bn = W0.shape(0);
     check(W0.ndim() == 2 && lr.ndim() == 1 && wd.ndim() == 1 && lr.shape(0) == Bn &&
               wd.shape(0) == Bn,
           "W0 must be (B, D), lr and wd (B,)");
     check(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
-    io = {W0.data(),        lr.data(),          wd.data(),
+    io = {W0.data(),           lr.data(),           wd.data(),
           w_final.mutable_data(), loss.mutable_data(), norm2.mutable_data(),
+          eff_lr.mutable_data(),  grad_norm.mutable_data(),
           diverged.mutable_data(), diverged_step.mutable_data(), Bn, steps, every};
   }
-  py::tuple result() const { return py::make_tuple(w_final, loss, norm2, diverged, diverged_step); }
+  py::tuple result() const {
+    return py::make_tuple(w_final, loss, norm2, diverged, diverged_step, eff_lr, grad_norm);
+  }
 };
 
 // GD+WD from the rows of W0 over the emulated warp. placement (length a multiple of 8):
@@ -235,7 +240,8 @@ void bind_tile(py::module_& m) {
         py::arg("scale"), py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"),
         py::arg("record_every"), py::arg("placement") = py::none(),
         "GD+WD on BN linear regression, 8 trajectories per tile: (w_final (B, d), "
-        "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,)).");
+        "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), "
+        "grad_norm (R, B)).");
   m.def("_tile_toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"),
         py::arg("wd"), py::arg("steps"), py::arg("record_every"),
         "GD+WD on Toy3D, one thread per trajectory: the same tuple as _tile_bn_linreg_gd_wd.");

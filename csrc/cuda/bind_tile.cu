@@ -16,10 +16,10 @@ namespace {
 // The host outputs of a GD+WD tile run and their device mirrors.
 struct TileRun {
   long long B, steps, every, D;
-  carray<double> w_final, loss, norm2;
+  carray<double> w_final, loss, norm2, eff_lr, grad_norm;
   carray<std::uint8_t> diverged;
   carray<long long> diverged_step;
-  DeviceBuffer<double> w0, lr, wd, w_final_d, loss_d, norm2_d;
+  DeviceBuffer<double> w0, lr, wd, w_final_d, loss_d, norm2_d, eff_lr_d, grad_norm_d;
   DeviceBuffer<std::uint8_t> diverged_d;
   DeviceBuffer<long long> step_d;
 
@@ -28,27 +28,33 @@ struct TileRun {
       : B(W0.ndim() == 2 ? W0.shape(0) : 0), steps(steps_), every(every_),
         D(W0.ndim() == 2 ? W0.shape(1) : 0),
         w_final({B, D}), loss({steps_ / std::max(every_, 1LL) + 1, B}),
-        norm2({steps_ / std::max(every_, 1LL) + 1, B}), diverged(B), diverged_step(B),
+        norm2({steps_ / std::max(every_, 1LL) + 1, B}),
+        eff_lr({steps_ / std::max(every_, 1LL) + 1, B}),
+        grad_norm({steps_ / std::max(every_, 1LL) + 1, B}), diverged(B), diverged_step(B),
         w0(DeviceBuffer<double>::from(W0)), lr(DeviceBuffer<double>::from(lr_)),
         wd(DeviceBuffer<double>::from(wd_)), w_final_d(B * D), loss_d(loss.size()),
-        norm2_d(norm2.size()), diverged_d(B), step_d(B) {
+        norm2_d(norm2.size()), eff_lr_d(eff_lr.size()), grad_norm_d(grad_norm.size()),
+        diverged_d(B), step_d(B) {
     require(W0.ndim() == 2 && lr_.ndim() == 1 && wd_.ndim() == 1 && lr_.shape(0) == B &&
                 wd_.shape(0) == B && B >= 1,
             "W0 must be (B, D), lr and wd (B,), B >= 1");
     require(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
   }
   tile::GdWdTileIO io() const {
-    return {w0.get(),      lr.get(),           wd.get(),  w_final_d.get(),
-            loss_d.get(), norm2_d.get(),      diverged_d.get(), step_d.get(),
-            B,            steps,              every};
+    return {w0.get(),         lr.get(),      wd.get(),         w_final_d.get(),
+            loss_d.get(),     norm2_d.get(), eff_lr_d.get(),   grad_norm_d.get(),
+            diverged_d.get(), step_d.get(),  B,                steps,
+            every};
   }
   py::tuple result() {
     w_final_d.to(w_final.mutable_data());
     loss_d.to(loss.mutable_data());
     norm2_d.to(norm2.mutable_data());
+    eff_lr_d.to(eff_lr.mutable_data());
+    grad_norm_d.to(grad_norm.mutable_data());
     diverged_d.to(diverged.mutable_data());
     step_d.to(diverged_step.mutable_data());
-    return py::make_tuple(w_final, loss, norm2, diverged, diverged_step);
+    return py::make_tuple(w_final, loss, norm2, diverged, diverged_step, eff_lr, grad_norm);
   }
 };
 
@@ -133,7 +139,8 @@ void bind_tile(py::module_& m) {
         py::arg("scale"), py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"),
         py::arg("record_every"),
         "GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), "
-        "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,)).");
+        "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), "
+        "grad_norm (R, B)).");
   m.def("_tile_toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"),
         py::arg("wd"), py::arg("steps"), py::arg("record_every"),
         "GD+WD on Toy3D on the device's tile kernel: the same tuple as _tile_bn_linreg_gd_wd.");

@@ -47,9 +47,11 @@ def _same_run(a, b):
 
 
 def _rows(run, keep):
-    """The outputs of a run (w (B, D), loss and norm2 (R, B), diverged, step) of rows keep."""
-    w, loss, norm2, diverged, step = run
-    return w[keep], loss[:, keep], norm2[:, keep], diverged[keep], step[keep]
+    """The outputs of a run (w (B, D), loss and norm2 (R, B), diverged, step, eff_lr and
+    grad_norm (R, B)) of rows keep."""
+    w, loss, norm2, diverged, step, eff, gnorm = run
+    return (w[keep], loss[:, keep], norm2[:, keep], diverged[keep], step[keep],
+            eff[:, keep], gnorm[:, keep])
 
 
 # ------------------------------------------------------------------ (a) mma fragments
@@ -111,12 +113,13 @@ def test_tile_run_matches_the_cpu_engine_before_eos():
     ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=10, sharpness_every=100,
                        backend="cpp", reduced=False)
     assert np.nanmax(ref.eos_ratio) < 2 * (1 - ref.eos_tol)  # still before EoS entry
-    w, loss, norm2, diverged, step = core._tile_bn_linreg_gd_wd(*_data(model), W0, lr, wd,
-                                                                steps, 10)
+    w, loss, norm2, diverged, step, eff, gnorm = core._tile_bn_linreg_gd_wd(
+        *_data(model), W0, lr, wd, steps, 10)
     assert not diverged.any() and (step == -1).all() and not ref.diverged.any()
     assert rel_err(w, ref.w) < 1e-10
     assert rel_err(loss, ref.loss) < 1e-10
     assert rel_err(norm2, ref.norm2) < 1e-10
+    assert rel_err(eff, ref.eff_lr) < 1e-10 and rel_err(gnorm, ref.grad_norm) < 1e-10
     assert (loss[-1] < 0.5 * loss[0]).all()  # the runs went somewhere
 
 
@@ -182,13 +185,15 @@ def test_tile_freezes_a_diverging_trajectory_and_spares_its_tile():
     W0_bad = W0.copy()
     W0_bad[5] = 0.0
     W0_bad[6] *= 1e160
-    w, loss, norm2, diverged, step = core._tile_bn_linreg_gd_wd(*args, W0_bad, lr_bad, wd_bad,
-                                                                steps, 4)
+    w, loss, norm2, diverged, step, eff, gnorm = core._tile_bn_linreg_gd_wd(
+        *args, W0_bad, lr_bad, wd_bad, steps, 4)
     assert diverged.tolist() == [0, 0, 0, 1, 0, 1, 1, 0]
     assert step[5] == 0 and step[6] == 0 and 1 <= step[3] <= 4, step
     assert _same(w[6], W0_bad[6]) and np.isnan(loss[:, 6]).all()
+    for rec in (norm2, eff, gnorm):  # every record series stops where the loss does
+        assert _same(np.isnan(rec), np.isnan(loss))
     keep = [0, 1, 2, 4, 7]
-    assert _same_run(_rows((w, loss, norm2, diverged, step), keep), _rows(base, keep))
+    assert _same_run(_rows((w, loss, norm2, diverged, step, eff, gnorm), keep), _rows(base, keep))
     # Frozen: the records from the flagged step on are NaN, those before are not, and
     # the final iterate is the last finite one: that of the same row run to step s.
     s = step[3]
@@ -224,6 +229,7 @@ def test_toy3d_tile_matches_the_engine_and_its_placement():
     got = core._tile_toy3d_gd_wd(10.0, W0, lr, wd, steps, 5)
     assert rel_err(got[0], ref.w) < 1e-10
     assert rel_err(got[1], ref.loss) < 1e-10 and rel_err(got[2], ref.norm2) < 1e-10
+    assert rel_err(got[5], ref.eff_lr) < 1e-10 and rel_err(got[6], ref.grad_norm) < 1e-10
     order = np.random.default_rng(9).permutation(B)
     perm = core._tile_toy3d_gd_wd(10.0, W0[order], lr[order], wd[order], steps, 5)
     assert _same(perm[0], got[0][order]) and _same(perm[1], got[1][:, order])
@@ -237,10 +243,13 @@ def test_toy3d_tile_freezes_a_diverging_trajectory():
     lr_bad[1], wd_bad[1] = 1e200, 1.0  # |w| ~ 1e200 after a step: ||w||^2 overflows
     W0_bad[2] = 0.0                    # undefined at step 0
     W0_bad[3] *= 1e160                 # ||w||^2 overflows, all else finite: flagged, frozen
-    w, loss, norm2, diverged, step = core._tile_toy3d_gd_wd(10.0, W0_bad, lr_bad, wd_bad, 50, 1)
+    w, loss, norm2, diverged, step, eff, gnorm = core._tile_toy3d_gd_wd(
+        10.0, W0_bad, lr_bad, wd_bad, 50, 1)
     assert diverged.tolist() == [0, 1, 1, 1] and step.tolist() == [-1, 1, 0, 0]
-    assert _same_run(_rows((w, loss, norm2, diverged, step), [0]), _rows(base, [0]))
+    assert _same_run(_rows((w, loss, norm2, diverged, step, eff, gnorm), [0]), _rows(base, [0]))
     assert _same(w[3], W0_bad[3]) and np.isnan(loss[:, 3]).all()
+    for rec in (norm2, eff, gnorm):
+        assert _same(np.isnan(rec), np.isnan(loss))
     assert np.isnan(loss[1:, 1]).all() and np.isfinite(loss[:1, 1]).all()
     assert np.isnan(loss[:, 2]).all() and _same(w[2], W0_bad[2])
     # the last finite iterate is kept: that of one step from W0

@@ -222,6 +222,7 @@ struct BNLinRegTile {
         const reg<long long> at = reg<long long>(r * io.batch) + t0;
         P::store(io.loss, at, e.loss, writer & live);
         P::store(io.norm2, at, e.norm2, writer & live);
+        P::store(io.grad_norm, at, e.gnorm2, writer & live);  // ||grad L(w)||^2 until below
         next_record += io.record_every;
         ++r;
       }
@@ -244,13 +245,19 @@ struct BNLinRegTile {
       div_step = where(live & !fine, reg<long long>(t + 1), div_step);
       live = move;
     }
-    // Records never reached (a frozen row) are NaN, as in the engine.
+    // Records never reached (a frozen row) are NaN, as in the engine. The others get the
+    // effective LR lr / ((1 - lr wd) ||w||^2) and ||grad L(theta)|| = ||w|| ||grad L(w)||
+    // from what the step loop stored, here: a division and two roots kept out of the loop.
     const long long n_rec = io.steps / io.record_every + 1;
     const R nan = R(__builtin_nan(""));
     for (long long k = 0; k < n_rec; ++k) {
       const M missed = writer & (div_step > reg<long long>(-1)) &
                        (reg<long long>(k * io.record_every) >= div_step);
+      const M kept = writer & !missed;
       const reg<long long> at = reg<long long>(k * io.batch) + t0;
+      const R norm2 = P::load(io.norm2, at), gnorm2 = P::load(io.grad_norm, at);
+      P::store(io.eff_lr, at, where(kept, lr / (decay * norm2), nan), writer);
+      P::store(io.grad_norm, at, where(kept, root(norm2) * root(gnorm2), nan), writer);
       P::store(io.loss, at, nan, missed);
       P::store(io.norm2, at, nan, missed);
     }

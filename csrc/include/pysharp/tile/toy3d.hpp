@@ -5,7 +5,8 @@
 //
 // Steps, records and divergence are those of engine/trajectory.hpp's GD+WD: at step t
 // the loss and gradient at w_t (flagged at t if undefined or not finite, with ||w||^2
-// and ||grad||^2), the loss and ||w||^2 recorded at t = 0, every, 2 every, ...; the
+// and ||grad||^2), the loss, ||w||^2, effective LR and ||grad L(theta)|| recorded at
+// t = 0, every, 2 every, ...; the
 // update w+ = (1 - lr wd) w - lr grad (flagged at t + 1 if not finite). A flagged
 // trajectory keeps its last finite iterate; the records it did not reach are NaN.
 #pragma once
@@ -37,6 +38,7 @@ PYSHARP_TILE_HD void toy3d_gd_wd_thread(const Toy3D<double>& m, long long b,
     if (t == next_record) {
       io.loss[r * io.batch + b] = loss;
       io.norm2[r * io.batch + b] = norm2;
+      io.grad_norm[r * io.batch + b] = gnorm2;  // ||grad L(w)||^2 until below
       ++r;
       next_record += io.record_every;
     }
@@ -53,9 +55,21 @@ PYSHARP_TILE_HD void toy3d_gd_wd_thread(const Toy3D<double>& m, long long b,
     }
     for (int i = 0; i < 3; ++i) w[i] = wn[i];
   }
+  // The effective LR and ||grad L(theta)|| = ||w|| ||grad L(w)|| of the records reached,
+  // out of the step loop; the others are NaN.
+  PYSHARP_ROLLED
+  for (long long k = 0; k < r; ++k) {
+    const long long at = k * io.batch + b;
+    const double n2 = io.norm2[at];
+    io.eff_lr[at] = lr / (decay * n2);
+    io.grad_norm[at] = root(n2) * root(io.grad_norm[at]);
+  }
   const long long n_rec = io.steps / io.record_every + 1;
   const double nan = __builtin_nan("");
-  for (; r < n_rec; ++r) io.loss[r * io.batch + b] = io.norm2[r * io.batch + b] = nan;
+  for (; r < n_rec; ++r) {
+    const long long at = r * io.batch + b;
+    io.loss[at] = io.norm2[at] = io.eff_lr[at] = io.grad_norm[at] = nan;
+  }
   for (int i = 0; i < 3; ++i) io.w_final[3 * b + i] = w[i];
   io.diverged[b] = div_step >= 0;
   io.diverged_step[b] = div_step;
