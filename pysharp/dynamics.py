@@ -13,6 +13,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ._backends import BACKENDS, resolve
+from ._backends._tiles import tile_run
 from ._engine import EngineConfig, LanczosOptions, Method
 from ._engine.hyper import broadcast_batch, per_trajectory
 from ._engine.methods import HYPERPARAMETERS, METHODS, method_spec
@@ -54,6 +55,9 @@ class Trajectory:
     ``hyper`` holds the method's hyperparameters by name, each (B,) (a scalar for an
     unbatched run); ``lr`` and ``wd`` are GD+WD's (pgd_adaptive: of the run it follows),
     and for a method on the sphere without them, ``lr`` is its ``eta`` and ``wd`` 0.
+    ``meta`` says how the run was made: model, backend, dtype, jitter, seed, ``reduced``
+    (BN linear regression's singular-basis update) and ``tiles`` (the fused GPU tiles ran
+    it, pysharp._backends._tiles).
     """
 
     w: np.ndarray
@@ -175,7 +179,11 @@ def run_method(model: ScaleInvariantModel, w0, hyper: Mapping[str, ArrayLike], s
         top_k=top_k if top_k > 1 else 0,
         lanczos=LanczosOptions.for_dim(model.dim, 1, lanczos_max_iter, tol=lanczos_tol,
                                        seed=seed, name="lanczos_max_iter"))
-    raw = model._core(W0.dtype, backend).run(W0, hyper, config.to_core(), first_trajectory)
+    tiles = BACKENDS[backend].tiles
+    raw = tile_run(model, config, W0, hyper, tiles()) if tiles else None
+    used_tiles = raw is not None
+    if raw is None:
+        raw = model._core(W0.dtype, backend).run(W0, hyper, config.to_core(), first_trajectory)
 
     sharpness_steps = np.arange(0, steps + 1, sharpness_every) if sharpness_every else \
         np.zeros(0, dtype=np.int64)
@@ -195,7 +203,7 @@ def run_method(model: ScaleInvariantModel, w0, hyper: Mapping[str, ArrayLike], s
         hyper=hyper, method=method, eos_tol=eos_tol,
         group_norm2=raw.get("group_norm2"), top_eigenvalues=raw.get("top_eigenvalues"),
         meta={"model": type(model).__name__, "jitter": jitter, "seed": seed, "dtype": str(W0.dtype),
-              "reduced": reduced, "backend": backend},
+              "reduced": reduced, "backend": backend, "tiles": used_tiles},
     )
     if single:
         for name in _SINGLE_ARRAYS:

@@ -81,6 +81,9 @@ class Backend:
         ``__cuda_array_interface__``.
     reduced : bool
         It runs BN linear regression's reduced (singular-basis) engine.
+    tiles : callable or None
+        ``tiles()``: the module whose fused GD+WD tiles it runs where they apply
+        (``_backends._tiles``), or None.
     checks_rows : bool
         Its kernels flag the rows whose magnitude needs the exact power-of-two rescaling
         (``ok`` >= 2), so the Python layer skips its own pass over the rows.
@@ -98,6 +101,7 @@ class Backend:
     kernels: Callable[[Any, np.dtype], Any]
     reduced: bool = False
     checks_rows: bool = False
+    tiles: Callable[[], Any] | None = None
 
 
 def _not_wired(model, dtype):
@@ -111,7 +115,8 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
             kernels=lambda m, dtype: m._make_core(_suffix(dtype), loader.core())),
     Backend("cuda", _probe_cuda, trajectories=True, gpu=True, reduced=True,
             kernels=lambda m, dtype: m._make_core(_suffix(dtype),
-                                                  importlib.import_module("pysharp._cuda"))),
+                                                  importlib.import_module("pysharp._cuda")),
+            tiles=lambda: importlib.import_module("pysharp._cuda")),
     Backend("cupy", _probe_cupy, trajectories=True, gpu=True, kernels=_not_wired),
     Backend("numba", _probe_numba, trajectories=True, gpu=False,
             kernels=lambda m, dtype: NumbaCore(m._numba_params(), dtype, m._reference())),

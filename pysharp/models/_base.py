@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -101,6 +101,12 @@ class ScaleInvariantModel(abc.ABC):
     def _make_core(self, suffix: str, module: Any) -> Any:
         """Build the model object of ``module`` (``pysharp._core`` or ``pysharp._cuda``,
         which share one interface) for dtype suffix '_f64' or '_f32'."""
+
+    def _tile_kernel(self, module: Any) -> Callable | None:
+        """The fused GD+WD tile run of this model in ``module`` (``pysharp._cuda``, or
+        ``pysharp._core``'s emulation): ``f(W0, lr, wd, steps, record_every)``, the tuple of
+        ``_tile_bn_linreg_gd_wd``; None where no tile covers the model (the default)."""
+        return None
 
     def _numba_params(self) -> tuple:
         """The model tuple of ``_backends._numba_kernels.params`` (where ``_backends`` lists

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._engine.loader import core
@@ -58,6 +60,11 @@ class BNLinearRegression(ScaleInvariantModel):
     def n(self) -> int:
         """Number of samples."""
         return self.X.shape[0]
+
+    def _tile_kernel(self, module):
+        if (self.dim, self.n) not in {tuple(s) for s in module._TILE_BN_LINREG_SHAPES}:
+            return None  # the tiles are compiled for a few (d, n)
+        return functools.partial(module._tile_bn_linreg_gd_wd, self._Xc, self._u, self._scale)
 
     def _make_core(self, suffix, module):
         dtype = np.float64 if suffix == "_f64" else np.float32

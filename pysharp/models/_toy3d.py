@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import functools
+
 from .._engine.validation import as_real
 from ..reference import Toy3DReference
 from ._base import ScaleInvariantModel
@@ -33,6 +35,9 @@ class Toy3D(ScaleInvariantModel):
 
     def _make_core(self, suffix, module):
         return getattr(module, "Toy3D" + suffix)(self.c)
+
+    def _tile_kernel(self, module):
+        return functools.partial(module._tile_toy3d_gd_wd, self.c)
 
     def _numba_params(self) -> tuple:
         from .._backends._numba_kernels import TOY3D, params  # lazy: numba is optional
