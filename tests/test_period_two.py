@@ -122,19 +122,13 @@ def test_bn_linear_regression_drift_direction():
 
 
 def test_refusals():
-    model, tr = toy_run(1e-2, steps=40, theta_every=0)
-    with pytest.raises(ValueError, match="theta_every"):
-        ps.period_two_diagnostics(model, tr)
-    model, tr = toy_run(1e-2, steps=40, theta_every=2)
-    with pytest.raises(ValueError, match="theta_every=1"):
-        ps.period_two_diagnostics(model, tr)
-    model, tr = toy_run(1e-2, steps=40, record_every=2)
-    with pytest.raises(ValueError, match="record_every=1"):
-        ps.period_two_diagnostics(model, tr)
-    # Far below the edge: eff_lr * lambda_1 = 1.
-    model, tr = toy_run(1e-2, steps=40, margin=0.5)
-    with pytest.raises(ValueError, match="never entered EoS"):
-        ps.period_two_diagnostics(model, tr)
+    for kw, message in [(dict(theta_every=0), "theta_every"),
+                        (dict(theta_every=2), "theta_every=1"),
+                        (dict(record_every=2), "record_every=1"),
+                        (dict(margin=0.5), "never entered EoS")]:  # far below: eff_lr S = 1
+        model, tr = toy_run(1e-2, steps=40, **kw)
+        with pytest.raises(ValueError, match=message):
+            ps.period_two_diagnostics(model, tr)
     # At the edge (engine entry at step 0) but stopped before the effective LR peaks (68).
     model, tr = toy_run(1e-2, steps=40)
     assert tr.eos_entry_step == 0

@@ -777,21 +777,14 @@ def test_hvp_small_w_zero_v(case):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_hvp_small_w_small_v(case):
-    """H(c w)(c v) = H(w) v / c: representable (~1e160) although H(c w) is not."""
-    w = case.points(seed=81, norm=1.0)
-    v = case.points(seed=82, norm=1.0)
-    c = 1e-160
-    assert rel_err(case.model.hvp(c * w, c * v) * c, case.model.hvp(w, v)) < 1e-12
-
-
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_third_small_w_small_v(case):
-    """D^3L(c w)[c v, c v] = D^3L(w)[v, v] / c: representable (~1e110)."""
-    w = case.points(seed=83, norm=1.0)
-    v = case.points(seed=84, norm=1.0)
-    c = 1e-110
-    assert rel_err(case.model.third(c * w, c * v) * c, case.model.third(w, v)) < 1e-12
+@pytest.mark.parametrize("kernel, c, seed", [("hvp", 1e-160, 81), ("third", 1e-110, 83)])
+def test_directional_small_w_small_v(case, kernel, c, seed):
+    """H(c w)(c v) = H(w) v / c, representable (~1e160) although H(c w) is not, and
+    D^3L(c w)[c v, c v] = D^3L(w)[v, v] / c (~1e110)."""
+    w = case.points(seed=seed, norm=1.0)
+    v = case.points(seed=seed + 1, norm=1.0)
+    f = getattr(case.model, kernel)
+    assert rel_err(f(c * w, c * v) * c, f(w, v)) < 1e-12
 
 
 def test_hvp_third_with_badly_scaled_v(case, dtype):
