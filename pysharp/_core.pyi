@@ -961,7 +961,7 @@ def _tile_bn_linreg_gd_wd(
     placement: typing.Annotated[numpy.typing.ArrayLike, numpy.int64] | None = None,
 ) -> tuple:
     """
-    GD+WD on BN linear regression, 8 trajectories per tile: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,)).
+    GD+WD on BN linear regression, 8 trajectories per tile: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), grad_norm (R, B)).
     """
 
 def _tile_bn_linreg_loss_grad(

@@ -629,7 +629,7 @@ def _tile_bn_linreg_gd_wd(
     record_every: typing.SupportsInt | typing.SupportsIndex,
 ) -> tuple:
     """
-    GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,)).
+    GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), grad_norm (R, B)).
     """
 
 def _tile_toy3d_gd_wd(
