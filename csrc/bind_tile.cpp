@@ -157,16 +157,15 @@ struct RunOutputs {
   RunOutputs(const carray<double>& W0, const carray<double>& lr, const carray<double>& wd,
              long long steps, long long every)
       : w_final({W0.shape(0), W0.shape(1)}),
-        loss({static_cast<py::ssize_t>(steps / every + 1), W0.shape(0)}),
-        norm2({static_cast<py::ssize_t>(steps / every + 1), W0.shape(0)}),
-        eff_lr({static_cast<py::ssize_t>(steps / every + 1), W0.shape(0)}),
-        grad_norm({static_cast<py::ssize_t>(steps / every + 1), W0.shape(0)}),
+        loss({records(steps, every), W0.shape(0)}),
+        norm2({records(steps, every), W0.shape(0)}),
+        eff_lr({records(steps, every), W0.shape(0)}),
+        grad_norm({records(steps, every), W0.shape(0)}),
         diverged(W0.shape(0)), diverged_step(W0.shape(0)) {
     const py::ssize_t Bn = W0.shape(0);
     check(W0.ndim() == 2 && lr.ndim() == 1 && wd.ndim() == 1 && lr.shape(0) == Bn &&
               wd.shape(0) == Bn,
           "W0 must be (B, D), lr and wd (B,)");
-    check(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
     io = {W0.data(),           lr.data(),           wd.data(),
           w_final.mutable_data(), loss.mutable_data(), norm2.mutable_data(),
           eff_lr.mutable_data(),  grad_norm.mutable_data(),
@@ -174,6 +173,12 @@ struct RunOutputs {
   }
   py::tuple result() const {
     return py::make_tuple(w_final, loss, norm2, diverged, diverged_step, eff_lr, grad_norm);
+  }
+
+  // Records at steps 0, every, ... <= steps; checked before any array is shaped by it.
+  static py::ssize_t records(long long steps, long long every) {
+    check(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
+    return static_cast<py::ssize_t>(steps / every + 1);
   }
 };
 

@@ -91,6 +91,9 @@ struct Hyperparameters {{
     switch (i) {{{cases}
     }}
   }}
+  PYSHARP_HD const Real* field(int i) const {{
+    return const_cast<Hyperparameters*>(this)->field(i);  // read only
+  }}
 
   // The same fields from trajectory `first` on.
   PYSHARP_HD Hyperparameters from(long long first) const {{

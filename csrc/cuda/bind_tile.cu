@@ -1,8 +1,8 @@
 // pysharp._cuda's _tile_* functions: the fused tile kernels (cuda/tile_kernels.cuh)
 // launched on host arrays, with the signatures of pysharp._core's _tile_* helpers (the
 // same algorithms on an emulated warp), so that a device run compares with the CPU
-// emulation call for call. For the GPU check and the benchmark; backend="cuda" does
-// not use them yet. Trajectory b runs in row b % 8 of tile b / 8.
+// emulation call for call. backend="cuda" runs GD+WD on them where they apply
+// (pysharp/_backends/_tiles.py). Trajectory b runs in row b % 8 of tile b / 8.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,10 +27,9 @@ struct TileRun {
           long long steps_, long long every_)
       : B(W0.ndim() == 2 ? W0.shape(0) : 0), steps(steps_), every(every_),
         D(W0.ndim() == 2 ? W0.shape(1) : 0),
-        w_final({B, D}), loss({steps_ / std::max(every_, 1LL) + 1, B}),
-        norm2({steps_ / std::max(every_, 1LL) + 1, B}),
-        eff_lr({steps_ / std::max(every_, 1LL) + 1, B}),
-        grad_norm({steps_ / std::max(every_, 1LL) + 1, B}), diverged(B), diverged_step(B),
+        w_final({B, D}), loss({records(steps_, every_), B}),
+        norm2({records(steps_, every_), B}), eff_lr({records(steps_, every_), B}),
+        grad_norm({records(steps_, every_), B}), diverged(B), diverged_step(B),
         w0(DeviceBuffer<double>::from(W0)), lr(DeviceBuffer<double>::from(lr_)),
         wd(DeviceBuffer<double>::from(wd_)), w_final_d(B * D), loss_d(loss.size()),
         norm2_d(norm2.size()), eff_lr_d(eff_lr.size()), grad_norm_d(grad_norm.size()),
@@ -38,7 +37,11 @@ struct TileRun {
     require(W0.ndim() == 2 && lr_.ndim() == 1 && wd_.ndim() == 1 && lr_.shape(0) == B &&
                 wd_.shape(0) == B && B >= 1,
             "W0 must be (B, D), lr and wd (B,), B >= 1");
+  }
+  // Records at steps 0, every, ... <= steps; checked before any array is shaped by it.
+  static long long records(long long steps, long long every) {
     require(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
+    return steps / every + 1;
   }
   tile::GdWdTileIO io() const {
     return {w0.get(),         lr.get(),      wd.get(),         w_final_d.get(),

@@ -254,12 +254,12 @@ struct CudaExec {
     const BatchRecords<Real> rec = out.records(dev);
     DeviceBuffer<Real> dW0(W0, B * D);
     // The fields the method reads, each on the device; the others stay null.
-    Hyperparameters<Real> host = h, dh;
+    Hyperparameters<Real> dh;
     std::vector<DeviceBuffer<Real>> dh_buffers;
     dh_buffers.reserve(kHyperparameterCount);
     for (int i = 0; i < kHyperparameterCount; ++i) {
-      if (!host.field(i)) continue;
-      dh_buffers.emplace_back(host.field(i), B);
+      if (!h.field(i)) continue;
+      dh_buffers.emplace_back(h.field(i), B);
       dh.field(i) = dh_buffers.back().get();
     }
     constexpr bool can_reduce = module::has_reduced<Core>::value;

@@ -235,6 +235,19 @@ def test_toy3d_tile_matches_the_engine_and_its_placement():
     assert _same(perm[0], got[0][order]) and _same(perm[1], got[1][:, order])
 
 
+@pytest.mark.parametrize("steps, every", [(10, 0), (10, -2), (-1, 1)])
+def test_tile_runs_refuse_bad_record_spacing(steps, every):
+    """A record spacing below 1 is refused before anything is shaped by it (it divided by
+    zero, killing the interpreter, before the check ran)."""
+    W0, lr, wd = np.ones((2, 3)), np.full(2, 0.1), np.full(2, 1e-3)
+    with pytest.raises(ValueError, match="record_every >= 1"):
+        core._tile_toy3d_gd_wd(10.0, W0, lr, wd, steps, every)
+    model = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
+    with pytest.raises(ValueError, match="record_every >= 1"):
+        core._tile_bn_linreg_gd_wd(*_data(model), _start(model, 2, seed=0), lr, wd, steps,
+                                   every)
+
+
 def test_toy3d_tile_freezes_a_diverging_trajectory():
     W0 = np.random.default_rng(10).standard_normal((4, 3))
     lr, wd = np.full(4, 0.1), np.full(4, 1e-3)

@@ -44,6 +44,9 @@ struct Hyperparameters {
       default: return c;
     }
   }
+  PYSHARP_HD const Real* field(int i) const {
+    return const_cast<Hyperparameters*>(this)->field(i);  // read only
+  }
 
   // The same fields from trajectory `first` on.
   PYSHARP_HD Hyperparameters from(long long first) const {
