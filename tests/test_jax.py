@@ -104,6 +104,17 @@ def test_float32(model):
     assert g.dtype == jnp.float32
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_batch_split_into_chunks_keeps_the_kernels_bits(model, dtype):
+    # From 1024 rows BN linear regression takes its row kernel (cpu/bn_linreg_rows.hpp),
+    # which the FFI handler runs in chunks on XLA's pool; 1029 rows leave a partial block.
+    W = points(model, batch=1029, seed=3, dtype=dtype)
+    L, G = psj.loss_and_grad(model, W)
+    L0, G0 = model.loss_and_grad(np.asarray(W))
+    np.testing.assert_array_equal(np.asarray(L), L0)
+    np.testing.assert_array_equal(np.asarray(G), G0)
+
+
 def test_grad_equals_jax_to_1e13(model):
     ref = bn_loss(model)
     for w in points(model, 4, seed=3):

@@ -1,21 +1,21 @@
 // BN linear regression's batched loss and gradient on the rows as they are.
 //
 // The generic driver (batched.hpp) transposes each block of L rows of W into lanes, runs the
-// model on the block and transposes the gradient back: for this model the two transposes of
-// D-long rows cost about a third of the call. Its two products are small GEMMs,
-// Z = W Xc^T (B x n) and G = R Xc (B x d), which a register-blocked kernel runs on the rows
-// in place: L rows at a time, each multiply-add taking a row's coordinate as a broadcast
-// scalar and L consecutive columns of a zero-padded copy of Xc (or Xc^T) as a vector. Only
-// Z (n long) goes through lanes, where the BN part runs exactly as in the model
-// (bn_cosine_loss_grad). Every output is summed in the model's order, one multiply-add a
-// term (z_i over k = 0 .. d-1, g_j over i = 0 .. n-1, as dense.hpp's matvec_rows and
-// matvec_cols), and the rounding floor is the model's, so each row's loss, gradient and ok
-// code are bit for bit the generic path's (tests/csrc/test_bn_linreg_rows.py).
+// model on the block and transposes the gradient back. Here only W goes into lanes: there
+// Z = W Xc^T (n values a row) and the BN part run exactly as in the model, and the gradient
+// G = R Xc (B x d), a small GEMM, is written to the rows in place by a register-blocked
+// kernel: L rows at a time, each multiply-add taking a row's r_i as a broadcast scalar and L
+// consecutive columns of a zero-padded copy of Xc as a vector, so the transposition back
+// (a third of the generic call at d 40, n 20) is gone. Every output is summed in the model's
+// order, one multiply-add a term (z_i over k = 0 .. d-1, g_j over i = 0 .. n-1, as dense.hpp's
+// matvec_rows and matvec_cols), and the rounding floor is the model's, so each row's loss,
+// gradient and ok code are bit for bit the generic path's (tests/csrc/test_bn_linreg_rows.py).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -37,31 +37,41 @@ class BNLinearRegressionRows {
   // the registers (AVX-512 double: 24 + 3 + 1 of 32).
   static constexpr int kVecs = std::max(1, (kSimdRegisters - 4) / (L + 1));
 
-  // Whether it beats the lanes driver on B rows: with 32 vector registers (AVX-512), n and d
-  // padded by at most a quarter to whole vectors, and B large enough to repay the padded
-  // copies of Xc (about 3 us). Measured against loss_grad_lanes, double, one thread: n 20
-  // d 40 1.15-1.20x, n 200 d 100 1.04-1.08x, n 7 d 13 1.08x; n 33 d 9 (d pads from 9 to 16)
-  // 0.86x; AVX2's 16 registers leave the blocks too small (0.80x at n 20 d 40). Two
-  // threads, n 20 d 40: B 64 0.68x, B 512 1.02x, B 4096 1.16x.
+  // Whether it beats the lanes driver on B rows: with 32 vector registers (AVX-512), d padded
+  // by at most a quarter to whole vectors, and B large enough to repay the padded copy of Xc.
+  // Measured against loss_grad_lanes, double, one thread, B 4096: n 20 d 40 1.15x, n 33 d 40
+  // 1.12x, n 7 d 13 1.08x; B 1024 n 200 d 100 1.00-1.05x; n 33 d 9 (d pads from 9 to 16)
+  // 0.86x; AVX2's 16 registers leave the blocks too small (0.80x at n 20 d 40). Two threads,
+  // n 20 d 40: B 64 0.68x, B 512 1.0x, B 4096 1.05x.
   static bool pays(const BNLinearRegression<Real>& m, std::int64_t B) {
-    const auto padding = [](int k) { return (k + L - 1) / L * L - k; };
-    return kSimdRegisters >= 32 && B >= 1024 && 4 * padding(m.n) <= m.n &&
-           4 * padding(m.d) <= m.d;
+    const int padding = (m.d + L - 1) / L * L - m.d;
+    return kSimdRegisters >= 32 && B >= 1024 && 4 * padding <= m.d;
   }
 
   explicit BNLinearRegressionRows(const BNLinearRegression<Real>& m)
-      : m_(m), np_((m.n + L - 1) / L * L), dp_((m.d + L - 1) / L * L),
-        xct_(static_cast<std::size_t>(m.d) * np_, Real(0)),
-        xc_(static_cast<std::size_t>(m.n) * dp_, Real(0)) {
+      : m_(m), dp_((m.d + L - 1) / L * L), xc_(static_cast<std::size_t>(m.n) * dp_, Real(0)) {
     for (int i = 0; i < m.n; ++i)
-      for (int k = 0; k < m.d; ++k) {
-        xct_[static_cast<std::size_t>(k) * np_ + i] = m.Xc[static_cast<std::size_t>(i) * m.d + k];
-        xc_[static_cast<std::size_t>(i) * dp_ + k] = m.Xc[static_cast<std::size_t>(i) * m.d + k];
-      }
+      std::memcpy(xc_.data() + static_cast<std::size_t>(i) * dp_,
+                  m.Xc + static_cast<std::size_t>(i) * m.d, m.d * sizeof(Real));
   }
 
-  // Scratch per thread, in V: the block's gathered rows (d), then Z in lanes (np).
-  std::size_t scratch_size() const { return static_cast<std::size_t>(m_.d) + np_; }
+  // Scratch per thread, in V: the block's rows in lanes (d), then Z in lanes (n).
+  std::size_t scratch_size() const { return static_cast<std::size_t>(m_.d) + m_.n; }
+
+  // Rows W[0 .. B) -> loss[0 .. B), G (B, d), ok codes: whole blocks of L rows here
+  // (OpenMP over blocks when `parallel`), a last partial block through the lanes driver.
+  void run(const Real* W, std::int64_t B, Real* loss, Real* G, std::uint8_t* ok,
+           bool parallel) const {
+    const std::int64_t d = m_.d, whole = B / L * L;
+    if (whole > 0)
+      for_each_block<L>(whole, parallel, [&] { return std::vector<V>(scratch_size()); },
+                        [&](const std::int64_t* r, int, std::vector<V>& scratch) {
+                          block(W + r[0] * d, loss + r[0], G + r[0] * d, ok + r[0],
+                                scratch.data());
+                        });
+    if (whole < B)
+      loss_grad_lanes(m_, W + whole * d, B - whole, loss + whole, G + whole * d, ok + whole);
+  }
 
   // Rows W[0 .. L) (row-major, d each) -> loss[0 .. L), G[0 .. L) (d each), ok codes.
   void block(const Real* W, Real* loss, Real* G, std::uint8_t* ok, V* scratch) const {
@@ -75,11 +85,10 @@ class BNLinearRegressionRows {
     const mask_t<V> safe = in_safe_range(w, d);
     V w2 = Real(0);
     for (int j = 0; j < d; ++j) w2 += w[j] * w[j];
-    for (int i0 = 0; i0 < np_; i0 += kVecs * L) {
-      const int nv = std::min(kVecs, (np_ - i0) / L);
-      if (nv == kVecs) products_z<kVecs>(W, i0, z);
-      else tail<kVecs - 1>(nv, [&](auto c) { products_z<decltype(c)::value>(W, i0, z); });
-    }
+    // Z in blocks of at most kZBlock outputs, of equal size (n 20: 10 + 10, not 12 + 8).
+    const int n = m_.n, parts = (n + kZBlock - 1) / kZBlock, size = (n + parts - 1) / parts;
+    for (int i0 = 0; i0 < n; i0 += size)
+      tail<kZBlock>(std::min(size, n - i0), [&](auto c) { products_z<decltype(c)::value>(w, i0, z); });
     V value;
     const mask_t<V> defined =
         bn_cosine_loss_grad(z, m_.u, m_.scale, m_.n, m_.rounding_floor2(w2), &value, z);
@@ -129,18 +138,23 @@ class BNLinearRegressionRows {
     }
   }
 
-  // z[i0 .. i0 + NV L) in lanes: z_i = sum_k W[l, k] Xc[i, k], k ascending.
-  template <int NV>
-  void products_z(const Real* W, int i0, V* z) const {
-    vec acc[L][NV] = {};
-    product<NV>(W, m_.d, 1, xct_.data() + i0, np_, m_.d, acc);
-    // acc[l][v] holds z_{i0 + v L + c} of row l at c: an L x L transpose per v.
-    PYSHARP_ROWS_UNROLL
-    for (int v = 0; v < NV; ++v) {
-      const Real* cols[L];
-      for (int l = 0; l < L; ++l) cols[l] = reinterpret_cast<const Real*>(&acc[l][v]);
-      gather_lanes(cols, L, z + i0 + v * L);
+  // Outputs of Z a block: enough independent multiply-add chains to cover the latency of
+  // two FMA ports (8), few enough to stay in registers with their operands.
+  static constexpr int kZBlock = 12;
+
+  // z[i0 .. i0 + NB) in lanes: z_i = sum_k w_k Xc[i, k], k ascending, Xc[i, k] a broadcast.
+  template <int NB>
+  void products_z(const V* w, int i0, V* z) const {
+    const int d = m_.d;
+    const Real* x = m_.Xc + static_cast<std::size_t>(i0) * d;
+    vec acc[NB] = {};
+    for (int k = 0; k < d; ++k) {
+      const vec wk = w[k].v;
+      PYSHARP_ROWS_UNROLL
+      for (int b = 0; b < NB; ++b) acc[b] += wk * x[b * d + k];
     }
+    PYSHARP_ROWS_UNROLL
+    for (int b = 0; b < NB; ++b) z[i0 + b] = V(acc[b]);
   }
 
   // G[l, j0 .. j0 + NV L) (the part below d): g_j = sum_i r_i Xc[i, j], i ascending; lane l
@@ -156,42 +170,63 @@ class BNLinearRegressionRows {
   }
 
   const BNLinearRegression<Real>& m_;
-  int np_, dp_;            // n and d rounded up to whole vectors
-  std::vector<Real> xct_;  // Xc^T (d, np), zero-padded columns
-  std::vector<Real> xc_;   // Xc (n, dp), zero-padded columns
+  int dp_;                // d rounded up to whole vectors
+  std::vector<Real> xc_;  // Xc (n, dp), zero-padded columns
 };
 
-// The batched loss and gradient of BN linear regression: whole blocks of L rows on the rows,
-// a last partial block through the generic driver; bits as loss_grad_lanes.
+// The batched loss and gradient of BN linear regression on the row kernel, whatever `pays`
+// says (the test hook _core._bn_linreg_loss_grad_path calls it directly); bits as
+// loss_grad_lanes.
 template <class Real>
 void loss_grad_rows(const BNLinearRegression<Real>& m, const Real* W, std::int64_t B,
                     Real* loss, Real* G, std::uint8_t* ok) {
-  using Rows = BNLinearRegressionRows<Real>;
-  constexpr int L = Rows::L;
-  const std::int64_t D = m.dim(), whole = Rows::pays(m, B) ? B / L * L : 0;
-  if (whole > 0) {
-    const Rows rows(m);
-    auto make = [&] { return std::vector<typename Rows::V>(rows.scratch_size()); };
-    for_each_block<L>(whole, worth_threads(m, whole), make,
-                      [&](const std::int64_t* r, int, std::vector<typename Rows::V>& buf) {
-                        rows.block(W + r[0] * D, loss + r[0], G + r[0] * D, ok + r[0],
-                                   buf.data());
-                      });
-  }
-  if (whole < B) loss_grad_lanes(m, W + whole * D, B - whole, loss + whole, G + whole * D,
-                                 ok + whole);
+  BNLinearRegressionRows<Real>(m).run(W, B, loss, G, ok, worth_threads(m, B));
 }
 
-// Losses and gradients of B rows of W (B, D): BN linear regression's row kernel, every
-// other model the lanes driver (batched.hpp).
+// Losses and gradients of B rows of W (B, D): BN linear regression's row kernel where it
+// pays, the lanes driver (batched.hpp) otherwise and for every other model.
 template <class Model, class Real>
 void loss_grad(const Model& m, const Real* W, std::int64_t B, Real* loss, Real* G,
                std::uint8_t* ok) {
-  if constexpr (std::is_same_v<Model, BNLinearRegression<Real>>)
-    loss_grad_rows(m, W, B, loss, G, ok);
-  else
-    loss_grad_lanes(m, W, B, loss, G, ok);
+  if constexpr (std::is_same_v<Model, BNLinearRegression<Real>>) {
+    if (BNLinearRegressionRows<Real>::pays(m, B)) return loss_grad_rows(m, W, B, loss, G, ok);
+  }
+  loss_grad_lanes(m, W, B, loss, G, ok);
 }
+
+// loss_grad for a batch of B rows split into chunks that run on one thread each (the
+// jax.ffi handlers'): what the kernel needs beyond the model (BN linear regression's padded
+// copy of Xc) is built once for the whole batch, not once a chunk, and each chunk of whole
+// lane blocks gives the bits of one loss_grad call on the whole batch.
+template <class Model, class Real>
+class LossGradChunks {
+ public:
+  LossGradChunks(const Model& m, std::int64_t) : m_(m) {}
+  void operator()(const Real* W, std::int64_t n, Real* loss, Real* G, std::uint8_t* ok) const {
+    loss_grad_lanes(m_, W, n, loss, G, ok);
+  }
+
+ private:
+  const Model& m_;
+};
+
+template <class Real>
+class LossGradChunks<BNLinearRegression<Real>, Real> {
+  using Rows = BNLinearRegressionRows<Real>;
+
+ public:
+  LossGradChunks(const BNLinearRegression<Real>& m, std::int64_t B) : m_(m) {
+    if (Rows::pays(m, B)) rows_.emplace(m);
+  }
+  void operator()(const Real* W, std::int64_t n, Real* loss, Real* G, std::uint8_t* ok) const {
+    if (rows_) rows_->run(W, n, loss, G, ok, false);
+    else loss_grad_lanes(m_, W, n, loss, G, ok);
+  }
+
+ private:
+  const BNLinearRegression<Real>& m_;
+  std::optional<Rows> rows_;
+};
 
 }  // namespace pysharp::cpu
 

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -52,7 +53,7 @@ constexpr ffi::DataType kDataType = std::is_same_v<Real, double> ? ffi::F64 : ff
 // of waiting on a task that cannot start. A task that starts after the last chunk was
 // claimed finds nothing and returns, touching only the shared counters it holds a
 // reference to. The chunks are whole lane blocks, so the bits are those of one call on
-// the whole batch.
+// the whole batch. The caller spins briefly before it sleeps on that wait (join_spin).
 struct PoolShare {
   std::atomic<std::int64_t> next{0};  // first row of the next unclaimed chunk
   std::atomic<int> running{0};        // pool tasks inside their claiming loop
@@ -71,6 +72,24 @@ void claim_chunks(PoolShare& share, std::int64_t B, std::int64_t per, F& f) {
 #ifdef _OPENMP
   omp_set_num_threads(threads);
 #endif
+}
+
+// Spins until no pool task is running a chunk, for at most `limit`, and says whether none
+// is. A running task is at most one chunk from done, and waking a caller that went to
+// sleep on the condition variable cost about 15 us of a 175 us call in a jit-compiled
+// GD loop (BN linear regression, B 4096, 2 cores); spinning instead cut the step by 10-15
+// us. The spin holds only the caller's own core, which has no chunk left to run.
+inline bool join_spin(const PoolShare& share, std::chrono::microseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (int i = 1;; ++i) {
+    if (share.running.load() == 0) return true;
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
 }
 
 template <int L, class F>
@@ -92,6 +111,7 @@ void on_pool(ffi::ThreadPool& pool, std::int64_t B, F&& f) {
       share->idle.notify_one();
     });
   claim_chunks(*share, B, per, f);
+  if (join_spin(*share, std::chrono::microseconds(500))) return;
   std::unique_lock<std::mutex> lock(share->mu);
   share->idle.wait(lock, [&] { return share->running.load() == 0; });
 }
@@ -180,8 +200,9 @@ struct Handlers {
     const Real* W = w.typed_data();
     Real *L = loss->typed_data(), *G = grad->typed_data();
     std::vector<std::uint8_t> ok(B);
+    const cpu::LossGradChunks<Model, Real> chunk(m, B);
     on_pool<kNativeLanes<Real>>(pool, B, [&](std::int64_t r, std::int64_t n) {
-      cpu::loss_grad(m, W + r * D, n, L + r, G + r * D, ok.data() + r);
+      chunk(W + r * D, n, L + r, G + r * D, ok.data() + r);
     });
     for (std::size_t b = 0; b < ok.size(); ++b) {
       if (ok[b] == 1) continue;
