@@ -46,29 +46,41 @@ constexpr ffi::DataType kDataType = std::is_same_v<Real, double> ? ffi::F64 : ff
 // Runs f(first_row, rows) over [0, B) in chunks of whole lane blocks, on the calling
 // thread and XLA's intra-op pool together, each chunk on one thread: an OpenMP team
 // started inside an XLA program competes for the cores with XLA's own threads. The caller
-// and num_threads() - 1 pool tasks claim chunks (four per participant) from one counter
-// until none is left. The caller then waits only for the tasks that are running a chunk,
-// never for one that has not started: where the pool's threads are all busy (other
-// custom calls running at the same time), the caller does the whole batch itself instead
-// of waiting on a task that cannot start. A task that starts after the last chunk was
-// claimed finds nothing and returns, touching only the shared counters it holds a
-// reference to. The chunks are whole lane blocks, so the bits are those of one call on
-// the whole batch. The caller spins briefly before it sleeps on that wait (join_spin).
+// and num_threads() - 1 pool tasks claim chunks (eight per participant) until none is
+// left, the caller from the front of the batch and the tasks from the back: each thread's
+// rows are then contiguous and about the same from one call to the next, so they are still
+// in its cache (and the caller's match the first part of XLA's own parallel loops, such as
+// the update between two calls of a GD loop). Against one counter claimed from the front,
+// that cut a jit-compiled GD step (BN linear regression, B 4096, 2 cores) from 217-233 to
+// 186-211 us (medians). The caller then waits only for the tasks that are running a chunk,
+// never for one that has not started: where the pool's threads are all busy (other custom
+// calls running at the same time), the caller does the whole batch itself instead of
+// waiting on a task that cannot start. A task that starts after the last chunk was claimed
+// finds nothing and returns, touching only the shared counters it holds a reference to.
+// The chunks are whole lane blocks, so the bits are those of one call on the whole batch.
+// The caller spins briefly before it sleeps on that wait (join_spin).
 struct PoolShare {
-  std::atomic<std::int64_t> next{0};  // first row of the next unclaimed chunk
-  std::atomic<int> running{0};        // pool tasks inside their claiming loop
+  explicit PoolShare(std::int64_t chunks) : chunks(chunks) {}
+  const std::int64_t chunks;
+  std::atomic<std::int64_t> claimed{0};  // chunks claimed from either end: at most `chunks`
+  std::atomic<std::int64_t> front{0};    // chunks claimed from the front (the caller)
+  std::atomic<std::int64_t> back{0};     // chunks claimed from the back (the pool tasks)
+  std::atomic<int> running{0};           // pool tasks inside their claiming loop
   std::mutex mu;
   std::condition_variable idle;
 };
 
 template <class F>
-void claim_chunks(PoolShare& share, std::int64_t B, std::int64_t per, F& f) {
+void claim_chunks(PoolShare& share, bool from_front, std::int64_t B, std::int64_t per, F& f) {
 #ifdef _OPENMP
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);  // this thread's setting only, restored below
 #endif
-  for (std::int64_t first; (first = share.next.fetch_add(per)) < B;)
-    f(first, std::min(per, B - first));
+  while (share.claimed.fetch_add(1) < share.chunks) {
+    const std::int64_t c =
+        from_front ? share.front.fetch_add(1) : share.chunks - 1 - share.back.fetch_add(1);
+    f(c * per, std::min(per, B - c * per));
+  }
 #ifdef _OPENMP
   omp_set_num_threads(threads);
 #endif
@@ -96,21 +108,21 @@ template <int L, class F>
 void on_pool(ffi::ThreadPool& pool, std::int64_t B, F&& f) {
   const std::int64_t blocks = (B + L - 1) / L;
   const std::int64_t helpers = std::clamp<std::int64_t>(pool.num_threads() - 1, 0, blocks - 1);
-  const std::int64_t chunks = std::min<std::int64_t>(blocks, 4 * (helpers + 1));
-  const std::int64_t per = (blocks + chunks - 1) / chunks * L;  // rows per chunk
-  auto share = std::make_shared<PoolShare>();
+  const std::int64_t most = std::min<std::int64_t>(blocks, 8 * (helpers + 1));
+  const std::int64_t per = (blocks + most - 1) / most * L;  // rows per chunk
+  auto share = std::make_shared<PoolShare>((B + per - 1) / per);
   auto* run = &f;  // called only for a chunk claimed before the caller stops waiting
   for (std::int64_t h = 0; h < helpers; ++h)
     pool.Schedule([share, run, B, per] {
       share->running.fetch_add(1);
-      claim_chunks(*share, B, per, *run);
+      claim_chunks(*share, false, B, per, *run);
       {
         std::lock_guard<std::mutex> lock(share->mu);
         share->running.fetch_sub(1);
       }
       share->idle.notify_one();
     });
-  claim_chunks(*share, B, per, f);
+  claim_chunks(*share, true, B, per, f);
   if (join_spin(*share, std::chrono::microseconds(500))) return;
   std::unique_lock<std::mutex> lock(share->mu);
   share->idle.wait(lock, [&] { return share->running.load() == 0; });
