@@ -35,6 +35,9 @@ Where each figure comes from:
   the rows of the DMMA shape (8 for m8n8k4, 16 for m16n8kX) when the step loop uses DMMA,
   else 32 (one per thread), unless a source says otherwise with a line
   ``// pysharp-traj-per-warp: KERNEL_NAME_SUBSTRING N`` (a warp per trajectory: N = 1).
+  A tile whose step loops over shapes known only at run time (BN matrix completion's: N
+  observations, D coordinates) has no static per-step count; a source line
+  ``// pysharp-run-time-shape: KERNEL_NAME_SUBSTRING`` leaves its three step figures null.
   Memory is left out: a fused kernel moves ~16 D / T bytes per trajectory-step.
 
 The generic engine's kernels (one thread per trajectory, all methods, loops over D inside a
@@ -76,6 +79,7 @@ _RES_RE = re.compile(r"Function\s+(\S+?):\s*\n\s*REG:(\d+)\s+STACK:(\d+)")
 _PTXAS_FN_RE = re.compile(r"Function properties for (\S+)\n.*?(\d+) bytes stack frame, "
                           r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _TPW_RE = re.compile(r"//\s*pysharp-traj-per-warp:\s*(\S+)\s+(\d+)")
+_RUN_TIME_SHAPE_RE = re.compile(r"//\s*pysharp-run-time-shape:\s*(\S+)")
 
 
 @dataclass
@@ -268,12 +272,18 @@ def compiler_path(name: str) -> str:
     return shutil.which(name) or f"/usr/local/cuda/bin/{name}"
 
 
+def _cuda_sources() -> list[str]:
+    return [p.read_text() for p in sorted((CSRC / "cuda").glob("*")) if p.suffix in (".cu", ".cuh")]
+
+
 def traj_per_warp_overrides() -> list[tuple[str, int]]:
-    out = []
-    for p in sorted((CSRC / "cuda").glob("*")):
-        if p.suffix in (".cu", ".cuh"):
-            out += [(m.group(1), int(m.group(2))) for m in _TPW_RE.finditer(p.read_text())]
-    return out
+    return [(m.group(1), int(m.group(2))) for text in _cuda_sources()
+            for m in _TPW_RE.finditer(text)]
+
+
+def run_time_shapes() -> list[str]:
+    """Name substrings of the tile kernels whose step has no static count (docstring)."""
+    return [m.group(1) for text in _cuda_sources() for m in _RUN_TIME_SHAPE_RE.finditer(text)]
 
 
 def analyse(cubin: Path, ptxas_log: str, labels: dict[str, str]) -> dict[str, dict]:
@@ -283,14 +293,15 @@ def analyse(cubin: Path, ptxas_log: str, labels: dict[str, str]) -> dict[str, di
     spills = {m.group(1): int(m.group(3)) for m in _PTXAS_FN_RE.finditer(ptxas_log)}
     funcs = parse_sass(cuobjdump(cubin, "-sass"))
     plain = demangle([f for f in funcs if f not in labels])
-    overrides = traj_per_warp_overrides()
+    overrides, run_time = traj_per_warp_overrides(), run_time_shapes()
     report = {}
     for mangled, instrs in funcs.items():
         name = labels.get(mangled) or short_name(plain.get(mangled, mangled))
         regs, stack = resources.get(mangled, (None, None))
         row = {"registers": regs, "stack_bytes": stack, "spill_bytes": spills.get(mangled),
                "dmma_per_step": None, "fp64_per_step": None, "predicted_traj_steps_per_s": None}
-        steps = step_loop(instrs) if "tile" in name else None
+        static = "tile" in name and not any(sub in name for sub in run_time)
+        steps = step_loop(instrs) if static else None
         if steps is not None:
             tpw = steps.dmma_rows or 32
             for sub, n in overrides:

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "pysharp/tile/bn_linreg.hpp"
+#include "pysharp/tile/bn_mc.hpp"
 #include "pysharp/tile/toy3d.hpp"
 
 namespace py = pybind11;
@@ -230,6 +231,30 @@ py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& 
   return out.result();
 }
 
+// GD+WD on BN matrix completion, one (emulated) thread per trajectory, its scratch as on
+// the device. rows, cols, u: the N observations (model.rows, model.cols, model._u).
+py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const carray<double>& u,
+                      double scale, int m1, int m2, int r, const carray<double>& W0,
+                      const carray<double>& lr, const carray<double>& wd, long long steps,
+                      long long record_every) {
+  check(rows.ndim() == 1 && cols.ndim() == 1 && u.ndim() == 1 && rows.size() == u.size() &&
+            cols.size() == u.size() && u.size() >= 2 && m1 >= 1 && m2 >= 1 && r >= 1,
+        "rows, cols and u must be (N,), N >= 2, and m1, m2, r >= 1");
+  check(tile::bn_mc_observations_inside(rows.data(), cols.data(), rows.size(), m1, m2),
+       "an observation lies outside the (m1, m2) matrix");
+  const BNMatrixCompletion<double> m{rows.data(), cols.data(), u.data(), scale,
+                                     static_cast<int>(u.size()), m1, m2, r};
+  check(W0.ndim() == 2 && W0.shape(1) == m.dim(), "W0 must be (B, (m1 + m2) r)");
+  check(tile::bn_mc_thread_doubles(m) <= tile::kBnMcMaxThreadDoubles,
+        "the model is too large for the BN matrix completion tile (2 D + N > " +
+            std::to_string(tile::kBnMcMaxThreadDoubles - 1) + ")");
+  RunOutputs out(W0, lr, wd, steps, record_every);
+  std::vector<double> scratch(tile::bn_mc_thread_doubles(m));
+  for (long long b = 0; b < W0.shape(0); ++b)
+    tile::bn_mc_gd_wd_thread(m, b, out.io, scratch.data());
+  return out.result();
+}
+
 }  // namespace
 
 // Test helpers of the module, named _tile_* (a submodule would turn the one-file type
@@ -247,6 +272,12 @@ void bind_tile(py::module_& m) {
         "GD+WD on BN linear regression, 8 trajectories per tile: (w_final (B, d), "
         "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), "
         "grad_norm (R, B)).");
+  m.attr("_TILE_BN_MC_MAX_THREAD_DOUBLES") = tile::kBnMcMaxThreadDoubles;
+  m.def("_tile_bn_mc_gd_wd", &bn_mc_gd_wd, py::arg("rows"), py::arg("cols"), py::arg("u"),
+        py::arg("scale"), py::arg("m1"), py::arg("m2"), py::arg("r"), py::arg("W0"),
+        py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        "GD+WD on BN matrix completion, one thread per trajectory: the same tuple as "
+        "_tile_bn_linreg_gd_wd.");
   m.def("_tile_toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"),
         py::arg("wd"), py::arg("steps"), py::arg("record_every"),
         "GD+WD on Toy3D, one thread per trajectory: the same tuple as _tile_bn_linreg_gd_wd.");

@@ -974,6 +974,24 @@ def _tile_bn_linreg_loss_grad(
     (loss (B,), grad (B, d), ok (B,)) of BN linear regression from the tile's step.
     """
 
+def _tile_bn_mc_gd_wd(
+    rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    scale: typing.SupportsFloat | typing.SupportsIndex,
+    m1: typing.SupportsInt | typing.SupportsIndex,
+    m2: typing.SupportsInt | typing.SupportsIndex,
+    r: typing.SupportsInt | typing.SupportsIndex,
+    W0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    record_every: typing.SupportsInt | typing.SupportsIndex,
+) -> tuple:
+    """
+    GD+WD on BN matrix completion, one thread per trajectory: the same tuple as _tile_bn_linreg_gd_wd.
+    """
+
 def _tile_mma_m8n8k4(
     A: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     B: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -1225,4 +1243,5 @@ SAFE_NORM2: dict = {
     "float32": (5.960464477539063e-08, 16777216.0),
 }
 _TILE_BN_LINREG_SHAPES: list = [(40, 20), (100, 200), (13, 11)]
+_TILE_BN_MC_MAX_THREAD_DOUBLES: int = 511
 __version__: str = "0.1.0"

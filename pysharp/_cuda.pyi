@@ -632,6 +632,24 @@ def _tile_bn_linreg_gd_wd(
     GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), grad_norm (R, B)).
     """
 
+def _tile_bn_mc_gd_wd(
+    rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    scale: typing.SupportsFloat | typing.SupportsIndex,
+    m1: typing.SupportsInt | typing.SupportsIndex,
+    m2: typing.SupportsInt | typing.SupportsIndex,
+    r: typing.SupportsInt | typing.SupportsIndex,
+    W0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    record_every: typing.SupportsInt | typing.SupportsIndex,
+) -> tuple:
+    """
+    GD+WD on BN matrix completion on the device's tile kernel: the same tuple as _tile_bn_linreg_gd_wd.
+    """
+
 def _tile_toy3d_gd_wd(
     c: typing.SupportsFloat | typing.SupportsIndex,
     W0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -659,3 +677,4 @@ METHODS: dict = {
     "pgd_quasi_rmsprop": 4,
 }
 _TILE_BN_LINREG_SHAPES: list = [(40, 20), (100, 200)]
+_TILE_BN_MC_MAX_THREAD_DOUBLES: int = 511

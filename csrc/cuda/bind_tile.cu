@@ -64,11 +64,12 @@ struct TileRun {
 // Blocks of a persistent launch: as many as fit on the device at once, no more than
 // there is work for.
 template <class Kernel>
-int persistent_blocks(Kernel kernel, int smem, long long work_blocks) {
+int persistent_blocks(Kernel kernel, int smem, long long work_blocks,
+                      int threads = cuda::kTileThreads) {
   int dev = 0, sms = 0, per_sm = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count");
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, cuda::kTileThreads, smem),
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
         "occupancy");
   require(per_sm >= 1, "the tile kernel does not fit on this device (shared memory)");
   const long long most = static_cast<long long>(sms) * per_sm;
@@ -119,6 +120,42 @@ py::tuple bn_linreg_gd_wd(const carray<double>& Xc, const carray<double>& u, dou
   return run.result();
 }
 
+py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const carray<double>& u,
+                      double scale, int m1, int m2, int r, const carray<double>& W0,
+                      const carray<double>& lr, const carray<double>& wd, long long steps,
+                      long long record_every) {
+  require(rows.ndim() == 1 && cols.ndim() == 1 && u.ndim() == 1 && rows.size() == u.size() &&
+              cols.size() == u.size() && u.size() >= 2 && m1 >= 1 && m2 >= 1 && r >= 1,
+          "rows, cols and u must be (N,), N >= 2, and m1, m2, r >= 1");
+  require(tile::bn_mc_observations_inside(rows.data(), cols.data(), rows.size(), m1, m2),
+         "an observation lies outside the (m1, m2) matrix");
+  const int N = static_cast<int>(u.size());
+  require(W0.ndim() == 2 && W0.shape(1) == (m1 + m2) * r, "W0 must be (B, (m1 + m2) r)");
+  TileRun run(W0, lr, wd, steps, record_every);
+  DeviceBuffer<int> rows_d(rows.data(), N), cols_d(cols.data(), N);
+  DeviceBuffer<double> u_d(u.data(), N);
+  const BNMatrixCompletion<double> m{rows_d.get(), cols_d.get(), u_d.get(), scale, N, m1, m2, r};
+  const int per_thread = tile::bn_mc_thread_doubles(m) * static_cast<int>(sizeof(double));
+  require(tile::bn_mc_thread_doubles(m) <= tile::kBnMcMaxThreadDoubles,
+          "the model is too large for the BN matrix completion tile (2 D + N > " +
+              std::to_string(tile::kBnMcMaxThreadDoubles - 1) + ")");
+  int dev = 0, optin = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+        "shared memory per block");
+  const int fit = optin / per_thread / 32 * 32;
+  const int threads = fit < cuda::kTileThreads ? fit : cuda::kTileThreads;
+  require(threads >= 32, "a warp's scratch does not fit in this device's shared memory");
+  auto kernel = cuda::bn_mc_gd_wd_tile_kernel;
+  const int smem = threads * per_thread;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+        "shared memory of the tile kernel");
+  const int blocks = persistent_blocks(kernel, smem, (run.B + threads - 1) / threads, threads);
+  kernel<<<blocks, threads, smem>>>(m, run.io());
+  finish_launch("bn_mc_gd_wd_tile_kernel");
+  return run.result();
+}
+
 py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& lr,
                       const carray<double>& wd, long long steps, long long record_every) {
   require(W0.ndim() == 2 && W0.shape(1) == 3, "W0 must be (B, 3)");
@@ -144,6 +181,12 @@ void bind_tile(py::module_& m) {
         "GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), "
         "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), "
         "grad_norm (R, B)).");
+  m.attr("_TILE_BN_MC_MAX_THREAD_DOUBLES") = tile::kBnMcMaxThreadDoubles;
+  m.def("_tile_bn_mc_gd_wd", &bn_mc_gd_wd, py::arg("rows"), py::arg("cols"), py::arg("u"),
+        py::arg("scale"), py::arg("m1"), py::arg("m2"), py::arg("r"), py::arg("W0"),
+        py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        "GD+WD on BN matrix completion on the device's tile kernel: the same tuple as "
+        "_tile_bn_linreg_gd_wd.");
   m.def("_tile_toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"),
         py::arg("wd"), py::arg("steps"), py::arg("record_every"),
         "GD+WD on Toy3D on the device's tile kernel: the same tuple as _tile_bn_linreg_gd_wd.");

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "pysharp/tile/bn_linreg.hpp"
+#include "pysharp/tile/bn_mc.hpp"
 #include "pysharp/tile/toy3d.hpp"
 
 namespace pysharp::cuda {
@@ -59,6 +60,20 @@ __global__ void __launch_bounds__(kTileThreads, 1)
           smem + kXc + Tile::NP + (threadIdx.x / 32) * Tile::kParkDoubles);
   }
 #endif
+}
+
+// GD+WD on BN matrix completion, one thread per trajectory, grid-stride over the batch;
+// m's observation lists in global memory (every thread of a warp reads the same entry).
+// Dynamic shared memory: blockDim.x scratches of tile::bn_mc_thread_doubles(m) doubles,
+// end to end; the launch picks the block size that fits (bind_tile.cu).
+// pysharp-run-time-shape: bn_mc_gd_wd_tile_kernel
+__global__ void __launch_bounds__(kTileThreads)
+    bn_mc_gd_wd_tile_kernel(BNMatrixCompletion<double> m, tile::GdWdTileIO io) {
+  extern __shared__ double smem[];
+  double* scratch = smem + threadIdx.x * tile::bn_mc_thread_doubles(m);
+  for (long long b = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+       b < io.batch; b += static_cast<long long>(gridDim.x) * blockDim.x)
+    tile::bn_mc_gd_wd_thread(m, b, io, scratch);
 }
 
 // GD+WD on Toy3D, one thread per trajectory, grid-stride over the batch.

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._backends import BACKENDS, resolve
@@ -113,6 +115,14 @@ class BNMatrixCompletion(ScaleInvariantModel):
         cls = getattr(module, "BNMatrixCompletion" + suffix)
         return cls(self.rows, self.cols, self._u.astype(dtype), self._scale,
                    self.shape[0], self.shape[1], self.rank)
+
+    def _tile_kernel(self, module):
+        # A thread's scratch, w, g, the scores and the loss rounded up to an odd count
+        # (tile/bn_mc.hpp, bn_mc_thread_doubles), must fit in shared memory.
+        if (2 * self.dim + self.n_obs + 1) | 1 > module._TILE_BN_MC_MAX_THREAD_DOUBLES:
+            return None
+        return functools.partial(module._tile_bn_mc_gd_wd, self.rows, self.cols, self._u,
+                                 self._scale, self.shape[0], self.shape[1], self.rank)
 
     def _numba_params(self) -> tuple:
         from .._backends._numba_kernels import BN_MC, params  # lazy: numba is optional

@@ -26,6 +26,8 @@ def _config(D, steps=200, every=10, **kw):
 def _case(name):
     if name == "toy3d":
         model, B = ps.Toy3D(c=10.0), 9
+    elif name == "bn_mc":
+        model, B = ps.BNMatrixCompletion.synthetic(size=10, true_rank=2, rank=4, seed=0), 5
     else:
         model, B = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0), 11
     W0 = np.random.default_rng(1).standard_normal((B, model.dim))
@@ -33,7 +35,7 @@ def _case(name):
     return model, W0, hyper
 
 
-@pytest.mark.parametrize("name", ["toy3d", "bn_linreg"])
+@pytest.mark.parametrize("name", ["toy3d", "bn_linreg", "bn_mc"])
 def test_tile_records_are_the_engines(name):
     model, W0, hyper = _case(name)
     config = _config(model.dim)
@@ -63,10 +65,28 @@ def test_models_without_a_tile_get_none():
     _, W0, hyper = _case("bn_linreg")
     off_shape = ps.BNLinearRegression.synthetic(d=6, n=4, seed=0)  # no tile compiled for it
     assert tile_run(off_shape, _config(6), W0[:, :6], hyper, _core) is None
-    mc = ps.BNMatrixCompletion.synthetic(size=4, true_rank=1, rank=2, seed=0)
-    W = mc.random_point(2, seed=0)
+    mc = ps.BNMatrixCompletion.synthetic(size=20, true_rank=2, rank=20, seed=0)  # D 800
+    W = mc.random_point(2, seed=0)  # 2 D + N > _TILE_BN_MC_MAX_THREAD_DOUBLES
     assert tile_run(mc, _config(mc.dim), W, {"lr": np.full(2, 0.1), "wd": np.zeros(2)},
                     _core) is None
+
+
+def test_bn_mc_takes_the_tile_up_to_the_largest_scratch_the_kernel_accepts():
+    """The model's size test and the kernel's agree at the edge: 2 D + N = 510 runs on the
+    tile, 511 is left to the engine (and refused by the kernel)."""
+    lr, wd = np.full(1, 0.1), np.zeros(1)
+    for n_obs, fits in ((30, True), (31, False)):  # D = 2 * 10 * 12 = 480
+        mc = ps.BNMatrixCompletion.synthetic(size=10, true_rank=2, rank=12, n_obs=n_obs, seed=0)
+        assert 2 * mc.dim + mc.n_obs == 480 + n_obs
+        kernel = mc._tile_kernel(_core)
+        assert (kernel is not None) == fits
+        args = (mc.rows, mc.cols, mc._u, mc._scale, 10, 10, 12, mc.random_point(1, seed=0),
+                lr, wd, 1, 1)
+        if fits:
+            assert kernel(*args[7:])[3].tolist() == [0]
+        else:
+            with pytest.raises(ValueError, match="too large"):
+                _core._tile_bn_mc_gd_wd(*args)
 
 
 def test_a_backend_with_tiles_takes_them_where_they_apply(monkeypatch):

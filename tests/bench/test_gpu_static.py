@@ -102,3 +102,18 @@ def test_tile_sources_are_found_by_name_and_host_glue_is_left_out(tmp_path):
     assert cs.declared_instantiations(tmp_path / "bn_tile.cuh") == [
         "pysharp::tile::step<double, 40>"]
     assert cs.source_text(tmp_path / "bn_tile.cuh") == '#include "cuda/bn_tile.cuh"\n'
+
+
+def test_committed_tile_figures_are_complete_and_spill_free():
+    # bench/results/gpu_static.json as committed: every tile kernel without a stack frame or
+    # spill, with its step figures unless its source marks the step's shape as run-time.
+    kernels = json.loads((REPO / "bench" / "results" / "gpu_static.json").read_text())["kernels"]
+    run_time = gs.run_time_shapes()
+    assert "bn_mc_gd_wd_tile_kernel" in run_time
+    tiles = {name: row for name, row in kernels.items() if "tile" in name}
+    assert {"bn_mc_gd_wd_tile_kernel", "toy3d_gd_wd_tile_kernel"} <= set(tiles)
+    for name, row in tiles.items():
+        assert row["stack_bytes"] == 0 and row["spill_bytes"] == 0, name
+        counted = not any(sub in name for sub in run_time)
+        assert (row["fp64_per_step"] is not None) == counted, name
+        assert (row["predicted_traj_steps_per_s"] is not None) == counted, name

@@ -270,6 +270,49 @@ def test_toy3d_tile_freezes_a_diverging_trajectory():
     assert np.isfinite(w[1]).all() and _same(w[1], one[0][0])
 
 
+# ------------------------------------------------------------------ (g) BN matrix completion
+
+def _mc_data(model):
+    """The arguments of _tile_bn_mc_gd_wd before W0: the fields its loss_grad reads."""
+    return (model.rows, model.cols, model._u, model._scale, model.shape[0], model.shape[1],
+            model.rank)
+
+
+def test_bn_mc_tile_matches_the_engine_and_its_placement():
+    model = ps.BNMatrixCompletion.synthetic(size=10, true_rank=2, rank=4, seed=0)  # D 80
+    B, steps = 7, 300
+    W0 = model.random_point(B, seed=11)
+    lr, wd = np.linspace(0.05, 0.4, B), np.full(B, 1e-3)
+    ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=5, sharpness_every=0,
+                       backend="cpp")
+    got = core._tile_bn_mc_gd_wd(*_mc_data(model), W0, lr, wd, steps, 5)
+    assert not ref.diverged.any()
+    assert rel_err(got[0], ref.w) < 1e-10
+    assert rel_err(got[1], ref.loss) < 1e-10 and rel_err(got[2], ref.norm2) < 1e-10
+    assert rel_err(got[5], ref.eff_lr) < 1e-10 and rel_err(got[6], ref.grad_norm) < 1e-10
+    order = np.random.default_rng(12).permutation(B)
+    perm = core._tile_bn_mc_gd_wd(*_mc_data(model), W0[order], lr[order], wd[order], steps, 5)
+    assert _same(perm[0], got[0][order]) and _same(perm[1], got[1][:, order])
+
+
+def test_bn_mc_tile_freezes_a_diverging_trajectory_and_refuses_bad_data():
+    model = ps.BNMatrixCompletion.synthetic(size=6, true_rank=1, rank=2, seed=1)
+    W0 = model.random_point(3, seed=2)
+    W0[1] = 0.0  # every score zero: BN undefined at step 0
+    lr, wd = np.full(3, 0.1), np.full(3, 1e-3)
+    w, loss, norm2, diverged, step, eff, gnorm = core._tile_bn_mc_gd_wd(
+        *_mc_data(model), W0, lr, wd, 20, 2)
+    assert diverged.tolist() == [0, 1, 0] and step.tolist() == [-1, 0, -1]
+    assert np.isnan(loss[:, 1]).all() and _same(w[1], W0[1]) and np.isfinite(loss[:, 0]).all()
+    rows, cols, u, scale, m1, m2, r = _mc_data(model)
+    bad = rows.copy()
+    bad[0] = m1  # outside the matrix: refused, not read out of bounds
+    with pytest.raises(ValueError, match="outside"):
+        core._tile_bn_mc_gd_wd(bad, cols, u, scale, m1, m2, r, W0, lr, wd, 20, 2)
+    with pytest.raises(ValueError, match=r"\(B, \(m1 \+ m2\) r\)"):
+        core._tile_bn_mc_gd_wd(rows, cols, u, scale, m1, m2, r, W0[:, :-1], lr, wd, 20, 2)
+
+
 # ------------------------------------------------------------------ (5) ptxas gate
 
 def _nvcc():
@@ -351,3 +394,22 @@ def test_device_toy3d_tile_matches_the_engine_and_the_emulation():
     ref = ps.run_gd_wd(ps.Toy3D(c=10.0), W0, lr, wd, steps, record_every=5, backend="cpp")
     assert rel_err(dev[0], ref.w) < 1e-10 and rel_err(dev[1], ref.loss) < 1e-10
     assert rel_err(dev[0], core._tile_toy3d_gd_wd(10.0, W0, lr, wd, steps, 5)[0]) < 1e-12
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_device_bn_mc_tile_matches_the_engine_the_emulation_and_its_placement():
+    import pysharp._cuda as cuda
+
+    model = ps.BNMatrixCompletion.synthetic(size=10, true_rank=2, rank=4, seed=0)  # D 80
+    B, steps = 300, 300  # more than one block of threads
+    W0 = model.random_point(B, seed=13)
+    lr, wd = np.linspace(0.05, 0.4, B), np.full(B, 1e-3)
+    dev = cuda._tile_bn_mc_gd_wd(*_mc_data(model), W0, lr, wd, steps, 5)
+    ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=5, sharpness_every=0,
+                       backend="cpp")
+    assert rel_err(dev[0], ref.w) < 1e-10 and rel_err(dev[1], ref.loss) < 1e-10
+    emu = core._tile_bn_mc_gd_wd(*_mc_data(model), W0, lr, wd, steps, 5)
+    assert rel_err(dev[0], emu[0]) < 1e-12
+    rev = cuda._tile_bn_mc_gd_wd(*_mc_data(model), W0[::-1], lr[::-1], wd[::-1], steps, 5)
+    assert _same(rev[0][::-1], dev[0]) and _same(rev[1][:, ::-1], dev[1])

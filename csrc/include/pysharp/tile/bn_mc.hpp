@@ -1,0 +1,41 @@
+// GD+WD on BN matrix completion, one thread per trajectory (tile/gd_wd_thread.hpp), the
+// model's own loss_grad on the thread's scratch: w and g (D each), the N scores and the
+// loss. On the device the scratches lie end to end in shared memory (too many doubles for
+// registers at D 80), the observation lists are read in the same order by every thread of
+// a warp (broadcasts), and every sum runs in the model's fixed order: no atomics.
+#pragma once
+
+#include "pysharp/models/bn_matrix_completion.hpp"
+#include "pysharp/tile/gd_wd_thread.hpp"
+
+namespace pysharp::tile {
+
+// The doubles of one thread's scratch, rounded up to an odd count: the scratches of
+// consecutive threads then start in different shared-memory banks, and a warp reading the
+// same entry of each is conflict-free.
+PYSHARP_TILE_HD int bn_mc_thread_doubles(const BNMatrixCompletion<double>& m) {
+  return (2 * m.dim() + m.N + 1) | 1;
+}
+
+// The largest scratch the tile takes (4 KB): a warp's then fits, with room for more than one,
+// in the shared memory of a block on every FP64 GPU from sm_80 (A100: 163 KB). Larger
+// models (the D 800 benchmark needs 1801) run on the generic engine; pysharp's
+// BNMatrixCompletion._tile_kernel makes the same test.
+inline constexpr int kBnMcMaxThreadDoubles = 511;
+
+// Whether every observation lies inside the (m1, m2) matrix: the kernel indexes the
+// factors by them unchecked, so the bindings refuse lists that do not.
+PYSHARP_TILE_HD bool bn_mc_observations_inside(const int* rows, const int* cols, long long N,
+                                               int m1, int m2) {
+  for (long long k = 0; k < N; ++k)
+    if (rows[k] < 0 || rows[k] >= m1 || cols[k] < 0 || cols[k] >= m2) return false;
+  return true;
+}
+
+PYSHARP_TILE_HD void bn_mc_gd_wd_thread(const BNMatrixCompletion<double>& m, long long b,
+                                        const GdWdTileIO& io, double* scratch) {
+  const int D = m.dim();
+  gd_wd_thread(m, b, io, scratch, scratch + D, scratch + 2 * D, scratch + 2 * D + m.N);
+}
+
+}  // namespace pysharp::tile
