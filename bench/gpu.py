@@ -5,7 +5,8 @@ Rows, float64:
 - GD+WD trajectories on every workload of ``bench.suite`` (BN linreg d40 and d100, BN
   matrix completion D800 and D80, Toy3D), with batches large enough to fill a GPU;
   BN linreg d40 also with the reduced update. Peers: JAX ``jit(vmap(fori_loop))`` on the
-  same GPU and pysharp's C++ core on the host's cores.
+  same GPU and pysharp's C++ core on the host's cores. A row's name ends with the path
+  ``backend="cuda"`` took: the fused tiles or the generic engine (``Trajectory.meta``).
 - Kernels (loss+grad, HVP) at B = 2^18 rows, host arrays in and out for both pysharp and
   JAX (the transfers are part of the call a user makes).
 - Batched spherical sharpness of 2^16 BN-linreg points against JAX ``vmap(hessian)`` +
@@ -74,9 +75,10 @@ def trajectory_rows(ps, jax, quick: bool, checks: list) -> dict:
         ref = ps.run_gd_wd(model, sub, lr, wd, CHECK_STEPS, backend="cpp",
                            **short, **variants[0][1]).w
         for name, extra in variants:
-            row = f"{key.split(' B')[0]} B{B} T{steps} {name}"
-            got = ps.run_gd_wd(model, sub, lr, wd, CHECK_STEPS, backend="cuda", **short,
-                               **extra).w
+            run = ps.run_gd_wd(model, sub, lr, wd, CHECK_STEPS, backend="cuda", **short,
+                               **extra)
+            got, path = run.w, "tiles" if run.meta.get("tiles") else "engine"
+            row = f"{key.split(' B')[0]} B{B} T{steps} {name} ({path})"
             rates = {}
             if record_check(checks, row, "cuda vs cpp", rel_dev(got, ref), TOL):
                 t = best_time(lambda: ps.run_gd_wd(model, W0, lr, wd, steps, backend="cuda",
