@@ -99,8 +99,22 @@ CXX_MUTANTS = [
      "for (int j = 0; j < d; ++j) w2 += value_of(w[j]) * value_of(w[j]);",
      "for (int j = 0; j < d - 1; ++j) w2 += value_of(w[j]) * value_of(w[j]);",
      "off-by-one in ||w||^2 of the 'Xc w = 0' threshold"),
+    ("csrc/cpu/bn_linreg_rows.hpp", "for (int k = 0; k < d; ++k) {",
+     "for (int k = 1; k < d; ++k) {", "the row kernel's Z drops its first term"),
+    ("csrc/cpu/bn_linreg_rows.hpp", "const int width = std::min(NV * L, d - j0);",
+     "const int width = std::min(NV * L, d - j0 - 1);",
+     "the row kernel stores one gradient column short"),
+    ("csrc/include/pysharp/tile/bn_mc.hpp", "scratch + 2 * D + m.N);",
+     "scratch + 2 * D + m.N - 1);", "BN-MC tile: the loss slot overlaps the last score"),
+    ("csrc/include/pysharp/tile/gd_wd_thread.hpp",
+     "for (int i = 0; i < D; ++i) w[i] = decay * w[i] - lr * g[i];",
+     "for (int i = 0; i < D; ++i) w[i] = decay * w[i] + lr * g[i];",
+     "thread tiles: gradient ascent"),
+    ("csrc/include/pysharp/tile/bn_mc.hpp", "rows[k] >= m1", "rows[k] > m1",
+     "BN-MC tile: a row index equal to m1 passes the bounds check"),
 ]
-CXX_TESTS = ["tests/models/test_models.py", "tests/csrc/test_lanes.py"]
+CXX_TESTS = ["tests/models/test_models.py", "tests/csrc/test_lanes.py",
+             "tests/csrc/test_bn_linreg_rows.py", "tests/csrc/test_tile.py"]
 
 _CMP_SWAPS = {
     ast.Lt: (ast.LtE, ast.GtE), ast.LtE: (ast.Lt, ast.Gt), ast.Gt: (ast.GtE, ast.LtE),

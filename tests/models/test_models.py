@@ -853,3 +853,27 @@ def test_row_scaling_by_powers_of_two_at_the_ends_of_the_exponent_range():
         kk = np.array([k, -k // 2])
         want = np.ldexp(x, kk[:, None])
         np.testing.assert_array_equal(_scale_rows(x.copy(), kk), want, err_msg=f"k = {k}")
+
+
+@pytest.mark.parametrize("frac, defined", [(0.75, False), (1.5, True)])
+def test_bn_linreg_undefined_threshold_uses_all_of_w(frac, defined):
+    """Xc w counts as zero where ||Xc w||^2 <= (d eps)^2 ||Xc||_F^2 ||w||^2, the rounding
+    bound of the product. w = v + t p: v in Xc's null space with a large last coordinate
+    (about half of ||v||^2), t p in its row space with ||Xc t p||^2 = frac times the bound:
+    at 0.75 the point is undefined, a bound that missed w's last coordinate (half as large)
+    would call it defined; at 1.5 it is defined."""
+    m = BNLinearRegression.synthetic(d=40, n=20, seed=0)
+    Xc = m._Xc
+    _, s, Vt = np.linalg.svd(Xc)
+    null = Vt[int(np.sum(s > s[0] * 1e-12)):].T
+    v = null @ null[-1]  # the projection of the last basis vector on the null space
+    v /= np.linalg.norm(v)
+    assert v[-1] ** 2 > 0.3
+    bound = (40 * np.finfo(float).eps) ** 2 * np.sum(Xc * Xc)
+    w = v + np.sqrt(frac * bound) / s[0] * Vt[0]
+    assert abs(np.sum((Xc @ w) ** 2) / (bound * (w @ w)) - frac) < 0.1 * frac
+    if defined:
+        assert np.isfinite(m.loss_and_grad(w[None])[0]).all()
+    else:
+        with pytest.raises(ValueError, match="undefined"):
+            m.loss_and_grad(w[None])
