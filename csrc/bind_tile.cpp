@@ -231,6 +231,9 @@ py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& 
   return out.result();
 }
 
+// The shared memory of a block the emulation stands for: an H100's or H200's (227 KB).
+constexpr long long kEmulatedBlockSmem = 232448;
+
 // GD+WD on BN matrix completion, one (emulated) thread per trajectory, its scratch as on
 // the device. rows, cols, u: the N observations (model.rows, model.cols, model._u).
 py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const carray<double>& u,
@@ -245,7 +248,7 @@ py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const ca
   const BNMatrixCompletion<double> m{rows.data(), cols.data(), u.data(), scale,
                                      static_cast<int>(u.size()), m1, m2, r};
   check(W0.ndim() == 2 && W0.shape(1) == m.dim(), "W0 must be (B, (m1 + m2) r)");
-  check(tile::bn_mc_thread_doubles(m) <= tile::kBnMcMaxThreadDoubles,
+  check(tile::bn_mc_tile_fits(m.dim(), m.N, kEmulatedBlockSmem),
         "the model is too large for the BN matrix completion tile (2 D + N > " +
             std::to_string(tile::kBnMcMaxThreadDoubles - 1) + ")");
   RunOutputs out(W0, lr, wd, steps, record_every);
@@ -272,7 +275,12 @@ void bind_tile(py::module_& m) {
         "GD+WD on BN linear regression, 8 trajectories per tile: (w_final (B, d), "
         "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), "
         "grad_norm (R, B)).");
-  m.attr("_TILE_BN_MC_MAX_THREAD_DOUBLES") = tile::kBnMcMaxThreadDoubles;
+  m.def(
+      "_tile_bn_mc_fits",
+      [](int D, int N) { return tile::bn_mc_tile_fits(D, N, kEmulatedBlockSmem); },
+      py::arg("D"), py::arg("N"),
+      "Whether BN matrix completion with D coordinates and N observations runs on the tile "
+      "(an H100's or H200's shared memory per block).");
   m.def("_tile_bn_mc_gd_wd", &bn_mc_gd_wd, py::arg("rows"), py::arg("cols"), py::arg("u"),
         py::arg("scale"), py::arg("m1"), py::arg("m2"), py::arg("r"), py::arg("W0"),
         py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),

@@ -974,6 +974,13 @@ def _tile_bn_linreg_loss_grad(
     (loss (B,), grad (B, d), ok (B,)) of BN linear regression from the tile's step.
     """
 
+def _tile_bn_mc_fits(
+    D: typing.SupportsInt | typing.SupportsIndex, N: typing.SupportsInt | typing.SupportsIndex
+) -> bool:
+    """
+    Whether BN matrix completion with D coordinates and N observations runs on the tile (an H100's or H200's shared memory per block).
+    """
+
 def _tile_bn_mc_gd_wd(
     rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
     cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
@@ -1243,5 +1250,4 @@ SAFE_NORM2: dict = {
     "float32": (5.960464477539063e-08, 16777216.0),
 }
 _TILE_BN_LINREG_SHAPES: list = [(40, 20), (100, 200), (13, 11)]
-_TILE_BN_MC_MAX_THREAD_DOUBLES: int = 511
 __version__: str = "0.1.0"

@@ -632,6 +632,13 @@ def _tile_bn_linreg_gd_wd(
     GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), grad_norm (R, B)).
     """
 
+def _tile_bn_mc_fits(
+    D: typing.SupportsInt | typing.SupportsIndex, N: typing.SupportsInt | typing.SupportsIndex
+) -> bool:
+    """
+    Whether BN matrix completion with D coordinates and N observations runs on the tile (the current device's shared memory per block).
+    """
+
 def _tile_bn_mc_gd_wd(
     rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
     cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
@@ -677,4 +684,3 @@ METHODS: dict = {
     "pgd_quasi_rmsprop": 4,
 }
 _TILE_BN_LINREG_SHAPES: list = [(40, 20), (100, 200)]
-_TILE_BN_MC_MAX_THREAD_DOUBLES: int = 511

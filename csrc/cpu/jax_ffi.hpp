@@ -70,8 +70,10 @@ struct PoolShare {
   std::condition_variable idle;
 };
 
+// f is dereferenced only for a claimed chunk: a task that starts after the caller returned
+// holds a pointer to a function object that is gone.
 template <class F>
-void claim_chunks(PoolShare& share, bool from_front, std::int64_t B, std::int64_t per, F& f) {
+void claim_chunks(PoolShare& share, bool from_front, std::int64_t B, std::int64_t per, F* f) {
 #ifdef _OPENMP
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);  // this thread's setting only, restored below
@@ -79,7 +81,7 @@ void claim_chunks(PoolShare& share, bool from_front, std::int64_t B, std::int64_
   while (share.claimed.fetch_add(1) < share.chunks) {
     const std::int64_t c =
         from_front ? share.front.fetch_add(1) : share.chunks - 1 - share.back.fetch_add(1);
-    f(c * per, std::min(per, B - c * per));
+    (*f)(c * per, std::min(per, B - c * per));
   }
 #ifdef _OPENMP
   omp_set_num_threads(threads);
@@ -115,14 +117,14 @@ void on_pool(ffi::ThreadPool& pool, std::int64_t B, F&& f) {
   for (std::int64_t h = 0; h < helpers; ++h)
     pool.Schedule([share, run, B, per] {
       share->running.fetch_add(1);
-      claim_chunks(*share, false, B, per, *run);
+      claim_chunks(*share, false, B, per, run);
       {
         std::lock_guard<std::mutex> lock(share->mu);
         share->running.fetch_sub(1);
       }
       share->idle.notify_one();
     });
-  claim_chunks(*share, true, B, per, f);
+  claim_chunks(*share, true, B, per, &f);
   if (join_spin(*share, std::chrono::microseconds(500))) return;
   std::unique_lock<std::mutex> lock(share->mu);
   share->idle.wait(lock, [&] { return share->running.load() == 0; });

@@ -76,6 +76,15 @@ int persistent_blocks(Kernel kernel, int smem, long long work_blocks,
   return static_cast<int>(work_blocks < most ? work_blocks : most);
 }
 
+// The shared memory one block of the current device may opt in to (bytes).
+int block_smem_optin() {
+  int dev = 0, optin = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+        "shared memory per block");
+  return optin;
+}
+
 template <int D, int N>
 void launch_bn_linreg(const carray<double>& Xc, const carray<double>& u, double scale,
                       TileRun& run) {
@@ -129,23 +138,19 @@ py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const ca
           "rows, cols and u must be (N,), N >= 2, and m1, m2, r >= 1");
   require(tile::bn_mc_observations_inside(rows.data(), cols.data(), rows.size(), m1, m2),
          "an observation lies outside the (m1, m2) matrix");
-  const int N = static_cast<int>(u.size());
-  require(W0.ndim() == 2 && W0.shape(1) == (m1 + m2) * r, "W0 must be (B, (m1 + m2) r)");
+  const int N = static_cast<int>(u.size()), D = (m1 + m2) * r;
+  require(W0.ndim() == 2 && W0.shape(1) == D, "W0 must be (B, (m1 + m2) r)");
+  const int optin = block_smem_optin();
+  require(tile::bn_mc_tile_fits(D, N, optin),
+          "the model is too large for the BN matrix completion tile on this device "
+          "(see _tile_bn_mc_fits)");
   TileRun run(W0, lr, wd, steps, record_every);
   DeviceBuffer<int> rows_d(rows.data(), N), cols_d(cols.data(), N);
   DeviceBuffer<double> u_d(u.data(), N);
   const BNMatrixCompletion<double> m{rows_d.get(), cols_d.get(), u_d.get(), scale, N, m1, m2, r};
   const int per_thread = tile::bn_mc_thread_doubles(m) * static_cast<int>(sizeof(double));
-  require(tile::bn_mc_thread_doubles(m) <= tile::kBnMcMaxThreadDoubles,
-          "the model is too large for the BN matrix completion tile (2 D + N > " +
-              std::to_string(tile::kBnMcMaxThreadDoubles - 1) + ")");
-  int dev = 0, optin = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
-        "shared memory per block");
-  const int fit = optin / per_thread / 32 * 32;
+  const int fit = optin / per_thread / 32 * 32;  // >= 32: bn_mc_tile_fits
   const int threads = fit < cuda::kTileThreads ? fit : cuda::kTileThreads;
-  require(threads >= 32, "a warp's scratch does not fit in this device's shared memory");
   auto kernel = cuda::bn_mc_gd_wd_tile_kernel;
   const int smem = threads * per_thread;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
@@ -181,7 +186,12 @@ void bind_tile(py::module_& m) {
         "GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), "
         "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), "
         "grad_norm (R, B)).");
-  m.attr("_TILE_BN_MC_MAX_THREAD_DOUBLES") = tile::kBnMcMaxThreadDoubles;
+  m.def(
+      "_tile_bn_mc_fits",
+      [](int D, int N) { return tile::bn_mc_tile_fits(D, N, block_smem_optin()); },
+      py::arg("D"), py::arg("N"),
+      "Whether BN matrix completion with D coordinates and N observations runs on the tile "
+      "(the current device's shared memory per block).");
   m.def("_tile_bn_mc_gd_wd", &bn_mc_gd_wd, py::arg("rows"), py::arg("cols"), py::arg("u"),
         py::arg("scale"), py::arg("m1"), py::arg("m2"), py::arg("r"), py::arg("W0"),
         py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),

@@ -1,15 +1,18 @@
 // The fused tile kernels of the GPU engine (issue 28): one persistent launch runs all
-// steps of GD+WD, the state in registers, the data in shared memory. The per-tile
-// algorithms live in csrc/include/pysharp/tile/ and are written once over a warp
-// policy: here DeviceWarp, in the CPU tests (pysharp._core's _tile_* helpers) EmuWarp.
+// steps of GD+WD, the state in registers (BN linear regression, Toy3D) or shared memory
+// (BN matrix completion), the data in shared or read-only global memory. The per-tile
+// algorithms live in csrc/include/pysharp/tile/ and are written once over a warp policy
+// (DeviceWarp here, EmuWarp in the CPU tests through pysharp._core's _tile_* helpers) or
+// once for a thread (tile/gd_wd_thread.hpp).
 //
-// Kernels are specialised at compile time on the model's shapes; tile_kernels.cu
-// instantiates the benchmark's. tests/csrc/test_tile.py compiles that file with nvcc and
-// fails on any spill or stack frame in a kernel whose name contains "tile".
+// The BN linear regression kernels are specialised at compile time on the model's shapes
+// (tile_kernels.cu instantiates the benchmark's); the thread tiles take theirs at run time.
+// tests/csrc/test_tile.py compiles that file with nvcc and fails on any spill or stack
+// frame in a kernel whose name contains "tile".
 //
-// pysharp._cuda launches them as _tile_* functions (bind_tile.cu); what remains is the
-// dispatch from backend="cuda" and the measurements on a device (docs/architecture.rst,
-// "Fused GPU tiles").
+// pysharp._cuda launches them as _tile_* functions (bind_tile.cu), and backend="cuda" runs
+// GD+WD on them where they apply (pysharp/_backends/_tiles.py); what remains is the
+// measurements on a device (docs/architecture.rst, "Fused GPU tiles").
 #pragma once
 
 #include <cstdint>

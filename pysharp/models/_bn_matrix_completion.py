@@ -117,10 +117,8 @@ class BNMatrixCompletion(ScaleInvariantModel):
                    self.shape[0], self.shape[1], self.rank)
 
     def _tile_kernel(self, module):
-        # A thread's scratch, w, g, the scores and the loss rounded up to an odd count
-        # (tile/bn_mc.hpp, bn_mc_thread_doubles), must fit in shared memory.
-        if (2 * self.dim + self.n_obs + 1) | 1 > module._TILE_BN_MC_MAX_THREAD_DOUBLES:
-            return None
+        if not module._tile_bn_mc_fits(self.dim, self.n_obs):
+            return None  # a warp's scratch must fit in shared memory (tile/bn_mc.hpp)
         return functools.partial(module._tile_bn_mc_gd_wd, self.rows, self.cols, self._u,
                                  self._scale, self.shape[0], self.shape[1], self.rank)
 

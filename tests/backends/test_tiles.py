@@ -66,7 +66,7 @@ def test_models_without_a_tile_get_none():
     off_shape = ps.BNLinearRegression.synthetic(d=6, n=4, seed=0)  # no tile compiled for it
     assert tile_run(off_shape, _config(6), W0[:, :6], hyper, _core) is None
     mc = ps.BNMatrixCompletion.synthetic(size=20, true_rank=2, rank=20, seed=0)  # D 800
-    W = mc.random_point(2, seed=0)  # 2 D + N > _TILE_BN_MC_MAX_THREAD_DOUBLES
+    W = mc.random_point(2, seed=0)  # 2 D + N = 1800: a warp's scratch is 461 KB
     assert tile_run(mc, _config(mc.dim), W, {"lr": np.full(2, 0.1), "wd": np.zeros(2)},
                     _core) is None
 
@@ -87,6 +87,19 @@ def test_bn_mc_takes_the_tile_up_to_the_largest_scratch_the_kernel_accepts():
         else:
             with pytest.raises(ValueError, match="too large"):
                 _core._tile_bn_mc_gd_wd(*args)
+
+
+def test_bn_mc_asks_the_module_whether_its_scratch_fits():
+    """The device decides (its shared memory per block): a module that says no leaves the
+    run to the engine instead of failing in the launch."""
+    import types
+
+    model, W0, hyper = _case("bn_mc")
+    asked = []
+    small_gpu = types.SimpleNamespace(
+        _tile_bn_mc_fits=lambda D, N: asked.append((D, N)) or False)
+    assert tile_run(model, _config(model.dim), W0, hyper, small_gpu) is None
+    assert asked == [(model.dim, model.n_obs)]
 
 
 def test_a_backend_with_tiles_takes_them_where_they_apply(monkeypatch):

@@ -1,7 +1,7 @@
 """BN linear regression's row kernel (csrc/cpu/bn_linreg_rows.hpp) against the lanes driver
 (cpu/batched.hpp): the same sums in the same order, so every loss, gradient and ok code is
-bit-identical, whatever the shapes, the padding of n and d to whole vectors, a batch that is
-not a multiple of the lane count, or rows outside the safe range; and the model's public
+bit-identical, whatever the shapes, the padding of d to whole vectors, a batch that is not
+a multiple of the lane count, or rows outside the safe range; and the model's public
 loss_and_grad (which takes the row kernel where it pays) equals both and the NumPy oracle."""
 
 from __future__ import annotations
