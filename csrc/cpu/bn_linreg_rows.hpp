@@ -183,25 +183,16 @@ void loss_grad_rows(const BNLinearRegression<Real>& m, const Real* W, std::int64
   BNLinearRegressionRows<Real>(m).run(W, B, loss, G, ok, worth_threads(m, B));
 }
 
-// Losses and gradients of B rows of W (B, D): BN linear regression's row kernel where it
-// pays, the lanes driver (batched.hpp) otherwise and for every other model.
+// A model's batched loss and gradient, prepared for a batch of B rows and then run on the
+// batch or on any of its row ranges: what the kernel needs beyond the model (BN linear
+// regression's padded copy of Xc, where its row kernel pays) is built once, not once a
+// range (the jax.ffi handlers run a batch in chunks, one thread each). Each range of whole
+// lane blocks gives the bits of one call on the whole batch. Every model but BN linear
+// regression runs the lanes driver (batched.hpp).
 template <class Model, class Real>
-void loss_grad(const Model& m, const Real* W, std::int64_t B, Real* loss, Real* G,
-               std::uint8_t* ok) {
-  if constexpr (std::is_same_v<Model, BNLinearRegression<Real>>) {
-    if (BNLinearRegressionRows<Real>::pays(m, B)) return loss_grad_rows(m, W, B, loss, G, ok);
-  }
-  loss_grad_lanes(m, W, B, loss, G, ok);
-}
-
-// loss_grad for a batch of B rows split into chunks that run on one thread each (the
-// jax.ffi handlers'): what the kernel needs beyond the model (BN linear regression's padded
-// copy of Xc) is built once for the whole batch, not once a chunk, and each chunk of whole
-// lane blocks gives the bits of one loss_grad call on the whole batch.
-template <class Model, class Real>
-class LossGradChunks {
+class PreparedLossGrad {
  public:
-  LossGradChunks(const Model& m, std::int64_t) : m_(m) {}
+  PreparedLossGrad(const Model& m, std::int64_t) : m_(m) {}
   void operator()(const Real* W, std::int64_t n, Real* loss, Real* G, std::uint8_t* ok) const {
     loss_grad_lanes(m_, W, n, loss, G, ok);
   }
@@ -211,15 +202,15 @@ class LossGradChunks {
 };
 
 template <class Real>
-class LossGradChunks<BNLinearRegression<Real>, Real> {
+class PreparedLossGrad<BNLinearRegression<Real>, Real> {
   using Rows = BNLinearRegressionRows<Real>;
 
  public:
-  LossGradChunks(const BNLinearRegression<Real>& m, std::int64_t B) : m_(m) {
+  PreparedLossGrad(const BNLinearRegression<Real>& m, std::int64_t B) : m_(m) {
     if (Rows::pays(m, B)) rows_.emplace(m);
   }
   void operator()(const Real* W, std::int64_t n, Real* loss, Real* G, std::uint8_t* ok) const {
-    if (rows_) rows_->run(W, n, loss, G, ok, false);
+    if (rows_) rows_->run(W, n, loss, G, ok, worth_threads(m_, n));
     else loss_grad_lanes(m_, W, n, loss, G, ok);
   }
 
@@ -227,6 +218,13 @@ class LossGradChunks<BNLinearRegression<Real>, Real> {
   const BNLinearRegression<Real>& m_;
   std::optional<Rows> rows_;
 };
+
+// Losses and gradients of B rows of W (B, D), OpenMP over the rows where they are worth it.
+template <class Model, class Real>
+void loss_grad(const Model& m, const Real* W, std::int64_t B, Real* loss, Real* G,
+               std::uint8_t* ok) {
+  PreparedLossGrad<Model, Real>(m, B)(W, B, loss, G, ok);
+}
 
 }  // namespace pysharp::cpu
 

@@ -214,7 +214,8 @@ struct Handlers {
     const Real* W = w.typed_data();
     Real *L = loss->typed_data(), *G = grad->typed_data();
     std::vector<std::uint8_t> ok(B);
-    const cpu::LossGradChunks<Model, Real> chunk(m, B);
+    // One chunk a thread: claim_chunks sets OpenMP to one thread while it runs them.
+    const cpu::PreparedLossGrad<Model, Real> chunk(m, B);
     on_pool<kNativeLanes<Real>>(pool, B, [&](std::int64_t r, std::int64_t n) {
       chunk(W + r * D, n, L + r, G + r * D, ok.data() + r);
     });

@@ -1,9 +1,9 @@
 """The fused GD+WD tiles as the trajectory engine's ``run``, where they apply.
 
 A tile run (``csrc/include/pysharp/tile/``: one persistent launch runs every step, the
-iterate in registers or shared memory) records what the engine records for GD+WD without sharpness
-tracking: the loss, ||w||^2, the effective LR and ||grad L(theta)|| at the record steps,
-the final iterate and the divergence flags. A backend whose ``Backend.tiles`` names a
+iterate in registers or shared memory) records what the engine records for GD+WD without
+sharpness tracking: the loss, ||w||^2, the effective LR and ||grad L(theta)|| at the record
+steps, the final iterate and the divergence flags. A backend whose ``Backend.tiles`` names a
 module (``cuda``: ``pysharp._cuda``) runs such a batch there when the model has a tile
 (``_tile_kernel``: Toy3D, BN matrix completion up to a size, BN linear regression at the
 compiled shapes) and the generic engine otherwise. ``pysharp._core`` has the same
