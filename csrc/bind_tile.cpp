@@ -16,6 +16,7 @@
 
 #include "pysharp/tile/bn_linreg.hpp"
 #include "pysharp/tile/bn_mc.hpp"
+#include "pysharp/tile/bn_mc_warp.hpp"
 #include "pysharp/tile/toy3d.hpp"
 
 namespace py = pybind11;
@@ -234,12 +235,11 @@ py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& 
 // The shared memory of a block the emulation stands for: an H100's or H200's (227 KB).
 constexpr long long kEmulatedBlockSmem = 232448;
 
-// GD+WD on BN matrix completion, one (emulated) thread per trajectory, its scratch as on
-// the device. rows, cols, u: the N observations (model.rows, model.cols, model._u).
-py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const carray<double>& u,
-                      double scale, int m1, int m2, int r, const carray<double>& W0,
-                      const carray<double>& lr, const carray<double>& wd, long long steps,
-                      long long record_every) {
+// A BN matrix completion from the binding's arguments, checked: rows, cols, u are the N
+// observations (model.rows, model.cols, model._u), W0 (B, (m1 + m2) r).
+BNMatrixCompletion<double> bn_mc_model(const carray<int>& rows, const carray<int>& cols,
+                                       const carray<double>& u, double scale, int m1, int m2,
+                                       int r, const carray<double>& W0) {
   check(rows.ndim() == 1 && cols.ndim() == 1 && u.ndim() == 1 && rows.size() == u.size() &&
             cols.size() == u.size() && u.size() >= 2 && m1 >= 1 && m2 >= 1 && r >= 1,
         "rows, cols and u must be (N,), N >= 2, and m1, m2, r >= 1");
@@ -248,6 +248,16 @@ py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const ca
   const BNMatrixCompletion<double> m{rows.data(), cols.data(), u.data(), scale,
                                      static_cast<int>(u.size()), m1, m2, r};
   check(W0.ndim() == 2 && W0.shape(1) == m.dim(), "W0 must be (B, (m1 + m2) r)");
+  return m;
+}
+
+// GD+WD on BN matrix completion, one (emulated) thread per trajectory, its scratch as on
+// the device.
+py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const carray<double>& u,
+                      double scale, int m1, int m2, int r, const carray<double>& W0,
+                      const carray<double>& lr, const carray<double>& wd, long long steps,
+                      long long record_every) {
+  const BNMatrixCompletion<double> m = bn_mc_model(rows, cols, u, scale, m1, m2, r, W0);
   check(tile::bn_mc_tile_fits(m.dim(), m.N, kEmulatedBlockSmem),
         "the model is too large for the BN matrix completion tile (2 D + N > " +
             std::to_string(tile::kBnMcMaxThreadDoubles - 1) + ")");
@@ -256,6 +266,39 @@ py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const ca
   for (long long b = 0; b < W0.shape(0); ++b)
     tile::bn_mc_gd_wd_thread(m, b, out.io, scratch.data());
   return out.result();
+}
+
+// GD+WD on BN matrix completion, one (emulated) warp per trajectory, its scratch as on the
+// device.
+py::tuple bn_mc_warp_gd_wd(const carray<int>& rows, const carray<int>& cols,
+                           const carray<double>& u, double scale, int m1, int m2, int r,
+                           const carray<double>& W0, const carray<double>& lr,
+                           const carray<double>& wd, long long steps, long long record_every) {
+  const BNMatrixCompletion<double> m = bn_mc_model(rows, cols, u, scale, m1, m2, r, W0);
+  check(tile::bn_mc_warp_tile_fits(m.dim(), m.N, kEmulatedBlockSmem),
+        "the model is too large for the BN matrix completion warp tile (2 D + N + 1 doubles "
+        "over a block's shared memory)");
+  RunOutputs out(W0, lr, wd, steps, record_every);
+  const tile::BNMcWarpTerms terms(m);
+  const tile::BNMcWarpTile<EmuWarp> t{
+      {m, terms.pass_start.data(), terms.obs.data(), terms.other.data()}};
+  std::vector<double> scratch(tile::bn_mc_warp_doubles(m.dim(), m.N));
+  for (long long b = 0; b < W0.shape(0); ++b) t.run(b, out.io, scratch.data());
+  return out.result();
+}
+
+// The warp tile's gradient terms: (pass_start, obs, other) of tile::BNMcWarpTerms.
+py::tuple bn_mc_warp_terms(const carray<int>& rows, const carray<int>& cols, int m1, int m2,
+                           int r) {
+  check(rows.ndim() == 1 && cols.ndim() == 1 && rows.size() == cols.size() && m1 >= 1 &&
+            m2 >= 1 && r >= 1,
+        "rows and cols must be (N,), and m1, m2, r >= 1");
+  check(tile::bn_mc_observations_inside(rows.data(), cols.data(), rows.size(), m1, m2),
+        "an observation lies outside the (m1, m2) matrix");
+  const tile::BNMcWarpTerms t(BNMatrixCompletion<double>{
+      rows.data(), cols.data(), nullptr, 0.0, static_cast<int>(rows.size()), m1, m2, r});
+  auto out = [](const std::vector<int>& v) { return carray<int>(v.size(), v.data()); };
+  return py::make_tuple(out(t.pass_start), out(t.obs), out(t.other));
 }
 
 }  // namespace
@@ -286,6 +329,21 @@ void bind_tile(py::module_& m) {
         py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),
         "GD+WD on BN matrix completion, one thread per trajectory: the same tuple as "
         "_tile_bn_linreg_gd_wd.");
+  m.def(
+      "_tile_bn_mc_warp_fits",
+      [](int D, int N) { return tile::bn_mc_warp_tile_fits(D, N, kEmulatedBlockSmem); },
+      py::arg("D"), py::arg("N"),
+      "Whether BN matrix completion with D coordinates and N observations runs on the warp "
+      "tile (an H100's or H200's shared memory per block).");
+  m.def("_tile_bn_mc_warp_gd_wd", &bn_mc_warp_gd_wd, py::arg("rows"), py::arg("cols"),
+        py::arg("u"), py::arg("scale"), py::arg("m1"), py::arg("m2"), py::arg("r"),
+        py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        "GD+WD on BN matrix completion, one warp per trajectory: the same tuple as "
+        "_tile_bn_linreg_gd_wd.");
+  m.def("_tile_bn_mc_warp_terms", &bn_mc_warp_terms, py::arg("rows"), py::arg("cols"),
+        py::arg("m1"), py::arg("m2"), py::arg("r"),
+        "(pass_start (ceil(D / 32) + 1,), obs (T,), other (T,)): the gradient terms of BN "
+        "matrix completion's warp tile, lane l of pass p reading pass_start[p] + 32 j + l.");
   m.def("_tile_toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"),
         py::arg("wd"), py::arg("steps"), py::arg("record_every"),
         "GD+WD on Toy3D, one thread per trajectory: the same tuple as _tile_bn_linreg_gd_wd.");

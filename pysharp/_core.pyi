@@ -999,6 +999,42 @@ def _tile_bn_mc_gd_wd(
     GD+WD on BN matrix completion, one thread per trajectory: the same tuple as _tile_bn_linreg_gd_wd.
     """
 
+def _tile_bn_mc_warp_fits(
+    D: typing.SupportsInt | typing.SupportsIndex, N: typing.SupportsInt | typing.SupportsIndex
+) -> bool:
+    """
+    Whether BN matrix completion with D coordinates and N observations runs on the warp tile (an H100's or H200's shared memory per block).
+    """
+
+def _tile_bn_mc_warp_gd_wd(
+    rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    scale: typing.SupportsFloat | typing.SupportsIndex,
+    m1: typing.SupportsInt | typing.SupportsIndex,
+    m2: typing.SupportsInt | typing.SupportsIndex,
+    r: typing.SupportsInt | typing.SupportsIndex,
+    W0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    record_every: typing.SupportsInt | typing.SupportsIndex,
+) -> tuple:
+    """
+    GD+WD on BN matrix completion, one warp per trajectory: the same tuple as _tile_bn_linreg_gd_wd.
+    """
+
+def _tile_bn_mc_warp_terms(
+    rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    m1: typing.SupportsInt | typing.SupportsIndex,
+    m2: typing.SupportsInt | typing.SupportsIndex,
+    r: typing.SupportsInt | typing.SupportsIndex,
+) -> tuple:
+    """
+    (pass_start (ceil(D / 32) + 1,), obs (T,), other (T,)): the gradient terms of BN matrix completion's warp tile, lane l of pass p reading pass_start[p] + 32 j + l.
+    """
+
 def _tile_mma_m8n8k4(
     A: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     B: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],

@@ -657,6 +657,31 @@ def _tile_bn_mc_gd_wd(
     GD+WD on BN matrix completion on the device's tile kernel: the same tuple as _tile_bn_linreg_gd_wd.
     """
 
+def _tile_bn_mc_warp_fits(
+    D: typing.SupportsInt | typing.SupportsIndex, N: typing.SupportsInt | typing.SupportsIndex
+) -> bool:
+    """
+    Whether BN matrix completion with D coordinates and N observations runs on the warp tile (the current device's shared memory per block).
+    """
+
+def _tile_bn_mc_warp_gd_wd(
+    rows: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    cols: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+    u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    scale: typing.SupportsFloat | typing.SupportsIndex,
+    m1: typing.SupportsInt | typing.SupportsIndex,
+    m2: typing.SupportsInt | typing.SupportsIndex,
+    r: typing.SupportsInt | typing.SupportsIndex,
+    W0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    record_every: typing.SupportsInt | typing.SupportsIndex,
+) -> tuple:
+    """
+    GD+WD on BN matrix completion on the device's warp tile kernel (a warp per trajectory): the same tuple as _tile_bn_linreg_gd_wd.
+    """
+
 def _tile_toy3d_gd_wd(
     c: typing.SupportsFloat | typing.SupportsIndex,
     W0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],

@@ -112,6 +112,13 @@ CXX_MUTANTS = [
      "thread tiles: gradient ascent"),
     ("csrc/include/pysharp/tile/bn_mc.hpp", "rows[k] >= m1", "rows[k] > m1",
      "BN-MC tile: a row index equal to m1 passes the bounds check"),
+    ("csrc/include/pysharp/tile/bn_mc_warp.hpp",
+     "P::load(w, P::load(data.other, jj) + q);", "P::load(w, P::load(data.other, jj));",
+     "BN-MC warp tile: the gradient reads the other factor's first column only"),
+    ("csrc/include/pysharp/tile/warp.hpp", "int mask = kWarpLanes / 2; mask >= 1;",
+     "int mask = kWarpLanes / 4; mask >= 1;", "warp_sum adds half the warp"),
+    ("csrc/include/pysharp/tile/bn_mc_warp.hpp", "for (int f = F; f >= 1; --f)",
+     "for (int f = F - 1; f >= 1; --f)", "BN-MC factor lists: the last row's end not shifted"),
 ]
 CXX_TESTS = ["tests/models/test_models.py", "tests/csrc/test_lanes.py",
              "tests/csrc/test_bn_linreg_rows.py", "tests/csrc/test_tile.py"]

@@ -129,25 +129,43 @@ py::tuple bn_linreg_gd_wd(const carray<double>& Xc, const carray<double>& u, dou
   return run.result();
 }
 
+// The observations of a BN matrix completion, checked as pysharp._core's launchers check
+// them, in device memory (the model's pointers point there).
+struct DeviceBNMc {
+  DeviceBuffer<int> rows, cols;
+  DeviceBuffer<double> u;
+  BNMatrixCompletion<double> m;
+
+  DeviceBNMc(const carray<int>& rows_, const carray<int>& cols_, const carray<double>& u_,
+             double scale, int m1, int m2, int r, const carray<double>& W0)
+      : rows(checked(rows_, cols_, u_, m1, m2, r)), cols(DeviceBuffer<int>::from(cols_)),
+        u(DeviceBuffer<double>::from(u_)),
+        m{rows.get(), cols.get(), u.get(), scale, static_cast<int>(u_.size()), m1, m2, r} {
+    require(W0.ndim() == 2 && W0.shape(1) == m.dim(), "W0 must be (B, (m1 + m2) r)");
+  }
+  static DeviceBuffer<int> checked(const carray<int>& rows, const carray<int>& cols,
+                                   const carray<double>& u, int m1, int m2, int r) {
+    require(rows.ndim() == 1 && cols.ndim() == 1 && u.ndim() == 1 &&
+                rows.size() == u.size() && cols.size() == u.size() && u.size() >= 2 &&
+                m1 >= 1 && m2 >= 1 && r >= 1,
+            "rows, cols and u must be (N,), N >= 2, and m1, m2, r >= 1");
+    require(tile::bn_mc_observations_inside(rows.data(), cols.data(), rows.size(), m1, m2),
+            "an observation lies outside the (m1, m2) matrix");
+    return DeviceBuffer<int>::from(rows);
+  }
+};
+
 py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const carray<double>& u,
                       double scale, int m1, int m2, int r, const carray<double>& W0,
                       const carray<double>& lr, const carray<double>& wd, long long steps,
                       long long record_every) {
-  require(rows.ndim() == 1 && cols.ndim() == 1 && u.ndim() == 1 && rows.size() == u.size() &&
-              cols.size() == u.size() && u.size() >= 2 && m1 >= 1 && m2 >= 1 && r >= 1,
-          "rows, cols and u must be (N,), N >= 2, and m1, m2, r >= 1");
-  require(tile::bn_mc_observations_inside(rows.data(), cols.data(), rows.size(), m1, m2),
-         "an observation lies outside the (m1, m2) matrix");
-  const int N = static_cast<int>(u.size()), D = (m1 + m2) * r;
-  require(W0.ndim() == 2 && W0.shape(1) == D, "W0 must be (B, (m1 + m2) r)");
+  const DeviceBNMc dev(rows, cols, u, scale, m1, m2, r, W0);
+  const BNMatrixCompletion<double>& m = dev.m;
   const int optin = block_smem_optin();
-  require(tile::bn_mc_tile_fits(D, N, optin),
+  require(tile::bn_mc_tile_fits(m.dim(), m.N, optin),
           "the model is too large for the BN matrix completion tile on this device "
           "(see _tile_bn_mc_fits)");
   TileRun run(W0, lr, wd, steps, record_every);
-  DeviceBuffer<int> rows_d(rows.data(), N), cols_d(cols.data(), N);
-  DeviceBuffer<double> u_d(u.data(), N);
-  const BNMatrixCompletion<double> m{rows_d.get(), cols_d.get(), u_d.get(), scale, N, m1, m2, r};
   const int per_thread = tile::bn_mc_thread_doubles(m) * static_cast<int>(sizeof(double));
   const int fit = optin / per_thread / 32 * 32;  // >= 32: bn_mc_tile_fits
   const int threads = fit < cuda::kTileThreads ? fit : cuda::kTileThreads;
@@ -158,6 +176,48 @@ py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const ca
   const int blocks = persistent_blocks(kernel, smem, (run.B + threads - 1) / threads, threads);
   kernel<<<blocks, threads, smem>>>(m, run.io());
   finish_launch("bn_mc_gd_wd_tile_kernel");
+  return run.result();
+}
+
+py::tuple bn_mc_warp_gd_wd(const carray<int>& rows, const carray<int>& cols,
+                           const carray<double>& u, double scale, int m1, int m2, int r,
+                           const carray<double>& W0, const carray<double>& lr,
+                           const carray<double>& wd, long long steps, long long record_every) {
+  const DeviceBNMc dev(rows, cols, u, scale, m1, m2, r, W0);
+  const int D = dev.m.dim(), N = dev.m.N;
+  const int optin = block_smem_optin();
+  require(tile::bn_mc_warp_tile_fits(D, N, optin),
+          "the model is too large for the BN matrix completion warp tile on this device "
+          "(see _tile_bn_mc_warp_fits)");
+  TileRun run(W0, lr, wd, steps, record_every);
+  const tile::BNMcWarpTerms terms(BNMatrixCompletion<double>{
+      rows.data(), cols.data(), u.data(), dev.m.scale, N, m1, m2, r});
+  const DeviceBuffer<int> pass_d(terms.pass_start.data(), terms.pass_start.size()),
+      obs_d(terms.obs.data(), terms.obs.size()), other_d(terms.other.data(), terms.other.size());
+  const tile::BNMcWarpData data{dev.m, pass_d.get(), obs_d.get(), other_d.get()};
+  // Warps per block: the most warps per multiprocessor, then the larger block.
+  const int per_warp =
+      static_cast<int>(tile::bn_mc_warp_doubles(D, N)) * static_cast<int>(sizeof(double));
+  const int most = optin / per_warp < cuda::kTileWarps ? optin / per_warp : cuda::kTileWarps;
+  auto kernel = cuda::bn_mc_warp_gd_wd_tile_kernel;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             most * per_warp),
+        "shared memory of the tile kernel");
+  int warps = 1, best = 0;
+  for (int w = most; w >= 1; --w) {
+    int per_sm = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * w, w * per_warp),
+          "occupancy");
+    if (per_sm * w > best) {
+      best = per_sm * w;
+      warps = w;
+    }
+  }
+  const int smem = warps * per_warp;
+  const int blocks =
+      persistent_blocks(kernel, smem, (run.B + warps - 1) / warps, 32 * warps);
+  kernel<<<blocks, 32 * warps, smem>>>(data, run.io());
+  finish_launch("bn_mc_warp_gd_wd_tile_kernel");
   return run.result();
 }
 
@@ -197,6 +257,17 @@ void bind_tile(py::module_& m) {
         py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),
         "GD+WD on BN matrix completion on the device's tile kernel: the same tuple as "
         "_tile_bn_linreg_gd_wd.");
+  m.def(
+      "_tile_bn_mc_warp_fits",
+      [](int D, int N) { return tile::bn_mc_warp_tile_fits(D, N, block_smem_optin()); },
+      py::arg("D"), py::arg("N"),
+      "Whether BN matrix completion with D coordinates and N observations runs on the warp "
+      "tile (the current device's shared memory per block).");
+  m.def("_tile_bn_mc_warp_gd_wd", &bn_mc_warp_gd_wd, py::arg("rows"), py::arg("cols"),
+        py::arg("u"), py::arg("scale"), py::arg("m1"), py::arg("m2"), py::arg("r"),
+        py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        "GD+WD on BN matrix completion on the device's warp tile kernel (a warp per "
+        "trajectory): the same tuple as _tile_bn_linreg_gd_wd.");
   m.def("_tile_toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"),
         py::arg("wd"), py::arg("steps"), py::arg("record_every"),
         "GD+WD on Toy3D on the device's tile kernel: the same tuple as _tile_bn_linreg_gd_wd.");

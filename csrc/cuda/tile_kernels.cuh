@@ -1,6 +1,7 @@
 // The fused tile kernels of the GPU engine (issue 28): one persistent launch runs all
 // steps of GD+WD, the state in registers (BN linear regression, Toy3D) or shared memory
-// (BN matrix completion), the data in shared or read-only global memory. The per-tile
+// (BN matrix completion: a thread per trajectory, or a warp for large models), the data in
+// shared or read-only global memory. The per-tile
 // algorithms live in csrc/include/pysharp/tile/ and are written once over a warp policy
 // (DeviceWarp here, EmuWarp in the CPU tests through pysharp._core's _tile_* helpers) or
 // once for a thread (tile/gd_wd_thread.hpp).
@@ -19,6 +20,7 @@
 
 #include "pysharp/tile/bn_linreg.hpp"
 #include "pysharp/tile/bn_mc.hpp"
+#include "pysharp/tile/bn_mc_warp.hpp"
 #include "pysharp/tile/toy3d.hpp"
 
 namespace pysharp::cuda {
@@ -77,6 +79,23 @@ __global__ void __launch_bounds__(kTileThreads)
   for (long long b = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
        b < io.batch; b += static_cast<long long>(gridDim.x) * blockDim.x)
     tile::bn_mc_gd_wd_thread(m, b, io, scratch);
+}
+
+// GD+WD on BN matrix completion, one warp per trajectory (models too large for the thread
+// tile above), warp k of the grid running trajectories k, k + warps of the grid, ...;
+// the observation lists and gradient terms in global memory. Dynamic shared memory: the block's warps'
+// scratches of tile::bn_mc_warp_doubles(D, N) doubles, end to end; blockDim.x a multiple
+// of 32 (bind_tile.cu picks the number of warps that fit).
+// pysharp-run-time-shape: bn_mc_warp_gd_wd_tile_kernel
+__global__ void __launch_bounds__(kTileThreads)
+    bn_mc_warp_gd_wd_tile_kernel(tile::BNMcWarpData data, tile::GdWdTileIO io) {
+  extern __shared__ double smem[];
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  double* scratch = smem + warp * tile::bn_mc_warp_doubles(data.m.dim(), data.m.N);
+  const tile::BNMcWarpTile<tile::DeviceWarp> t{data};
+  for (long long b = static_cast<long long>(blockIdx.x) * warps + warp; b < io.batch;
+       b += static_cast<long long>(gridDim.x) * warps)
+    t.run(b, io, scratch);
 }
 
 // GD+WD on Toy3D, one thread per trajectory, grid-stride over the batch.

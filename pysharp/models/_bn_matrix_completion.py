@@ -117,10 +117,17 @@ class BNMatrixCompletion(ScaleInvariantModel):
                    self.shape[0], self.shape[1], self.rank)
 
     def _tile_kernel(self, module):
-        if not module._tile_bn_mc_fits(self.dim, self.n_obs):
-            return None  # a warp's scratch must fit in shared memory (tile/bn_mc.hpp)
-        return functools.partial(module._tile_bn_mc_gd_wd, self.rows, self.cols, self._u,
-                                 self._scale, self.shape[0], self.shape[1], self.rank)
+        # The device decides what fits in a block's shared memory: a thread per trajectory
+        # (tile/bn_mc.hpp: 32 scratches of 2 D + N doubles), else a warp per trajectory
+        # (tile/bn_mc_warp.hpp: one), else the engine.
+        if module._tile_bn_mc_fits(self.dim, self.n_obs):
+            run = module._tile_bn_mc_gd_wd
+        elif module._tile_bn_mc_warp_fits(self.dim, self.n_obs):
+            run = module._tile_bn_mc_warp_gd_wd
+        else:
+            return None
+        return functools.partial(run, self.rows, self.cols, self._u, self._scale,
+                                 self.shape[0], self.shape[1], self.rank)
 
     def _numba_params(self) -> tuple:
         from .._backends._numba_kernels import BN_MC, params  # lazy: numba is optional

@@ -278,24 +278,7 @@ def _mc_data(model):
             model.rank)
 
 
-def test_bn_mc_tile_matches_the_engine_and_its_placement():
-    model = ps.BNMatrixCompletion.synthetic(size=10, true_rank=2, rank=4, seed=0)  # D 80
-    B, steps = 7, 300
-    W0 = model.random_point(B, seed=11)
-    lr, wd = np.linspace(0.05, 0.4, B), np.full(B, 1e-3)
-    ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=5, sharpness_every=0,
-                       backend="cpp")
-    got = core._tile_bn_mc_gd_wd(*_mc_data(model), W0, lr, wd, steps, 5)
-    assert not ref.diverged.any()
-    assert rel_err(got[0], ref.w) < 1e-10
-    assert rel_err(got[1], ref.loss) < 1e-10 and rel_err(got[2], ref.norm2) < 1e-10
-    assert rel_err(got[5], ref.eff_lr) < 1e-10 and rel_err(got[6], ref.grad_norm) < 1e-10
-    order = np.random.default_rng(12).permutation(B)
-    perm = core._tile_bn_mc_gd_wd(*_mc_data(model), W0[order], lr[order], wd[order], steps, 5)
-    assert _same(perm[0], got[0][order]) and _same(perm[1], got[1][:, order])
-
-
-def test_bn_mc_tile_freezes_a_diverging_trajectory_and_refuses_bad_data():
+def test_bn_mc_tile_freezes_a_diverging_trajectory():
     model = ps.BNMatrixCompletion.synthetic(size=6, true_rank=1, rank=2, seed=1)
     W0 = model.random_point(3, seed=2)
     W0[1] = 0.0  # every score zero: BN undefined at step 0
@@ -304,13 +287,119 @@ def test_bn_mc_tile_freezes_a_diverging_trajectory_and_refuses_bad_data():
         *_mc_data(model), W0, lr, wd, 20, 2)
     assert diverged.tolist() == [0, 1, 0] and step.tolist() == [-1, 0, -1]
     assert np.isnan(loss[:, 1]).all() and _same(w[1], W0[1]) and np.isfinite(loss[:, 0]).all()
+
+
+@pytest.mark.parametrize("tile", ["_tile_bn_mc_gd_wd", "_tile_bn_mc_warp_gd_wd"])
+def test_bn_mc_tiles_refuse_bad_data(tile):
+    model = ps.BNMatrixCompletion.synthetic(size=6, true_rank=1, rank=2, seed=1)
+    W0, lr, wd = model.random_point(3, seed=2), np.full(3, 0.1), np.full(3, 1e-3)
     rows, cols, u, scale, m1, m2, r = _mc_data(model)
     bad = rows.copy()
     bad[0] = m1  # outside the matrix: refused, not read out of bounds
     with pytest.raises(ValueError, match="outside"):
-        core._tile_bn_mc_gd_wd(bad, cols, u, scale, m1, m2, r, W0, lr, wd, 20, 2)
+        getattr(core, tile)(bad, cols, u, scale, m1, m2, r, W0, lr, wd, 20, 2)
     with pytest.raises(ValueError, match=r"\(B, \(m1 \+ m2\) r\)"):
-        core._tile_bn_mc_gd_wd(rows, cols, u, scale, m1, m2, r, W0[:, :-1], lr, wd, 20, 2)
+        getattr(core, tile)(rows, cols, u, scale, m1, m2, r, W0[:, :-1], lr, wd, 20, 2)
+
+
+# ------------------------------------------------------------ (h) BN-MC, a warp per trajectory
+
+def _sparse_mc(m1=11, m2=9, rank=5, N=40, seed=3):
+    """A model off every multiple of 32 (D 100, N 40), with factor rows no observation
+    touches, the last V row among them (its list starts at 2 N: the end of the arrays)."""
+    rng = np.random.default_rng(seed)
+    cells = rng.choice((m1 - 2) * (m2 - 2), size=N, replace=False)
+    rows, cols = np.divmod(cells, m2 - 2)  # rows m1 - 2, m1 - 1 and cols m2 - 2, m2 - 1 unseen
+    values = rng.standard_normal(N)
+    return ps.BNMatrixCompletion(rows, cols, values, (m1, m2), rank)
+
+
+def test_bn_mc_warp_terms_are_each_coordinates_observations_in_order():
+    """Lane l of pass p (coordinate i = 32 p + l, factor row f = i // r) reads the
+    observations of row f in increasing order, then padding terms (observation N, whose
+    dL/ds slot holds 0) up to the pass's longest list; lanes past D read padding only."""
+    model = _sparse_mc()
+    m1, m2, r, N, D = model.shape[0], model.shape[1], model.rank, model.n_obs, model.dim
+    pass_start, obs, other = core._tile_bn_mc_warp_terms(model.rows, model.cols, m1, m2, r)
+    factor = np.concatenate([model.rows, m1 + model.cols])  # U rows, then V rows
+    partner = np.concatenate([m1 + model.cols, model.rows])
+    k = np.concatenate([np.arange(N)] * 2)
+    lists = [np.flatnonzero(factor == f) for f in range(m1 + m2)]  # increasing k per row
+    assert any(len(x) == 0 for x in lists[:m1]) and len(lists[-1]) == 0
+    passes = -(-D // 32)
+    assert len(pass_start) == passes + 1 and pass_start[0] == 0
+    for p in range(passes):
+        rows_here = [(32 * p + lane) // r for lane in range(32) if 32 * p + lane < D]
+        longest = max(len(lists[f]) for f in rows_here)
+        assert pass_start[p + 1] - pass_start[p] == 32 * longest
+        for lane in range(32):
+            at = pass_start[p] + 32 * np.arange(longest) + lane
+            mine = lists[rows_here[lane]] if lane < len(rows_here) else np.array([], int)
+            want_obs = np.concatenate([k[mine], np.full(longest - len(mine), N)])
+            want_other = np.concatenate([partner[mine] * r, np.zeros(longest - len(mine))])
+            assert obs[at].tolist() == want_obs.tolist()
+            assert other[at].tolist() == want_other.tolist()
+    with pytest.raises(ValueError, match="outside"):
+        core._tile_bn_mc_warp_terms(model.rows, model.cols + m2, m1, m2, r)
+
+
+@pytest.mark.parametrize("tile, make", [
+    ("_tile_bn_mc_gd_wd",
+     lambda: ps.BNMatrixCompletion.synthetic(size=10, true_rank=2, rank=4, seed=0)),  # D 80
+    ("_tile_bn_mc_gd_wd", _sparse_mc),
+    ("_tile_bn_mc_warp_gd_wd",
+     lambda: ps.BNMatrixCompletion.synthetic(size=20, true_rank=2, rank=20, seed=0)),  # D 800
+    ("_tile_bn_mc_warp_gd_wd", _sparse_mc),
+], ids=["thread D80", "thread unseen rows", "warp D800", "warp unseen rows"])
+def test_bn_mc_tiles_match_the_engine_and_their_placement(tile, make):
+    model, run = make(), getattr(core, tile)
+    B, steps = 5, 300
+    W0 = model.random_point(B, seed=11)
+    lr, wd = np.linspace(0.05, 0.3, B), np.full(B, 1e-3)
+    ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=5, sharpness_every=0,
+                       backend="cpp")
+    got = run(*_mc_data(model), W0, lr, wd, steps, 5)
+    assert not ref.diverged.any() and not got[3].any()
+    assert rel_err(got[0], ref.w) < 1e-10
+    assert rel_err(got[1], ref.loss) < 1e-10 and rel_err(got[2], ref.norm2) < 1e-10
+    assert rel_err(got[5], ref.eff_lr) < 1e-10 and rel_err(got[6], ref.grad_norm) < 1e-10
+    order = np.random.default_rng(12).permutation(B)
+    perm = run(*_mc_data(model), W0[order], lr[order], wd[order], steps, 5)
+    assert _same(perm[0], got[0][order]) and _same(perm[1], got[1][:, order])
+
+
+def test_bn_mc_warp_tile_gradient_is_the_models():
+    """One step from w with lr 1, wd 0 gives w - grad L(w): the warp's gradient (its own
+    sum orders) against the model's loss_and_grad, coordinate by coordinate, unseen factor
+    rows (zero gradient) included."""
+    model = _sparse_mc()
+    W0 = model.random_point(3, seed=5)
+    w1 = core._tile_bn_mc_warp_gd_wd(*_mc_data(model), W0, np.ones(3), np.zeros(3), 1, 1)[0]
+    loss, G = model.loss_and_grad(W0)
+    assert rel_err(W0 - w1, G) < 1e-12
+    U_seen = np.zeros(model.shape[0], bool)
+    U_seen[model.rows] = True
+    unseen = np.flatnonzero(~U_seen)
+    assert unseen.size and all(_same(w1[:, i * model.rank:(i + 1) * model.rank],
+                                     W0[:, i * model.rank:(i + 1) * model.rank]) for i in unseen)
+
+
+def test_bn_mc_warp_tile_freezes_a_diverging_trajectory():
+    model = _sparse_mc()
+    W0 = model.random_point(4, seed=2)
+    W0[1] = 0.0  # every score zero: BN undefined at step 0
+    lr, wd = np.full(4, 0.1), np.full(4, 1e-3)
+    lr[2] = 1e308  # the first update overflows: flagged at step 1, W0 kept
+    run = core._tile_bn_mc_warp_gd_wd(*_mc_data(model), W0, lr, wd, 20, 2)
+    w, loss, norm2, diverged, step, eff, gnorm = run
+    assert diverged.tolist() == [0, 1, 1, 0] and step.tolist() == [-1, 0, 1, -1]
+    assert np.isnan(loss[:, 1]).all() and _same(w[1], W0[1])
+    assert np.isfinite(loss[0, 2]) and np.isnan(loss[1:, 2]).all() and _same(w[2], W0[2])
+    for rec in (norm2, eff, gnorm):
+        assert _same(np.isnan(rec), np.isnan(loss))
+    alone = core._tile_bn_mc_warp_gd_wd(*_mc_data(model), W0[[0, 3]], lr[[0, 3]], wd[[0, 3]],
+                                        20, 2)
+    assert _same_run(_rows(run, [0, 3]), alone)  # the others' bits are their own
 
 
 # ------------------------------------------------------------------ (5) ptxas gate
@@ -401,18 +490,22 @@ def test_device_toy3d_tile_matches_the_engine_and_the_emulation():
 
 @pytest.mark.gpu
 @needs_cuda
-def test_device_bn_mc_tile_matches_the_engine_the_emulation_and_its_placement():
+@pytest.mark.parametrize("tile, size, rank", [
+    ("_tile_bn_mc_gd_wd", 10, 4),  # D 80: a thread per trajectory
+    ("_tile_bn_mc_warp_gd_wd", 20, 20),  # D 800: a warp per trajectory
+])
+def test_device_bn_mc_tiles_match_the_engine_the_emulation_and_their_placement(tile, size, rank):
     import pysharp._cuda as cuda
 
-    model = ps.BNMatrixCompletion.synthetic(size=10, true_rank=2, rank=4, seed=0)  # D 80
-    B, steps = 300, 300  # more than one block of threads
+    model = ps.BNMatrixCompletion.synthetic(size=size, true_rank=2, rank=rank, seed=0)
+    B, steps = 300, 200  # more than one block of threads, or of warps
     W0 = model.random_point(B, seed=13)
-    lr, wd = np.linspace(0.05, 0.4, B), np.full(B, 1e-3)
-    dev = cuda._tile_bn_mc_gd_wd(*_mc_data(model), W0, lr, wd, steps, 5)
+    lr, wd = np.linspace(0.05, 0.3, B), np.full(B, 1e-3)
+    dev = getattr(cuda, tile)(*_mc_data(model), W0, lr, wd, steps, 5)
     ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=5, sharpness_every=0,
                        backend="cpp")
     assert rel_err(dev[0], ref.w) < 1e-10 and rel_err(dev[1], ref.loss) < 1e-10
-    emu = core._tile_bn_mc_gd_wd(*_mc_data(model), W0, lr, wd, steps, 5)
+    emu = getattr(core, tile)(*_mc_data(model), W0, lr, wd, steps, 5)
     assert rel_err(dev[0], emu[0]) < 1e-12
-    rev = cuda._tile_bn_mc_gd_wd(*_mc_data(model), W0[::-1], lr[::-1], wd[::-1], steps, 5)
+    rev = getattr(cuda, tile)(*_mc_data(model), W0[::-1], lr[::-1], wd[::-1], steps, 5)
     assert _same(rev[0][::-1], dev[0]) and _same(rev[1][:, ::-1], dev[1])

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "pysharp/tile/warp.hpp"
+
 namespace pysharp::tile {
 
 // One batch's inputs and outputs (global memory), B trajectories.
@@ -25,5 +27,29 @@ struct GdWdTileIO {
   long long steps;
   long long record_every;
 };
+
+// The end of trajectory b's run, once the step loop has stored its first `reached` records
+// (the loss, ||w||^2 and ||grad L(w)||^2): the effective LR and ||grad L(theta)|| =
+// ||w|| ||grad L(w)|| of those records, computed here so that a division and two roots stay
+// out of the step loop; NaN for the records never reached; the divergence flag and step
+// (div_step, -1 if none). Scalar code, run by one thread of the trajectory.
+PYSHARP_TILE_HD void gd_wd_finish(const GdWdTileIO& io, long long b, long long reached,
+                                  double lr, double decay, long long div_step) {
+  PYSHARP_ROLLED
+  for (long long k = 0; k < reached; ++k) {
+    const long long at = k * io.batch + b;
+    const double n2 = io.norm2[at];
+    io.eff_lr[at] = lr / (decay * n2);
+    io.grad_norm[at] = root(n2) * root(io.grad_norm[at]);
+  }
+  const long long n_rec = io.steps / io.record_every + 1;
+  const double nan = __builtin_nan("");
+  for (long long k = reached; k < n_rec; ++k) {
+    const long long at = k * io.batch + b;
+    io.loss[at] = io.norm2[at] = io.eff_lr[at] = io.grad_norm[at] = nan;
+  }
+  io.diverged[b] = div_step >= 0;
+  io.diverged_step[b] = div_step;
+}
 
 }  // namespace pysharp::tile

@@ -56,24 +56,8 @@ PYSHARP_TILE_HD void gd_wd_thread(const Model& m, long long b, const GdWdTileIO&
     }
     for (int i = 0; i < D; ++i) w[i] = decay * w[i] - lr * g[i];
   }
-  // The effective LR and ||grad L(theta)|| = ||w|| ||grad L(w)|| of the records reached,
-  // out of the step loop; the others are NaN.
-  PYSHARP_ROLLED
-  for (long long k = 0; k < r; ++k) {
-    const long long at = k * io.batch + b;
-    const double n2 = io.norm2[at];
-    io.eff_lr[at] = lr / (decay * n2);
-    io.grad_norm[at] = root(n2) * root(io.grad_norm[at]);
-  }
-  const long long n_rec = io.steps / io.record_every + 1;
-  const double nan = __builtin_nan("");
-  for (; r < n_rec; ++r) {
-    const long long at = r * io.batch + b;
-    io.loss[at] = io.norm2[at] = io.eff_lr[at] = io.grad_norm[at] = nan;
-  }
+  gd_wd_finish(io, b, r, lr, decay, div_step);
   for (int i = 0; i < D; ++i) io.w_final[D * b + i] = w[i];
-  io.diverged[b] = div_step >= 0;
-  io.diverged_step[b] = div_step;
 }
 
 }  // namespace pysharp::tile

@@ -9,9 +9,9 @@
 //
 // A policy P provides P::reg<T> (one T per lane), lane(), shfl_xor, mma and the
 // memory access of a lane-dependent index (load/store), parking a register in
-// memory (park/unpark), a warp vote (any) and
-// widen (int to long long). The free functions below
-// (where, root, recip, finite) are overloaded for both kinds of register.
+// memory (park/unpark), a warp vote (any), widen (int to long long), a barrier for
+// the warp's shared memory (sync) and the warp's scalar code (leader, first). The free
+// functions below (where, root, recip, finite) are overloaded for both kinds of register.
 //
 // Fragment layout of mma.m8n8k4 with f64 operands (PTX ISA, "Matrix fragments for
 // mma.m8n8k4 with .f64"), for lane l with group = l >> 2 and quad = l & 3:
@@ -194,9 +194,9 @@ struct EmuWarp {
     for (int l = 0; l < kWarpLanes; ++l) r.v[l] = x.v[l];
     return r;
   }
-  template <class Index>
-  static reg<double> load(const double* p, const reg<Index>& index) {
-    reg<double> r;
+  template <class T, class Index>
+  static reg<T> load(const T* p, const reg<Index>& index) {
+    reg<T> r;
     for (int l = 0; l < kWarpLanes; ++l) r.v[l] = p[index.v[l]];
     return r;
   }
@@ -211,10 +211,21 @@ struct EmuWarp {
     for (int l = 0; l < kWarpLanes; ++l) r.v[l] = p[k * kWarpLanes + l];
     return r;
   }
-  template <class T>
-  static void store(T* p, const reg<long long>& index, const reg<T>& x, const reg<bool>& m) {
+  template <class T, class Index>
+  static void store(T* p, const reg<Index>& index, const reg<T>& x, const reg<bool>& m) {
     for (int l = 0; l < kWarpLanes; ++l)
       if (m.v[l]) p[index.v[l]] = x.v[l];
+  }
+  // The lanes' shared-memory writes before it are seen by every lane after it. The
+  // emulation runs one lane after another: nothing to do.
+  static void sync() {}
+  // Whether this lane runs the warp's scalar code (records of warp-uniform values): the
+  // emulation runs such code once, for the whole warp.
+  static bool leader() { return true; }
+  // Lane 0's value of a register (of a warp-uniform one: the value).
+  template <class T>
+  static T first(const reg<T>& x) {
+    return x.v[0];
   }
 };
 
@@ -243,8 +254,8 @@ struct DeviceWarp {
   }
   __device__ __forceinline__ static bool any(bool m) { return __any_sync(0xffffffffu, m); }
   __device__ __forceinline__ static long long widen(int x) { return x; }
-  template <class Index>
-  __device__ __forceinline__ static double load(const double* p, Index index) {
+  template <class T, class Index>
+  __device__ __forceinline__ static T load(const T* p, Index index) {
     return p[index];
   }
   __device__ __forceinline__ static void park(volatile double* p, int k, double x) {
@@ -253,9 +264,15 @@ struct DeviceWarp {
   __device__ __forceinline__ static double unpark(const volatile double* p, int k) {
     return p[k * kWarpLanes + lane()];
   }
-  template <class T>
-  __device__ __forceinline__ static void store(T* p, long long index, T x, bool m) {
+  template <class T, class Index>
+  __device__ __forceinline__ static void store(T* p, Index index, T x, bool m) {
     if (m) p[index] = x;
+  }
+  __device__ __forceinline__ static void sync() { __syncwarp(); }
+  __device__ __forceinline__ static bool leader() { return (threadIdx.x & 31) == 0; }
+  template <class T>
+  __device__ __forceinline__ static T first(T x) {
+    return x;
   }
 };
 #endif
@@ -269,6 +286,15 @@ template <class P, class R>
 PYSHARP_TILE_HD R quad_sum(R x) {
   x = x + P::shfl_xor(x, 1);
   return x + P::shfl_xor(x, 2);
+}
+
+// Sum over the 32 lanes of a warp by a butterfly: every lane ends with the same bits, and
+// the order of the additions depends on nothing but the lanes' values.
+template <class P, class R>
+PYSHARP_TILE_HD R warp_sum(R x) {
+  PYSHARP_UNROLL
+  for (int mask = kWarpLanes / 2; mask >= 1; mask >>= 1) x = x + P::shfl_xor(x, mask);
+  return x;
 }
 
 }  // namespace pysharp::tile
