@@ -113,7 +113,7 @@ CXX_MUTANTS = [
     ("csrc/include/pysharp/tile/bn_mc.hpp", "rows[k] >= m1", "rows[k] > m1",
      "BN-MC tile: a row index equal to m1 passes the bounds check"),
     ("csrc/include/pysharp/tile/bn_mc_warp.hpp",
-     "P::load(w, P::load(data.other, jj) + q);", "P::load(w, P::load(data.other, jj));",
+     "P::load(w, P::load(data.term_other, at) + q);", "P::load(w, P::load(data.term_other, at));",
      "BN-MC warp tile: the gradient reads the other factor's first column only"),
     ("csrc/include/pysharp/tile/warp.hpp", "int mask = kWarpLanes / 2; mask >= 1;",
      "int mask = kWarpLanes / 4; mask >= 1;", "warp_sum adds half the warp"),
