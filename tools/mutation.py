@@ -119,6 +119,8 @@ CXX_MUTANTS = [
      "int mask = kWarpLanes / 4; mask >= 1;", "warp_sum adds half the warp"),
     ("csrc/include/pysharp/tile/bn_mc_warp.hpp", "for (int f = F; f >= 1; --f)",
      "for (int f = F - 1; f >= 1; --f)", "BN-MC factor lists: the last row's end not shifted"),
+    ("csrc/include/pysharp/tile/bn_mc_warp.hpp", "obs[start[f] + j] : m.N;",
+     "obs[start[f] + j] : 0;", "BN-MC warp terms: padding adds observation 0's term"),
 ]
 CXX_TESTS = ["tests/models/test_models.py", "tests/csrc/test_lanes.py",
              "tests/csrc/test_bn_linreg_rows.py", "tests/csrc/test_tile.py"]
