@@ -4,8 +4,8 @@ What is compiled: csrc/cuda/kernels.cuh instantiated for every (model, precision
 csrc/builtin_models.hpp lists, to a cubin for sm_90, and for sm_80 in
 float64; every csrc/cuda/*tile* source for both; the tile kernels that the CuPy backend
 launches, by its own table. One unit (Toy3D float64, sm_90, ~20 s) and the CuPy tile unit
-for sm_90 (~5 s) run in the default test set; the rest is marked slow (20-120 s of CPU a unit: each
-carries the whole generic engine) and .ci/run runs it in its own bounded step with the
+for sm_90 (~5 s) run in the default test set; the rest is marked slow (20-120 s of CPU a
+unit: each carries the whole generic engine) and .ci/run runs it in its own bounded step with the
 `nvrtc` extra (cuda-bindings, nvidia-cuda-nvrtc, nvidia-cuda-cccl). Skipped when those are
 not installed.
 """
