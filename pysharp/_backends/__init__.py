@@ -5,7 +5,10 @@ Every public kernel, sharpness and trajectory call takes
 
 - ``cpp``: the compiled C++ core ``pysharp._core`` (OpenMP over the batch).
 - ``cuda``: the CUDA kernels of ``pysharp._cuda``, built when ``PYSHARP_CUDA`` is on.
-- ``cupy``: the same kernel source compiled at run time by ``cupy.RawModule``.
+- ``cupy``: the same kernel source (engine, Lanczos and the fused tiles) compiled by
+  NVRTC at first use and launched through CuPy (``pip install "pysharp[cupy]"``, no nvcc);
+  CuPy arrays stay on the device. Not BN linear regression's reduced engine. Not yet run on
+  a device (:mod:`pysharp._backends._cupy`).
 - ``numba``: ``numba.njit(parallel=True)`` ports of the C++ kernels and engine
   for the scale-invariant models, the CPU fallback when the extension is not
   built. float64 only: a float32 call is refused (BackendUnavailable), as are
@@ -104,9 +107,9 @@ class Backend:
     tiles: Callable[[], Any] | None = None
 
 
-def _not_wired(model, dtype):
-    raise BackendUnavailable("backend 'cupy' runs no model's kernels yet (see "
-                             "pysharp._backends._cupy)")
+def _cupy_module():
+    from . import _cupy  # lazy: CuPy is imported only when the backend is used
+    return _cupy.module()
 
 
 #: Every backend, in the order ``pysharp.backends()`` reports them.
@@ -117,7 +120,10 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
             kernels=lambda m, dtype: m._make_core(_suffix(dtype),
                                                   importlib.import_module("pysharp._cuda")),
             tiles=lambda: importlib.import_module("pysharp._cuda")),
-    Backend("cupy", _probe_cupy, trajectories=True, gpu=True, kernels=_not_wired),
+    # direct engine only: the reduced BN-linreg engine is not ported (_cupy refuses it)
+    Backend("cupy", _probe_cupy, trajectories=True, gpu=True, reduced=False,
+            kernels=lambda m, dtype: m._make_core(_suffix(dtype), _cupy_module()),
+            tiles=_cupy_module),
     Backend("numba", _probe_numba, trajectories=True, gpu=False,
             kernels=lambda m, dtype: NumbaCore(m._numba_params(), dtype, m._reference())),
     Backend("numpy", lambda: None, trajectories=False, gpu=False,

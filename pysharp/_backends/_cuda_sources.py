@@ -40,6 +40,26 @@ def kernel_names(model: str, prec: str) -> dict[str, str]:
     return names
 
 
+#: A translation unit of csrc/cuda/tile_kernels.cuh: the fused tiles the CuPy backend launches.
+TILES_SOURCE = '#include "cuda/tile_kernels.cuh"\n'
+
+#: (d, n) of the BN linear regression tile kernels compiled for a device: the instantiations
+#: of csrc/cuda/tile_kernels.cu and pysharp._cuda._TILE_BN_LINREG_SHAPES (the tests check both).
+BN_LINREG_TILE_SHAPES = ((40, 20), (100, 200))
+
+
+def tile_kernel_names() -> dict[str, str]:
+    """Short name -> NVRTC name expression of every tile kernel the CuPy backend launches.
+
+    A new tile kernel is one entry here and one launch in ``_cupy`` (``_launch_tile``).
+    """
+    names = {"toy3d": "pysharp::cuda::toy3d_gd_wd_tile_kernel",
+             "bn_mc": "pysharp::cuda::bn_mc_gd_wd_tile_kernel"}
+    for d, n in BN_LINREG_TILE_SHAPES:
+        names[f"bn_linreg_{d}_{n}"] = f"pysharp::cuda::bn_linreg_gd_wd_tile_kernel<{d}, {n}>"
+    return names
+
+
 def cuda_units(models_header: Path) -> list[tuple[str, str]]:
     """(model, precision) for each model of PYSHARP_BUILTIN_MODELS in csrc/builtin_models.hpp
     and each precision: the translation units of pysharp._cuda (CMakeLists.txt reads the

@@ -1,21 +1,33 @@
-"""CuPy backend: csrc/cuda/kernels.cuh compiled by NVRTC at first use, launched through CuPy.
+"""CuPy backend: the CUDA kernels compiled by NVRTC at first use, launched through CuPy.
 
 No nvcc is needed: NVRTC (PyPI nvidia-cuda-nvrtc through cuda-bindings, see
 :mod:`pysharp._backends._nvrtc`) compiles the same kernel source that ``pysharp._cuda`` is
-built from,
-for the device's own architecture, once per (model, precision, architecture); the cubin is
-cached on disk beside run-time compiled models (keyed by the sources and NVRTC's version)
-and loaded with ``cupy.RawModule``. The classes here take the constructor arguments of
-``pysharp._core``'s and ``pysharp._cuda``'s (what the models' ``_make_core`` passes), copy
-the model's data to the device once, and run the kernels on CuPy arrays: inputs (B, D) on
-the device, outputs CuPy arrays, no host copies, launches on CuPy's current stream (so in
-stream order with the caller's own work). The launch arithmetic (128 threads a block, one
-thread per row, per-row scratch slices) mirrors CudaExec in csrc/cuda/executor.cuh.
+built from (csrc/cuda/kernels.cuh, csrc/cuda/tile_kernels.cuh), for the device's own
+architecture, once per (model, precision, architecture) and once for the tiles; the cubin is
+cached on disk beside run-time compiled models (keyed by the sources, the kernels asked for and
+NVRTC's version) and loaded with ``cupy.RawModule``.
 
-Status (issue 28): the kernels (loss and gradient, HVP, third order, Hessian) exist here;
-trajectories and Lanczos do not, and the models' public methods do not route
-``backend="cupy"`` here yet (they validate on the host). None of this has run on a device:
-the project had no GPU while it was written. :func:`unavailable_reason` says so.
+:func:`module` looks like ``pysharp._cuda`` to the models: ``Toy3D_f64(c)`` and the other
+classes take the constructor arguments of ``pysharp._cuda``'s and have its methods
+``loss_grad``, ``hvp``, ``third``, ``hessian``, ``lanczos`` and ``run`` (same arguments,
+checks and results), and the fused GD+WD tiles ``_tile_toy3d_gd_wd``, ``_tile_bn_mc_gd_wd``,
+``_tile_bn_mc_fits``, ``_tile_bn_linreg_gd_wd`` and ``_TILE_BN_LINREG_SHAPES`` are those of
+csrc/cuda/bind_tile.cu. NumPy arrays in give NumPy arrays out (copied to and from the device,
+as ``pysharp._cuda`` does); CuPy arrays in give CuPy arrays out with no host copy. Every
+launch is on CuPy's current stream, so in stream order with the caller's own work; arguments
+are checked in Python before anything is allocated or launched. The launch arithmetic
+(128 threads a block and per-row scratch slices for the engine, launch chunks bounded by a
+quarter of free memory; the tiles' block sizes, opt-in shared memory and persistent grids)
+mirrors CudaExec (csrc/cuda/executor.cuh) and bind_tile.cu, as pure functions here that the
+tests check against the C++.
+
+Not covered: BN linear regression's reduced (spectral) engine (``reduced=True`` is refused:
+use ``backend="cuda"`` or ``"cpp"``), square-loss and run-time compiled models.
+
+Status (issue 28): none of this has run on a device; the project had no GPU while it was
+written. What a CPU machine can check is checked (tests/backends/test_cupy.py,
+test_nvrtc.py): struct layouts against g++, the NVRTC compilation of every kernel launched
+here, the argument checks and the launch arithmetic.
 """
 
 from __future__ import annotations
@@ -24,29 +36,36 @@ import hashlib
 import importlib
 import importlib.util
 import math
+import operator
 import os
 import stat
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from .._engine.methods import HYPERPARAMETERS, METHODS
 from . import _cuda_sources as cs
 from . import _nvrtc
+from ._errors import BackendUnavailable
 
 THREADS = 128  # kThreads of executor.cuh
+TILE_WARPS = 8  # kTileWarps of tile_kernels.cuh
+TILE_THREADS = 32 * TILE_WARPS  # kTileThreads
+LANCZOS_MAX_ITER = 1024  # kLanczosMaxIter of engine/lanczos.hpp
+BN_MC_MAX_THREAD_DOUBLES = 511  # kBnMcMaxThreadDoubles of tile/bn_mc.hpp
 
-_NOT_WIRED = ("backend='cupy' is not wired into the models' methods yet (issue 28); its "
-              "kernels (pysharp._backends._cupy.module()) have never run on a device")
+#: The engine kernels launched here (keys of ``_cuda_sources.kernel_names``): not the
+#: reduced engine's ``spectral_trajectory``.
+ENGINE_KERNELS = ("loss_grad", "hvp", "third", "hessian", "lanczos", "trajectory")
+#: The compilation unit of the tile kernels (:func:`unit`).
+TILES = "tiles"
 
 
 def unavailable_reason() -> str | None:
-    """None when ``backend="cupy"`` can run here, else why not (the first blocker found).
-
-    Never None today: even with CuPy, NVRTC and a device, the models do not route to this
-    backend yet (the module docstring's status).
-    """
-    return device_reason() or _NOT_WIRED
+    """None when ``backend="cupy"`` can run here, else why not (the first blocker found)."""
+    return device_reason()
 
 
 def device_reason() -> str | None:
@@ -65,12 +84,45 @@ def device_reason() -> str | None:
     return None
 
 
-# -- the models' structs, laid out as C++ lays them out (tests/backends/test_cupy.py checks) --
+# -- the structs passed by value, laid out as C++ lays them out (tests/backends/test_cupy.py) --
 
-def struct_dtype(model: str, real) -> np.dtype:
-    """The numpy dtype with the layout of ``pysharp::<model><Real>`` (passed by value)."""
+#: C++ type of each struct of :func:`struct_dtype` (``{real}``: double or float).
+CPP_STRUCTS = {
+    "Toy3D": "pysharp::Toy3D<{real}>",
+    "BNLinearRegression": "pysharp::BNLinearRegression<{real}>",
+    "BNMatrixCompletion": "pysharp::BNMatrixCompletion<{real}>",
+    "BNTwoLayerNet": "pysharp::BNTwoLayerNet<{real}>",
+    "LanczosOptions": "pysharp::LanczosOptions",
+    "EngineConfig": "pysharp::EngineConfig",
+    "Hyperparameters": "pysharp::Hyperparameters<{real}>",
+    "BatchRecords": "pysharp::BatchRecords<{real}>",
+    "GdWdTileIO": "pysharp::tile::GdWdTileIO",
+    "BNLinRegTileData": "pysharp::tile::BNLinRegTileData",
+}
+
+#: (name in the result dict of ``run``, field of BatchRecords), in BatchRecords' order.
+RECORDS = (("loss", "loss"), ("norm2", "norm2"), ("eff_lr", "eff_lr"),
+           ("grad_norm", "grad_norm"), ("top_grad", "top_grad"), ("sharpness", "sharpness"),
+           ("eos_ratio", "eos_ratio"), ("sharpness_converged", "sharpness_converged"),
+           ("theta", "theta"), ("w", "w_final"), ("diverged", "diverged"),
+           ("diverged_step", "diverged_step"), ("group_norm2", "group_norm2"),
+           ("top_eigenvalues", "top_eigs"))
+
+#: The outputs of a tile run, in the order of its result tuple (bind_tile.cu's TileRun).
+TILE_OUTPUTS = ("w_final", "loss", "norm2", "diverged", "diverged_step", "eff_lr",
+                "grad_norm")
+
+
+def struct_dtype(name: str, real=np.float64) -> np.dtype:
+    """The numpy dtype with the layout of the C++ struct ``CPP_STRUCTS[name]`` over ``real``.
+
+    A scalar of it (``np.zeros((), dtype)[()]``) is what CuPy passes to a kernel by value.
+    """
     r = np.dtype(real)
-    ptr, i4 = np.uint64, np.int32
+    ptr, i4, i8, f8 = np.uint64, np.int32, np.int64, np.float64
+    lanczos = [("k", i4), ("max_iter", i4), ("min_iter", i4), ("tol", f8),
+               ("smallest", np.bool_), ("seed", np.uint64), ("stream", np.uint64),
+               ("counter", np.uint64)]
     fields = {
         "Toy3D": [("c", r)],
         "BNLinearRegression": [("Xc", ptr), ("u", ptr), ("scale", r), ("xc_fro2", r),
@@ -79,11 +131,234 @@ def struct_dtype(model: str, real) -> np.dtype:
                                ("N", i4), ("m1", i4), ("m2", i4), ("r", i4)],
         "BNTwoLayerNet": [("Xc", ptr), ("y", ptr), ("xc_fro2", r), ("inv_sqrt_m", r),
                           ("n", i4), ("d", i4), ("m", i4), ("act", i4)],
-    }[model]
+        "LanczosOptions": lanczos,
+        "EngineConfig": [("method", i4), ("steps", i8), ("record_every", i8),
+                         ("sharpness_every", i8), ("theta_every", i8), ("jitter", f8),
+                         ("seed", np.uint64), ("rms_beta", f8), ("rms_eps", f8),
+                         ("qr_kappa", f8), ("top_k", i4),
+                         ("lanczos", np.dtype(lanczos, align=True))],
+        "Hyperparameters": [(name, ptr) for name in HYPERPARAMETERS],
+        "BatchRecords": [*((field, ptr) for _, field in RECORDS[:12]), ("group_norm2", ptr),
+                         ("groups", i4), ("top_eigs", ptr), ("top_k", i4)],
+        "GdWdTileIO": [*((f, ptr) for f in ("w0", "lr", "wd", "w_final", "loss", "norm2",
+                                             "eff_lr", "grad_norm", "diverged",
+                                             "diverged_step")),
+                       ("batch", i8), ("steps", i8), ("record_every", i8)],
+        "BNLinRegTileData": [("xc", ptr), ("u", ptr), ("scale", f8), ("floor_coef", f8)],
+    }[name]
     return np.dtype(fields, align=True)
 
 
+def _pack(name: str, real=np.float64, **fields) -> np.void:
+    s = np.zeros((), dtype=struct_dtype(name, real))
+    for k, v in fields.items():
+        s[k] = v
+    return s[()]
+
+
+# -- argument checks (module_options.hpp, bind_model.hpp), before anything is launched -----------
+
+class _Fields:
+    """A dict's fields read by name, each once; :meth:`done` refuses the unread ones
+    (module_options.hpp's Fields, with its messages)."""
+
+    def __init__(self, d: Any, what: str) -> None:
+        if not isinstance(d, dict):
+            raise TypeError(f"{what} must be a dict, got {type(d).__name__}")
+        self.d, self.what, self.read = d, what, set()
+
+    def get(self, name: str) -> Any:
+        if name not in self.d:
+            raise ValueError(f"{self.what} lacks the field '{name}'")
+        self.read.add(name)
+        return self.d[name]
+
+    def done(self) -> None:
+        for key in self.d:
+            if key not in self.read:
+                raise ValueError(f"{self.what} has an unknown field '{key}'")
+
+
+def lanczos_options(options: dict, D: int) -> np.void:
+    """The LanczosOptions struct from the dict of ``pysharp._engine.LanczosOptions.to_core()``.
+
+    Raises
+    ------
+    ValueError
+        For a missing or unknown field, k outside [1, D] or max_iter outside
+        [k, min(D, 1024)] (the checks of module_options.hpp).
+    """
+    f = _Fields(options, "LanczosOptions")
+    k, max_iter = operator.index(f.get("k")), operator.index(f.get("max_iter"))
+    min_iter = operator.index(f.get("min_iter"))
+    tol, seed, smallest = float(f.get("tol")), operator.index(f.get("seed")), f.get("smallest")
+    f.done()
+    if not 1 <= k <= D:
+        raise ValueError("k must be in [1, D]")
+    if not k <= max_iter <= min(D, LANCZOS_MAX_ITER):
+        raise ValueError(f"max_iter must be in [k, min(D, {LANCZOS_MAX_ITER})]")
+    if not 0 <= seed < 2 ** 64:
+        raise ValueError("seed must be in [0, 2^64)")
+    return _pack("LanczosOptions", k=k, max_iter=max_iter, min_iter=min_iter, tol=tol,
+                 smallest=bool(smallest), seed=seed)
+
+
+def engine_config(config: dict, D: int) -> np.void:
+    """The EngineConfig struct from the dict of ``pysharp._engine.EngineConfig.to_core()``,
+    with engine_config_from's checks (module_options.hpp).
+
+    Raises
+    ------
+    ValueError
+        For a missing or unknown field or a value the C++ refuses.
+    BackendUnavailable
+        For ``reduced=True``: BN linear regression's reduced engine does not run here.
+    """
+    f = _Fields(config, "EngineConfig")
+    method = operator.index(f.get("method"))
+    if method not in {m.code for m in METHODS.values()}:
+        raise ValueError("unknown method")
+    ints = {name: operator.index(f.get(name))
+            for name in ("steps", "record_every", "sharpness_every", "theta_every")}
+    if not (ints["steps"] >= 0 and ints["record_every"] >= 1 and ints["sharpness_every"] >= 0
+            and ints["theta_every"] >= 0):
+        raise ValueError("steps >= 0, record_every >= 1, sharpness_every >= 0, theta_every >= 0")
+    reals = {name: float(f.get(name)) for name in ("jitter", "rms_beta", "rms_eps", "qr_kappa")}
+    seed = operator.index(f.get("seed"))
+    top_k = operator.index(f.get("top_k"))
+    reduced = bool(f.get("reduced"))
+    lanczos = lanczos_options(f.get("lanczos"), D)
+    f.done()
+    if lanczos["k"] != 1 or lanczos["smallest"]:
+        raise ValueError("the engine's in-run sharpness is the top eigenvalue: LanczosOptions "
+                         "k = 1, LA")
+    if not (top_k == 0 or 2 <= top_k <= lanczos["max_iter"]):
+        raise ValueError("top_k must be 0 (off) or in [2, lanczos max_iter]")
+    if not 0 <= seed < 2 ** 64:
+        raise ValueError("seed must be in [0, 2^64)")
+    if reduced:
+        raise BackendUnavailable(
+            "BN linear regression's reduced engine (reduced=True) does not run on "
+            "backend='cupy'; use backend='cuda' or 'cpp', or reduced=False")
+    return _pack("EngineConfig", method=method, seed=seed, top_k=top_k, lanczos=lanczos,
+                 **ints, **reals)
+
+
+def hyperparameter_arrays(hyper: dict, method: int, B: int) -> dict[str, Any]:
+    """The arrays of ``hyper`` that ``method`` reads, in Hyperparameters' field order, each
+    checked to be (B,); exactly those fields (hyperparameters_from of bind_model.hpp)."""
+    spec = next(m for m in METHODS.values() if m.code == method)
+    f = _Fields(hyper, f"the hyperparameters of method {spec.name}")
+    out = {name: f.get(name) for name in HYPERPARAMETERS if name in spec.hyper}
+    f.done()
+    for name, a in out.items():
+        if getattr(a, "ndim", np.ndim(a)) != 1 or len(a) != B:
+            raise ValueError(f"{name} must have one entry per trajectory")
+    return out
+
+
+def n_records(steps: int, every: int) -> int:
+    """Records at steps 0, every, 2 every, ... <= steps; 0 for every = 0 (trajectory.hpp)."""
+    return steps // every + 1 if every > 0 else 0
+
+
+def run_outputs(B: int, D: int, groups: int, config: np.void, real) -> dict[str, tuple]:
+    """name -> (shape, dtype) of every array ``run`` fills (bind_model.hpp's RunOutputs),
+    in :data:`RECORDS` order; an output not asked for has a zero-size shape."""
+    r = np.dtype(real)
+    steps, top_k = int(config["steps"]), int(config["top_k"])
+    nrec = n_records(steps, int(config["record_every"]))
+    nsh = n_records(steps, int(config["sharpness_every"]))
+    nth = n_records(steps, int(config["theta_every"]))
+    k = top_k if top_k >= 2 else 0
+    return {"loss": ((nrec, B), r), "norm2": ((nrec, B), r), "eff_lr": ((nrec, B), r),
+            "grad_norm": ((nrec, B), r),
+            "top_grad": ((nrec if config["sharpness_every"] > 0 else 0, B), r),
+            "sharpness": ((nsh, B), r), "eos_ratio": ((nsh, B), r),
+            "sharpness_converged": ((nsh, B), np.dtype(np.uint8)),
+            "theta": ((nth, B, D), r), "w": ((B, D), r), "diverged": ((B,), np.dtype(np.uint8)),
+            "diverged_step": ((B,), np.dtype(np.int64)),
+            "group_norm2": ((nrec if groups > 1 else 0, B, groups), r),
+            "top_eigenvalues": ((nsh if k else 0, B, k or 1), r)}
+
+
+# -- launch arithmetic, as pure functions (checked against the C++ in the tests) ------------------
+
+def blocks_for(n: int) -> int:
+    """Blocks of :data:`THREADS` for one thread per item (executor.cuh's blocks_for)."""
+    return (n + THREADS - 1) // THREADS
+
+
+def lanczos_scratch_size(D: int, max_iter: int, k: int) -> int:
+    """Reals of one Lanczos solve's scratch (engine/lanczos.hpp's lanczos_scratch_size)."""
+    m = max_iter
+    return (m + 1) * D + 3 * m + m * m + 2 * D + (D + 2 if k > 1 else 0)
+
+
+def trajectory_scratch_reals(D: int, config: np.void) -> int:
+    """Reals of one trajectory's engine scratch, one thread a trajectory
+    (engine/trajectory.hpp's trajectory_scratch_reals with W = 1)."""
+    lz, top_k = config["lanczos"], int(config["top_k"])
+    m = int(lz["max_iter"])
+    top = lanczos_scratch_size(D, m, top_k) + top_k * (D + 2) if top_k >= 2 else 0
+    return 3 * D + lanczos_scratch_size(D, m, int(lz["k"])) + 2 + top
+
+
+def launch_chunk(B: int, bytes_each: int, free_bytes: int) -> int:
+    """Trajectories per launch: bounded by a quarter of free device memory (executor.cuh)."""
+    return min(B, max(1, (free_bytes // 4) // max(1, bytes_each)))
+
+
+def bn_mc_thread_doubles(D: int, N: int) -> int:
+    """Doubles of one BN matrix completion tile thread's scratch (tile/bn_mc.hpp)."""
+    return (2 * D + N + 1) | 1
+
+
+def bn_mc_tile_fits(D: int, N: int, block_smem_optin: int) -> bool:
+    """Whether BN matrix completion (D coordinates, N observations) runs on its tile on a
+    device whose blocks may opt in to ``block_smem_optin`` bytes (tile/bn_mc.hpp)."""
+    doubles = bn_mc_thread_doubles(D, N)
+    return doubles <= BN_MC_MAX_THREAD_DOUBLES and 32 * doubles * 8 <= block_smem_optin
+
+
+def bn_mc_tile_block(D: int, N: int, block_smem_optin: int) -> tuple[int, int]:
+    """(threads a block, dynamic shared memory bytes) of the BN matrix completion tile:
+    as many warps' scratches as fit, at most :data:`TILE_THREADS` (bind_tile.cu).
+    Only for a model that :func:`bn_mc_tile_fits`."""
+    per_thread = bn_mc_thread_doubles(D, N) * 8
+    threads = min(block_smem_optin // per_thread // 32 * 32, TILE_THREADS)
+    return threads, threads * per_thread
+
+
+def bn_linreg_tile_smem_bytes(d: int, n: int) -> int:
+    """Dynamic shared memory of the BN linear regression tile kernel at (d, n): Xc and u in
+    tile layout and, when a lane cannot hold w, Z and G at once, each warp's parking area
+    (tile_kernels.cuh's bn_linreg_tile_smem_bytes, tile/bn_linreg.hpp's kParkDoubles)."""
+    dp, np_ = -(-d // 8) * 8, -(-n // 8) * 8
+    park = 2 * (dp // 8) * 32 if 4 * (dp // 8) + 2 * (np_ // 8) > 80 else 0
+    return (np_ * dp + np_ + TILE_WARPS * park) * 8
+
+
+def persistent_blocks(work_blocks: int, sms: int, per_sm: int) -> int:
+    """Blocks of a persistent launch: as many as are resident at once, no more than there
+    is work for (bind_tile.cu). ``per_sm``: the occupancy API's answer for the launch."""
+    if per_sm < 1:
+        raise ValueError("the tile kernel does not fit on this device (shared memory)")
+    return min(work_blocks, sms * per_sm)
+
+
 # -- compilation, cached ------------------------------------------------------------------------
+
+def unit(name: str) -> tuple[str, dict[str, str]]:
+    """(source, short name -> NVRTC name expression) of a compilation unit: ``"<Model>_<prec>"``
+    (e.g. ``"Toy3D_f64"``: :data:`ENGINE_KERNELS` of the model) or :data:`TILES`. Exactly
+    the kernels this module launches."""
+    if name == TILES:
+        return cs.TILES_SOURCE, cs.tile_kernel_names()
+    model, _, prec = name.rpartition("_")
+    names = cs.kernel_names(model, prec)
+    return cs.KERNELS_SOURCE, {k: names[k] for k in ENGINE_KERNELS}
+
 
 def _sources_digest() -> str:
     h = hashlib.sha256()
@@ -116,21 +391,23 @@ def _cache_dir() -> Path:
 
 
 @cache
-def _functions(model: str, prec: str, device: int) -> dict:
-    """Short kernel name -> cupy function on ``device``, compiled (or read from the disk
+def _functions(unit_name: str, device: int) -> dict:
+    """Short kernel name -> ``cupy.RawKernel`` on ``device``, compiled (or read from the disk
     cache) once per architecture and loaded once per device."""
     import cupy
     arch = f"sm_{cupy.cuda.Device(device).compute_capability}"
-    names = cs.kernel_names(model, prec)
-    path = _cache_dir() / f"{model}_{prec}_{arch}_{_sources_digest()}.cubin"
+    source, names = unit(unit_name)
+    exprs = list(names.values())
+    key = hashlib.sha256("\n".join([source, *exprs]).encode()).hexdigest()[:12]
+    path = _cache_dir() / f"{unit_name}_{arch}_{_sources_digest()}_{key}.cubin"
     lowered_path = path.with_suffix(".names")
     if not (path.is_file() and lowered_path.is_file()):
-        out = _nvrtc.compile_cuda(cs.KERNELS_SOURCE, arch=arch, name=f"{model}_{prec}.cu",
-                                  name_expressions=list(names.values()))
+        out = _nvrtc.compile_cuda(source, arch=arch, name=f"{unit_name}.cu",
+                                  name_expressions=exprs)
         # names first, the cubin last, each replaced whole: a reader sees both or no cubin
-        for target, data in ((lowered_path, "\n".join(out.lowered[e] for e in names.values())
-                              .encode()), (path, out.cubin)):
-            tmp = target.with_suffix(f".tmp{id(out)}")
+        for target, data in ((lowered_path, "\n".join(out.lowered[e] for e in exprs).encode()),
+                             (path, out.cubin)):
+            tmp = target.with_suffix(f".tmp{os.getpid()}")
             tmp.write_bytes(data)
             tmp.replace(target)
     lowered = lowered_path.read_text().split("\n")
@@ -140,21 +417,53 @@ def _functions(model: str, prec: str, device: int) -> dict:
 
 
 def _fro2(Xc, real) -> float:
-    """||Xc||_F^2 as executor.cuh forms it: entries in Real, summed in double, in order."""
+    """||Xc||_F^2 as executor.cuh and bind_tile.cu form it: entries in Real, summed in double,
+    in order."""
     x = np.asarray(Xc, dtype=real).astype(np.float64).ravel()
     return float(np.cumsum(x * x)[-1]) if x.size else 0.0
 
 
-def _blocks(n: int) -> tuple[int]:
-    return ((n + THREADS - 1) // THREADS,)
+def _on_device(arrays) -> bool:
+    """Whether a call's results are CuPy arrays: some input is one (else NumPy in, NumPy out)."""
+    import cupy
+    return any(isinstance(a, cupy.ndarray) for a in arrays)
+
+
+def _device_rows(W, dim: int, real, name: str):
+    """``W`` as a C-contiguous (B, dim) CuPy array of ``real``, its shape checked first."""
+    import cupy
+    shape = getattr(W, "shape", None) if isinstance(W, cupy.ndarray) else np.shape(W)
+    if shape is None or len(shape) != 2 or shape[1] != dim:
+        raise ValueError(f"{name} must be (B, {dim}), got shape {shape}")
+    return cupy.ascontiguousarray(cupy.asarray(W, dtype=real))
+
+
+def _vector(a, n: int, dtype, name: str):
+    """``a`` as a C-contiguous (n,) CuPy array of ``dtype``, its shape checked first."""
+    import cupy
+    shape = a.shape if isinstance(a, cupy.ndarray) else np.shape(a)
+    if len(shape) != 1 or shape[0] != n:
+        raise ValueError(f"{name} must be ({n},), got shape {tuple(shape)}")
+    return cupy.ascontiguousarray(cupy.asarray(a, dtype=dtype))
+
+
+def _ptr(a) -> int:
+    """A CuPy array's device address, 0 (a null pointer) for None or an empty array."""
+    return 0 if a is None or a.size == 0 else int(a.data.ptr)
+
+
+def _host(outs, on_device: bool):
+    return outs if on_device else tuple(o.get() for o in outs)
 
 
 # -- the cores --------------------------------------------------------------------------------
 
 class _CupyCore:
-    """One model in one precision on the current device; subclasses fill ``_struct``."""
+    """One model in one precision on the current device; subclasses fill ``_struct``,
+    ``dim``, ``work_size`` (and ``groups``, the model's n_groups)."""
 
     _model = ""
+    groups = 1
 
     def __init__(self, real) -> None:
         import cupy
@@ -167,65 +476,62 @@ class _CupyCore:
     def _device(self, a, dtype) -> int:
         d = self._cp.asarray(np.ascontiguousarray(a, dtype=dtype))
         self._keep.append(d)
-        return int(d.data.ptr)
+        return _ptr(d)
 
     def _pack(self, **fields) -> None:
-        s = np.zeros((), dtype=struct_dtype(self._model, self.real))
-        for k, v in fields.items():
-            s[k] = v
-        self._struct = s[()]  # numpy.void: CuPy passes it by value
+        self._struct = _pack(self._model, self.real, **fields)
 
-    def _fn(self, kernel: str):
+    def _launch(self, kernel: str, n: int, args: tuple) -> None:
+        """``kernel`` on n threads, one per item, on the current stream; nothing for n = 0."""
         if self._cp.cuda.Device().id != self._device_id:
             raise ValueError(f"this {self._model} core holds its data on device "
                              f"{self._device_id}, not the current device")
-        return _functions(self._model, self._prec, self._device_id)[kernel]
+        if n:
+            fn = _functions(f"{self._model}_{self._prec}", self._device_id)[kernel]
+            fn((blocks_for(n),), (THREADS,), (self._struct, *args))
 
-    def _rows(self, W):
-        W = self._cp.asarray(W)
-        if W.ndim != 2 or W.shape[1] != self.dim or W.dtype != self.real:
-            raise ValueError(f"W must be a (B, {self.dim}) {self.real} CuPy array, "
-                             f"got {W.shape} {W.dtype}")
-        return self._cp.ascontiguousarray(W)
+    def _rows(self, W, name: str = "W"):
+        return _device_rows(W, self.dim, self.real, name)
 
-    # jet_scratch_size (models/derivatives.hpp) and work_size mirrored per model
     def jet_scratch_size(self) -> int:
+        """Jets of one derivative evaluation's scratch (models/derivatives.hpp)."""
         return 2 * self.dim + self.work_size
 
     def loss_grad(self, W):
-        """(loss (B,), G (B, D), ok (B,) uint8) as CuPy arrays."""
-        cp = self._cp
+        """(B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)."""
+        cp, dev = self._cp, _on_device((W,))
         W = self._rows(W)
         B = W.shape[0]
-        loss = cp.empty(B, self.real)
-        G = cp.empty((B, self.dim), self.real)
+        loss, G = cp.empty(B, self.real), cp.empty((B, self.dim), self.real)
         work = cp.empty(B * max(1, self.work_size), self.real)
         ok = cp.empty(B, cp.uint8)
-        self._fn("loss_grad")(_blocks(B), (THREADS,),
-                              (self._struct, W, np.int64(B), loss, G, work, ok))
-        return loss, G, ok
+        self._launch("loss_grad", B, (W, np.int64(B), loss, G, work, ok))
+        return _host((loss, G, ok), dev)
 
     def _directional(self, kernel: str, order: int, W, V):
-        cp = self._cp
-        W, V = self._rows(W), self._rows(V)
+        cp, dev = self._cp, _on_device((W, V))
+        W, V = self._rows(W), self._rows(V, "V")
         B = W.shape[0]
+        if V.shape[0] != B:
+            raise ValueError("W and V must have the same shape")
         out = cp.empty((B, self.dim), self.real)
         jets = cp.empty(B * self.jet_scratch_size() * (order + 1), self.real)
         ok = cp.empty(B, cp.uint8)
-        self._fn(kernel)(_blocks(B), (THREADS,), (self._struct, W, V, np.int64(B), out, jets, ok))
-        return out, ok
+        self._launch(kernel, B, (W, V, np.int64(B), out, jets, ok))
+        return _host((out, ok), dev)
 
     def hvp(self, W, V):
-        """(H(w) v (B, D), ok (B,)) as CuPy arrays."""
+        """(B, D), (B, D) -> (H v (B, D), ok (B,))."""
         return self._directional("hvp", 1, W, V)
 
     def third(self, W, V):
-        """(D^3L(w)[v, v] (B, D), ok (B,)) as CuPy arrays."""
+        """(B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))."""
         return self._directional("third", 2, W, V)
 
     def hessian(self, W):
-        """(H (B, D, D), ok (B,)): one thread per (row, column), as CudaExec::hessian."""
-        cp = self._cp
+        """(B, D) -> (H (B, D, D), ok (B,)): one thread per (row, column), D^2 Reals of
+        scratch per row besides H; for D in the thousands use ``hvp`` and Lanczos."""
+        cp, dev = self._cp, _on_device((W,))
         W = self._rows(W)
         B, D = W.shape[0], self.dim
         H = cp.empty((B, D, D), self.real)
@@ -233,9 +539,70 @@ class _CupyCore:
         col = cp.empty(B * D * D, self.real)
         jets = cp.empty(B * D * self.jet_scratch_size() * 2, self.real)
         bad = cp.zeros(B, cp.uint8)
-        self._fn("hessian")(_blocks(B * D), (THREADS,),
-                            (self._struct, W, np.int64(B), H, e, col, jets, bad))
-        return H, (bad == 0).astype(cp.uint8)
+        self._launch("hessian", B * D, (W, np.int64(B), H, e, col, jets, bad))
+        return _host((H, (bad == 0).astype(cp.uint8)), dev)
+
+    def lanczos(self, W, options: dict, start=None):
+        """(B, D), LanczosOptions dict, optional starts (B, D) -> (evals (B, k), evecs (B, k, D),
+        resid (B, k), iterations (B,) int32, converged (B,) uint8, ok (B,) uint8)."""
+        cp, dev = self._cp, _on_device((W, start))
+        W = self._rows(W)
+        B, D = W.shape[0], self.dim
+        o = lanczos_options(options, D)
+        if start is not None:
+            start = self._rows(start, "start")
+            if start.shape[0] != B:
+                raise ValueError("start must match W")
+        k = int(o["k"])
+        evals, evecs = cp.empty((B, k), self.real), cp.empty((B, k, D), self.real)
+        resid, iters = cp.empty((B, k), self.real), cp.empty(B, cp.int32)
+        conv, ok = cp.empty(B, cp.uint8), cp.empty(B, cp.uint8)
+        scratch = cp.empty(B * lanczos_scratch_size(D, int(o["max_iter"]), k), self.real)
+        jets = cp.empty(B * self.jet_scratch_size() * 2, self.real)
+        self._launch("lanczos", B, (o, W, np.uint64(_ptr(start)), np.int64(B), evals, evecs,
+                                    resid, iters, conv, ok, scratch, jets))
+        return _host((evals, evecs, resid, iters, conv, ok), dev)
+
+    def run(self, w0, hyper: dict, config: dict, offset: int = 0) -> dict:
+        """The trajectory engine: (B, D) starts, {name: (B,)} the method's hyperparameters,
+        the EngineConfig dict, the first trajectory's index -> dict of records (the arrays
+        and names of ``pysharp._cuda``'s ``run``). ``reduced=True`` is refused
+        (BackendUnavailable): BN linear regression's reduced engine is not here."""
+        cp = self._cp
+        dev = _on_device((w0, *(hyper.values() if isinstance(hyper, dict) else ())))
+        W0 = self._rows(w0, "w0")
+        B, D = W0.shape[0], self.dim
+        offset = operator.index(offset)
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        cfg = engine_config(config, D)
+        hyper = {name: _vector(a, B, self.real, name)
+                 for name, a in hyperparameter_arrays(hyper, int(cfg["method"]), B).items()}
+        h = _pack("Hyperparameters", self.real, **{n: _ptr(a) for n, a in hyper.items()})
+        outs = {name: cp.empty(shape, dtype)
+                for name, (shape, dtype) in run_outputs(B, D, self.groups, cfg,
+                                                        self.real).items()}
+        top_k = outs["top_eigenvalues"].shape[2] if outs["top_eigenvalues"].size else 0
+        rec = _pack("BatchRecords", self.real, groups=self.groups, top_k=top_k,
+                    **{field: _ptr(outs[name]) for name, field in RECORDS})
+        state_reals = 2 * D + self.work_size + 1  # FullSpaceState::scratch_size
+        traj_reals = trajectory_scratch_reals(D, cfg)
+        jets_each = self.jet_scratch_size()
+        size = self.real.itemsize
+        chunk = launch_chunk(B, (state_reals + traj_reals + 2 * jets_each) * size,
+                             cp.cuda.runtime.memGetInfo()[0]) if B else 0
+        state = cp.empty(chunk * state_reals, self.real)
+        scratch = cp.empty(chunk * traj_reals, self.real)
+        jets = cp.empty(chunk * jets_each * 2, self.real)
+        for first in range(0, B, max(chunk, 1)):
+            count = min(chunk, B - first)
+            self._launch("trajectory", count, (cfg, W0, h, np.int64(first), np.int64(count),
+                                               np.int64(B), np.int64(offset), rec, state,
+                                               scratch, jets))
+        names = [name for name, _ in RECORDS[:12]]
+        names += [n for n, on in (("group_norm2", self.groups > 1), ("top_eigenvalues", top_k))
+                  if on]
+        return dict(zip(names, _host(tuple(outs[n] for n in names), dev)))
 
 
 class Toy3D(_CupyCore):
@@ -248,11 +615,16 @@ class Toy3D(_CupyCore):
 
 
 class BNLinearRegression(_CupyCore):
+    """The direct engine only: the spectral arguments (sigma, ut, V, uperp2) that
+    ``pysharp._cuda``'s class takes for the reduced engine are accepted and unused."""
+
     _model = "BNLinearRegression"
 
     def __init__(self, Xc, u, scale, *_spectral, real=np.float64) -> None:
         super().__init__(real)
-        Xc = np.asarray(Xc)
+        Xc, u = np.asarray(Xc), np.asarray(u)
+        if Xc.ndim != 2 or u.ndim != 1 or u.shape[0] != Xc.shape[0]:
+            raise ValueError("Xc must be (n, d) and u (n,)")
         n, d = Xc.shape
         self.dim, self.work_size = d, n
         self._pack(Xc=self._device(Xc, self.real), u=self._device(u, self.real), scale=scale,
@@ -264,7 +636,9 @@ class BNMatrixCompletion(_CupyCore):
 
     def __init__(self, rows, cols, u, scale, m1, m2, r, real=np.float64) -> None:
         super().__init__(real)
-        rows, cols = np.asarray(rows), np.asarray(cols)
+        rows, cols, u = np.asarray(rows), np.asarray(cols), np.asarray(u)
+        if rows.size != u.size or cols.size != u.size:
+            raise ValueError("rows, cols and u must have one entry per observation")
         if rows.size and (rows.min() < 0 or rows.max() >= m1 or cols.min() < 0
                           or cols.max() >= m2):
             raise ValueError("observation index out of range")
@@ -279,16 +653,151 @@ class BNTwoLayerNet(_CupyCore):
 
     def __init__(self, Xc, y, width, activation, real=np.float64) -> None:
         super().__init__(real)
-        Xc = np.asarray(Xc)
+        Xc, y = np.asarray(Xc), np.asarray(y)
+        if Xc.ndim != 2 or y.ndim != 1 or y.shape[0] != Xc.shape[0]:
+            raise ValueError("Xc must be (n, d) and y (n,)")
+        if width < 1 or activation not in (0, 1):
+            raise ValueError("width must be >= 1 and activation 0 (tanh) or 1 (relu)")
         n, d = Xc.shape
         self.dim, self.work_size = width * d, 2 * width * n + 2 * n + width
+        self.groups = width  # each row of W is scale-invariant alone
         self._pack(Xc=self._device(Xc, self.real), y=self._device(y, self.real),
                    xc_fro2=_fro2(Xc, self.real), inv_sqrt_m=1 / math.sqrt(width), n=n, d=d,
                    m=width, act=int(activation))
 
 
+# -- the fused GD+WD tiles (bind_tile.cu) -------------------------------------------------------
+
+def _device_attribute(name: str) -> int:
+    import cupy
+    rt = cupy.cuda.runtime
+    return rt.deviceGetAttribute(getattr(rt, f"cudaDevAttr{name}"), cupy.cuda.Device().id)
+
+
+def _tile_run(W0, lr, wd, steps: int, record_every: int, D: int, what: str):
+    """(whether the results stay on the device, the tile IO struct, its device inputs, the
+    outputs by name): bind_tile.cu's TileRun, every argument checked before anything is
+    allocated. The caller holds the inputs until it has launched: freed earlier, their
+    memory could back the model's data."""
+    import cupy as cp
+    dev = _on_device((W0, lr, wd))
+    shape = W0.shape if isinstance(W0, cp.ndarray) else np.shape(W0)
+    if len(shape) != 2 or shape[0] < 1 or shape[1] != D:
+        raise ValueError(f"W0 must be (B, {what}) with B >= 1, got shape {tuple(shape)}")
+    steps, record_every = operator.index(steps), operator.index(record_every)
+    if steps < 0 or record_every < 1:
+        raise ValueError("steps must be >= 0 and record_every >= 1")
+    B, R = shape[0], n_records(steps, record_every)
+    W0 = _device_rows(W0, D, np.float64, "W0")
+    lr, wd = _vector(lr, B, np.float64, "lr"), _vector(wd, B, np.float64, "wd")
+    out = {"w_final": cp.empty((B, D)), "diverged": cp.empty(B, cp.uint8),
+           "diverged_step": cp.empty(B, cp.int64),
+           **{name: cp.empty((R, B)) for name in ("loss", "norm2", "eff_lr", "grad_norm")}}
+    io = _pack("GdWdTileIO", w0=_ptr(W0), lr=_ptr(lr), wd=_ptr(wd), batch=B, steps=steps,
+               record_every=record_every, **{name: _ptr(a) for name, a in out.items()})
+    return dev, io, (W0, lr, wd), out
+
+
+def _launch_tile(kernel: str, args: tuple, work_blocks: int, threads: int = TILE_THREADS,
+                 smem: int = 0) -> None:
+    """A persistent launch of the tile kernel ``kernel`` (a key of
+    ``_cuda_sources.tile_kernel_names``) on the current stream, ``smem`` bytes of dynamic
+    shared memory a block (opted in to), as many blocks as are resident at once."""
+    import cupy
+    fn = _functions(TILES, cupy.cuda.Device().id)[kernel]
+    if smem:
+        fn.max_dynamic_shared_size_bytes = smem
+    per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr,
+                                                                        threads, smem)
+    blocks = persistent_blocks(work_blocks, _device_attribute("MultiProcessorCount"), per_sm)
+    fn((blocks,), (threads,), args, shared_mem=smem)
+
+
+def _tile_result(dev: bool, out: dict) -> tuple:
+    return _host(tuple(out[name] for name in TILE_OUTPUTS), dev)
+
+
+def tile_toy3d_gd_wd(c: float, W0, lr, wd, steps: int, record_every: int) -> tuple:
+    """GD+WD on Toy3D on its tile kernel: W0 (B, 3), lr and wd (B,) -> (w_final (B, 3),
+    loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B),
+    grad_norm (R, B)), R = steps // record_every + 1."""
+    dev, io, inputs, out = _tile_run(W0, lr, wd, steps, record_every, 3, "3")
+    B = int(io["batch"])
+    _launch_tile("toy3d", (_pack("Toy3D", c=c), io), -(-B // TILE_THREADS))
+    return _tile_result(dev, out)
+
+
+def tile_bn_mc_fits(D: int, N: int) -> bool:
+    """Whether BN matrix completion with D coordinates and N observations runs on its tile
+    on the current device (its shared memory per block)."""
+    return bn_mc_tile_fits(D, N, _device_attribute("MaxSharedMemoryPerBlockOptin"))
+
+
+def tile_bn_mc_gd_wd(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr, wd,
+                     steps: int, record_every: int) -> tuple:
+    """GD+WD on BN matrix completion on its tile kernel (one thread per trajectory, its
+    scratch in shared memory): W0 (B, (m1 + m2) r); the tuple of :func:`tile_toy3d_gd_wd`.
+    Refused (ValueError) for a model that :func:`tile_bn_mc_fits` rejects."""
+    rows, cols, u = np.asarray(rows), np.asarray(cols), np.asarray(u, dtype=np.float64)
+    if not (rows.ndim == cols.ndim == u.ndim == 1 and rows.size == u.size == cols.size
+            and u.size >= 2 and m1 >= 1 and m2 >= 1 and r >= 1):
+        raise ValueError("rows, cols and u must be (N,), N >= 2, and m1, m2, r >= 1")
+    if rows.min() < 0 or rows.max() >= m1 or cols.min() < 0 or cols.max() >= m2:
+        raise ValueError("an observation lies outside the (m1, m2) matrix")
+    N, D = u.size, (m1 + m2) * r
+    optin = _device_attribute("MaxSharedMemoryPerBlockOptin")
+    if not bn_mc_tile_fits(D, N, optin):
+        raise ValueError("the model is too large for the BN matrix completion tile on this "
+                         "device (see _tile_bn_mc_fits)")
+    dev, io, inputs, out = _tile_run(W0, lr, wd, steps, record_every, D, "(m1 + m2) r")
+    import cupy as cp
+    data = [cp.asarray(a) for a in (rows.astype(np.int32), cols.astype(np.int32), u)]
+    m = _pack("BNMatrixCompletion", rows=_ptr(data[0]), cols=_ptr(data[1]), u=_ptr(data[2]),
+              scale=scale, N=N, m1=m1, m2=m2, r=r)
+    threads, smem = bn_mc_tile_block(D, N, optin)
+    _launch_tile("bn_mc", (m, io), -(-int(io["batch"]) // threads), threads, smem)
+    return _tile_result(dev, out)
+
+
+def tile_bn_linreg_gd_wd(Xc, u, scale: float, W0, lr, wd, steps: int,
+                         record_every: int) -> tuple:
+    """GD+WD on BN linear regression on its tile kernel (8 trajectories a warp, FP64 mma,
+    compute capability 8.0+), at the shapes of :data:`_cuda_sources.BN_LINREG_TILE_SHAPES`
+    only: W0 (B, d); the tuple of :func:`tile_toy3d_gd_wd`."""
+    Xc, u = np.asarray(Xc, dtype=np.float64), np.asarray(u, dtype=np.float64)
+    if Xc.ndim != 2 or u.ndim != 1 or u.shape[0] != Xc.shape[0]:
+        raise ValueError("Xc must be (n, d) and u (n,)")
+    n, d = Xc.shape
+    if (d, n) not in cs.BN_LINREG_TILE_SHAPES:
+        raise ValueError(f"no tile kernel for d = {d}, n = {n} (see "
+                         "pysharp._cuda._TILE_BN_LINREG_SHAPES)")
+    import cupy as cp
+    if int(cp.cuda.Device().compute_capability) < 80:
+        raise ValueError("the BN linear regression tile kernel needs FP64 mma (compute "
+                         "capability 8.0+)")
+    dev, io, inputs, out = _tile_run(W0, lr, wd, steps, record_every, d, "d")
+    dp, np_ = -(-d // 8) * 8, -(-n // 8) * 8
+    xc_pad, u_pad = np.zeros((np_, dp)), np.zeros(np_)  # tile::pack_bn_linreg
+    xc_pad[:n, :d], u_pad[:n] = Xc, u
+    xc_d, u_d = cp.asarray(xc_pad), cp.asarray(u_pad)
+    err = d * 2.220446049250313e-16
+    data = _pack("BNLinRegTileData", xc=_ptr(xc_d), u=_ptr(u_d), scale=scale,
+                 floor_coef=err * err * _fro2(Xc, np.float64))
+    tiles = -(-int(io["batch"]) // 8)
+    _launch_tile(f"bn_linreg_{d}_{n}", (data, io), -(-tiles // TILE_WARPS),
+                 smem=bn_linreg_tile_smem_bytes(d, n))
+    return _tile_result(dev, out)
+
+
 class _Module:
-    """Looks like ``pysharp._cuda`` to the models' ``_make_core``: ``Toy3D_f64(c)`` etc."""
+    """Looks like ``pysharp._cuda`` to the models: ``Toy3D_f64(c)`` etc. (``_make_core``) and
+    the ``_tile_*`` functions (``_tile_kernel``)."""
+
+    _TILE_BN_LINREG_SHAPES = [tuple(s) for s in cs.BN_LINREG_TILE_SHAPES]
+    _tile_toy3d_gd_wd = staticmethod(tile_toy3d_gd_wd)
+    _tile_bn_mc_fits = staticmethod(tile_bn_mc_fits)
+    _tile_bn_mc_gd_wd = staticmethod(tile_bn_mc_gd_wd)
+    _tile_bn_linreg_gd_wd = staticmethod(tile_bn_linreg_gd_wd)
 
     def __getattr__(self, name: str):
         model, _, prec = name.rpartition("_")
@@ -303,6 +812,6 @@ class _Module:
 
 
 def module() -> _Module:
-    """The CuPy backend's classes, addressed as the compiled modules' are."""
+    """The CuPy backend's classes and tiles, addressed as ``pysharp._cuda``'s are."""
     importlib.import_module("cupy")  # ImportError early, with cupy's own message
     return _Module()

@@ -1,15 +1,20 @@
 """The CuPy backend (pysharp/_backends/_cupy.py): what a CPU machine can check, and the device
 checks (marked gpu) that no run has executed yet.
 
-Without a GPU: the backend says truthfully why it cannot run, and the model structs it
-passes by value have the byte layout C++ gives them (g++ prints sizeof/offsetof; nvcc lays
-these plain structs out the same on x86-64). With CuPy and a device (pytest -m gpu): every
-kernel matches the compiled CPU core on CuPy arrays in and out, launches respect CuPy's
-current stream, and bits equal the nvcc-built CUDA backend's where both are present.
+Without a GPU: the backend says truthfully why it cannot run; every struct it passes by value
+has the byte layout C++ gives it (g++ prints sizeof/offsetof; nvcc lays these plain structs
+out the same on x86-64); its scratch sizes, record shapes and tile launch arithmetic equal the
+C++ functions they mirror (g++, and NVRTC for the device-only header); its argument checks
+refuse what pysharp._core's C++ checks refuse; its module has pysharp._cuda's tile surface.
+With CuPy and a device (pytest -m gpu): the kernels, Lanczos, the engine and the tiles match
+the compiled CPU core on CuPy and NumPy arrays, launches follow CuPy's current stream, and
+bits equal the nvcc-built CUDA backend's where both are present.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,49 +23,293 @@ import numpy as np
 import pytest
 
 import pysharp as ps
-from pysharp._backends import _cupy
+from pysharp._backends import BACKENDS, BackendUnavailable, _cupy, _nvrtc
+from pysharp._backends import _cuda_sources as cs
+from pysharp._engine import EngineConfig, LanczosOptions, Method
 
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
 MODELS = ("Toy3D", "BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet")
+HEADERS = ("models/toy3d", "models/bn_linear_regression", "models/bn_matrix_completion",
+           "models/bn_two_layer_net", "engine/trajectory", "tile/gd_wd_io", "tile/bn_linreg",
+           "tile/bn_mc")
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+def _run_cpp(tmp_path, body: list[str]) -> list[str]:
+    """Compile and run a C++ main() over pysharp's headers; its output lines."""
+    src = tmp_path / "probe.cpp"
+    src.write_text("\n".join(["#include <cstddef>", "#include <cstdio>",
+                              *(f'#include "pysharp/{h}.hpp"' for h in HEADERS),
+                              "int main() {", *body, "}"]) + "\n")
+    exe = tmp_path / "probe"
+    subprocess.run(["g++", "-std=c++17", f"-I{CSRC / 'include'}", str(src), "-o", str(exe)],
+                   check=True)
+    return subprocess.run([str(exe)], check=True, capture_output=True,
+                          text=True).stdout.splitlines()
 
 
 def test_the_backend_says_why_it_cannot_run():
     reason = ps.backends()["cupy"]["reason"]
-    assert reason == _cupy.unavailable_reason() and reason
+    assert reason == _cupy.unavailable_reason() == _cupy.device_reason()
     try:
         import cupy  # noqa: F401
     except ImportError:
         assert "cupy is not installed" in reason
-    else:
-        assert reason == _cupy.device_reason() or "not wired" in reason
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_the_backend_entry_is_truthful():
+    b = BACKENDS["cupy"]
+    assert b.gpu and b.trajectories and b.tiles is not None
+    assert not b.reduced  # the reduced BN-linreg engine is not ported
+    assert not b.checks_rows  # its kernels do not flag rows for rescaling (ok is 0 or 1)
+
+
+# -- layouts and arithmetic against the C++ ----------------------------------------------------
+
+@needs_gxx
 def test_struct_layouts_match_cpp(tmp_path):
-    fields = {m: _cupy.struct_dtype(m, np.float64).names for m in MODELS}
-    lines = ['#include <cstddef>', '#include <cstdio>',
-             *(f'#include "pysharp/models/{h}.hpp"' for h in
-               ("toy3d", "bn_linear_regression", "bn_matrix_completion", "bn_two_layer_net")),
-             "int main() {"]
+    body = []
+    for name, cpp in _cupy.CPP_STRUCTS.items():
+        for real in ("double", "float"):
+            t = cpp.format(real=real)
+            names = _cupy.struct_dtype(name).names
+            offs = " ".join("%zu" for _ in names)
+            args = ", ".join(f"offsetof({t}, {f})" for f in names)
+            body.append(f'  std::printf("{name} {real} %zu {offs}\\n", sizeof({t}), {args});')
     for real in ("double", "float"):
-        for m in MODELS:
-            t = f"pysharp::{m}<{real}>"
-            offs = " ".join('%zu' for _ in fields[m])
-            args = ", ".join(f"offsetof({t}, {f})" for f in fields[m])
-            # act is an enum class stored as int: offsetof works on it like any member
-            lines.append(f'  std::printf("{real} {m} %zu {offs}\\n", sizeof({t}), {args});')
-    lines.append("}")
-    src = tmp_path / "layout.cpp"
-    src.write_text("\n".join(lines) + "\n")
-    exe = tmp_path / "layout"
-    subprocess.run(["g++", "-std=c++17", f"-I{CSRC / 'include'}", str(src), "-o", str(exe)],
-                   check=True)
-    for line in subprocess.run([str(exe)], check=True, capture_output=True,
-                               text=True).stdout.splitlines():
-        real, model, size, *offsets = line.split()
-        dt = _cupy.struct_dtype(model, np.float64 if real == "double" else np.float32)
-        assert dt.itemsize == int(size), (real, model)
-        assert [dt.fields[f][1] for f in dt.names] == [int(o) for o in offsets], (real, model)
+        for n in (1, 2):  # the jets buffers are (order + 1) Reals each
+            body.append(f'  std::printf("Jet {real} %zu {n}\\n", '
+                        f'sizeof(pysharp::Jet<{real}, {n}>));')
+    lines = _run_cpp(tmp_path, body)
+    assert len(lines) == 2 * len(_cupy.CPP_STRUCTS) + 4
+    for line in lines:
+        name, real, size, *offsets = line.split()
+        r = np.float64 if real == "double" else np.float32
+        if name == "Jet":
+            assert int(size) == (int(offsets[0]) + 1) * np.dtype(r).itemsize
+            continue
+        dt = _cupy.struct_dtype(name, r)
+        assert dt.itemsize == int(size), (name, real)
+        assert [dt.fields[f][1] for f in dt.names] == [int(o) for o in offsets], (name, real)
+
+
+def _config(D, **kw) -> np.void:
+    lz = LanczosOptions.for_dim(D, 1, kw.pop("max_iter", None), tol=1e-10, seed=0,
+                                name="lanczos_max_iter")
+    cfg = EngineConfig(Method.GD_WD, steps=kw.pop("steps", 100), lanczos=lz, **kw)
+    return _cupy.engine_config(cfg.to_core(), D)
+
+
+SCRATCH_CASES = [(3, {}), (40, {"top_k": 3}), (80, {"top_k": 5, "max_iter": 20}),
+                 (7, {"top_k": 2, "max_iter": 4})]
+
+
+@needs_gxx
+def test_scratch_sizes_match_cpp(tmp_path):
+    body = []
+    for D, kw in SCRATCH_CASES:
+        c = _config(D, **kw)
+        lz = c["lanczos"]
+        body += ["  {", "    pysharp::EngineConfig c;",
+                 f"    c.top_k = {int(c['top_k'])}; c.lanczos.k = 1;",
+                 f"    c.lanczos.max_iter = {int(lz['max_iter'])};",
+                 f'    std::printf("%lld %lld\\n", pysharp::trajectory_scratch_reals({D}, c), '
+                 f"pysharp::lanczos_scratch_size({D}, pysharp::top_k_options(c)));", "  }"]
+    lines = _run_cpp(tmp_path, body)
+    for (D, kw), line in zip(SCRATCH_CASES, lines):
+        c = _config(D, **kw)
+        top_k = int(c["top_k"])
+        want_traj, want_lz = (int(x) for x in line.split())
+        assert _cupy.trajectory_scratch_reals(D, c) == want_traj, (D, kw)
+        assert _cupy.lanczos_scratch_size(D, int(c["lanczos"]["max_iter"]), top_k) == want_lz
+
+
+@needs_gxx
+def test_model_sizes_match_cpp(tmp_path, monkeypatch):
+    # dim, work_size and n_groups of each core class, which size every scratch buffer, from
+    # the constructor arguments the models pass; the device work is stubbed out
+    rng = np.random.default_rng(0)
+    cases = {"Toy3D": ("{1.0}", (1.0,)),
+             "BNLinearRegression": ("{nullptr, nullptr, 1, 1, 7, 5}",
+                                    (rng.random((7, 5)), rng.random(7), 1.0)),
+             "BNMatrixCompletion": ("{nullptr, nullptr, nullptr, 1, 9, 4, 3, 2}",
+                                    (np.zeros(9, int), np.zeros(9, int), np.ones(9), 1.0, 4, 3,
+                                     2)),
+             "BNTwoLayerNet": ("{nullptr, nullptr, 1, 1, 6, 4, 3}",
+                               (rng.random((6, 4)), rng.random(6), 3, 0))}
+    body = [f'  {{ pysharp::{m}<double> x{init}; std::printf("{m} %d %d %d\\n", x.dim(), '
+            "x.work_size(), pysharp::n_groups(x)); }" for m, (init, _) in cases.items()]
+    got = {line.split()[0]: tuple(int(v) for v in line.split()[1:])
+           for line in _run_cpp(tmp_path, body)}
+
+    def init(self, real):
+        self.real, self._keep = np.dtype(real), []
+    monkeypatch.setattr(_cupy._CupyCore, "__init__", init)
+    monkeypatch.setattr(_cupy._CupyCore, "_device", lambda self, a, dtype: 0)
+    for m, (_, args) in cases.items():
+        core = getattr(_cupy, m)(*args)
+        assert (core.dim, core.work_size, core.groups) == got[m], m
+        assert core._struct.dtype == _cupy.struct_dtype(m)
+
+
+@needs_gxx
+def test_bn_mc_tile_arithmetic_matches_cpp(tmp_path):
+    cases = [(D, N, smem) for D in (3, 40, 80, 200, 254, 255, 400) for N in (2, 9, 100, 160)
+             for smem in (48 * 1024, 99 * 1024, 163 * 1024, 227 * 1024)]
+    body = [f'  std::printf("%d %d\\n", pysharp::tile::bn_mc_thread_doubles({D}, {N}), '
+            f"int(pysharp::tile::bn_mc_tile_fits({D}, {N}, {smem})));" for D, N, smem in cases]
+    for (D, N, smem), line in zip(cases, _run_cpp(tmp_path, body)):
+        doubles, fits = (int(v) for v in line.split())
+        assert _cupy.bn_mc_thread_doubles(D, N) == doubles == (2 * D + N + 1) | 1
+        assert _cupy.bn_mc_tile_fits(D, N, smem) == bool(fits), (D, N, smem)
+        if fits:  # bind_tile.cu's block: whole warps of scratches, at most kTileThreads
+            threads, bytes_ = _cupy.bn_mc_tile_block(D, N, smem)
+            per = doubles * 8
+            assert threads % 32 == 0 and 32 <= threads <= 256 and bytes_ == threads * per
+            assert bytes_ <= smem and (threads == 256 or (threads + 32) * per > smem)
+
+
+@pytest.mark.skipif(_nvrtc.unavailable_reason() is not None, reason="needs NVRTC")
+def test_tile_constants_match_the_kernel_header():
+    # tile_kernels.cuh is device code (DeviceWarp): NVRTC evaluates its constexpr functions
+    asserts = [f"static_assert(pysharp::cuda::bn_linreg_tile_smem_bytes<{d}, {n}>() == "
+               f"{_cupy.bn_linreg_tile_smem_bytes(d, n)}, \"smem {d} {n}\");"
+               for d, n in cs.BN_LINREG_TILE_SHAPES]
+    asserts += [f"static_assert(pysharp::cuda::kTileWarps == {_cupy.TILE_WARPS}, \"warps\");",
+                f"static_assert(pysharp::cuda::kTileThreads == {_cupy.TILE_THREADS}, \"thr\");",
+                f"static_assert(pysharp::tile::kBnMcMaxThreadDoubles == "
+                f"{_cupy.BN_MC_MAX_THREAD_DOUBLES}, \"bn_mc cap\");",
+                f"static_assert(pysharp::kLanczosMaxIter == {_cupy.LANCZOS_MAX_ITER}, \"lz\");"]
+    src = cs.TILES_SOURCE + '#include "pysharp/engine/lanczos.hpp"\n' + "\n".join(asserts)
+    _nvrtc.compile_cuda(src, arch="sm_90", name="constants.cu",
+                        include_dirs=[CSRC / "include", CSRC])
+    # d 100 n 200 parks w (221 KB, over the 48 KB default: opted in); d 40 n 20 does not
+    assert _cupy.bn_linreg_tile_smem_bytes(100, 200) == 221248
+    assert _cupy.bn_linreg_tile_smem_bytes(40, 20) == (24 * 40 + 24) * 8
+
+
+def test_launch_arithmetic():
+    assert [_cupy.blocks_for(n) for n in (0, 1, 128, 129)] == [0, 1, 1, 2]
+    assert _cupy.launch_chunk(10, 100, 4000) == 10 and _cupy.launch_chunk(100, 100, 4000) == 10
+    assert _cupy.launch_chunk(5, 10 ** 9, 0) == 1  # never zero
+    assert _cupy.persistent_blocks(10, 132, 2) == 10 and _cupy.persistent_blocks(999, 132, 2) == 264
+    with pytest.raises(ValueError, match="does not fit"):
+        _cupy.persistent_blocks(1, 132, 0)
+
+
+def test_run_outputs_are_the_cpp_cores():
+    # shapes and dtypes of every record, against pysharp._core's run on the same config
+    _core = pytest.importorskip("pysharp._core")  # noqa: F841
+    net = ps.BNTwoLayerNet.synthetic(n=6, d=3, width=2, seed=0)
+    W0 = net.random_point(3, seed=1)
+    for kw in ({}, {"sharpness_every": 10, "theta_every": 25, "top_k": 2}):
+        lz = LanczosOptions.for_dim(net.dim, 1, None, tol=1e-10, seed=0, name="m")
+        cfg = EngineConfig(Method.GD_WD, steps=50, record_every=5, lanczos=lz, **kw)
+        ref = net._core(np.dtype(np.float64)).run(W0, {"lr": np.full(3, 0.1),
+                                                       "wd": np.full(3, 1e-3)}, cfg.to_core())
+        want = _cupy.run_outputs(3, net.dim, 2, _cupy.engine_config(cfg.to_core(), net.dim),
+                                 np.float64)
+        for name, a in ref.items():
+            assert want[name] == (a.shape, a.dtype), (name, kw)
+        assert set(want) - set(ref) <= {"top_eigenvalues"}
+
+
+# -- argument checks, before any launch: what the C++ refuses, refused here too --------------
+
+def _toy_engine_config(**change) -> dict:
+    lz = LanczosOptions.for_dim(3, 1, None, tol=1e-10, seed=0, name="m").to_core()
+    c = EngineConfig(Method.GD_WD, steps=10).to_core()
+    c["lanczos"] = lz
+    for k, v in change.items():
+        d, key = (c["lanczos"], k[3:]) if k.startswith("lz_") else (c, k)
+        if v is None:
+            del d[key]
+        else:
+            d[key] = v
+    return c
+
+
+BAD_CONFIGS = [{"method": 9}, {"steps": -1}, {"record_every": 0}, {"sharpness_every": -2},
+               {"theta_every": -1}, {"top_k": 1}, {"top_k": 4}, {"lz_k": 2}, {"lz_smallest": True},
+               {"lz_max_iter": 4}, {"lz_max_iter": 0}, {"extra": 1}, {"seed": None},
+               {"lz_tol": None}]
+
+
+@pytest.mark.parametrize("change", BAD_CONFIGS, ids=lambda c: ",".join(map(str, c.items())))
+def test_engine_config_refuses_what_cpp_refuses(change):
+    _core = pytest.importorskip("pysharp._core")
+    config = _toy_engine_config(**change)
+    W0, hyper = np.ones((2, 3)), {"lr": np.full(2, 0.1), "wd": np.zeros(2)}
+    with pytest.raises(ValueError) as cpp:
+        _core.Toy3D_f64(1.0).run(W0, hyper, config)
+    with pytest.raises(ValueError) as here:
+        _cupy.engine_config(config, 3)
+    assert str(here.value) == str(cpp.value)
+
+
+def test_engine_config_accepts_what_cpp_accepts():
+    for change in ({}, {"top_k": 3}, {"sharpness_every": 5, "lz_max_iter": 2}):
+        c = _cupy.engine_config(_toy_engine_config(**change), 3)
+        assert c["lanczos"]["k"] == 1 and c["steps"] == 10
+        for k, v in change.items():
+            assert (c["lanczos"][k[3:]] if k.startswith("lz_") else c[k]) == v
+
+
+def test_reduced_is_refused_naming_the_backends_that_run_it():
+    with pytest.raises(BackendUnavailable, match="backend='cuda' or 'cpp'"):
+        _cupy.engine_config(_toy_engine_config(reduced=True), 3)
+
+
+def test_lanczos_options_refuse_what_cpp_refuses():
+    _core = pytest.importorskip("pysharp._core")
+    good = LanczosOptions.for_dim(3, 2, None, tol=1e-8, seed=5).to_core()
+    o = _cupy.lanczos_options(good, 3)
+    assert (o["k"], o["max_iter"], o["seed"], o["tol"]) == (2, 3, 5, 1e-8)
+    for change in ({"k": 0}, {"k": 4}, {"max_iter": 1}, {"max_iter": 4}, {"nope": 1}):
+        bad = {**good, **change}
+        with pytest.raises(ValueError) as cpp:
+            _core.Toy3D_f64(1.0).lanczos(np.ones((1, 3)), bad)
+        with pytest.raises(ValueError) as here:
+            _cupy.lanczos_options(bad, 3)
+        assert str(here.value) == str(cpp.value), change
+
+
+def test_hyperparameters_are_exactly_the_methods():
+    got = _cupy.hyperparameter_arrays({"eta": np.ones(4), "c": np.ones(4)}, 4, 4)
+    assert list(got) == ["eta", "c"]  # Hyperparameters' field order
+    with pytest.raises(ValueError, match="lacks the field 'wd'"):
+        _cupy.hyperparameter_arrays({"lr": np.ones(4)}, 0, 4)
+    with pytest.raises(ValueError, match="unknown field 'eta'"):
+        _cupy.hyperparameter_arrays({"lr": np.ones(4), "wd": np.ones(4), "eta": 1}, 0, 4)
+    with pytest.raises(ValueError, match="one entry per trajectory"):
+        _cupy.hyperparameter_arrays({"lr": np.ones(3), "wd": np.ones(4)}, 0, 4)
+
+
+# -- the tile surface: pysharp._cuda's, at its shapes -------------------------------------------
+
+def test_tile_functions_have_the_cuda_modules_signatures():
+    stub = (Path(ps.__file__).parent / "_cuda.pyi").read_text()
+    want = {}
+    for name, params in re.findall(r"^def (_tile_\w+)\(\s*(.*?)\)\s*->", stub, re.S | re.M):
+        want[name] = re.findall(r"(?:^|,)\s*(\w+)\s*:", params)
+    assert set(want) == {"_tile_toy3d_gd_wd", "_tile_bn_mc_gd_wd", "_tile_bn_mc_fits",
+                         "_tile_bn_linreg_gd_wd"}
+    for name, params in want.items():
+        fn = getattr(_cupy._Module, name)
+        assert list(inspect.signature(fn).parameters) == params, name
+    shapes = re.search(r"^_TILE_BN_LINREG_SHAPES: list = (.*)$", stub, re.M).group(1)
+    assert _cupy._Module._TILE_BN_LINREG_SHAPES == eval(shapes)  # a literal list of tuples
+
+
+def test_bn_linreg_tile_shapes_are_the_instantiated_ones():
+    text = (CSRC / "cuda" / "tile_kernels.cu").read_text()
+    inst = {(int(d), int(n)) for d, n in
+            re.findall(r"bn_linreg_gd_wd_tile_kernel<(\d+), (\d+)>", text)}
+    assert set(cs.BN_LINREG_TILE_SHAPES) == inst
+    names = cs.tile_kernel_names()
+    assert {f"bn_linreg_{d}_{n}" for d, n in inst} <= set(names)
+    _core = pytest.importorskip("pysharp._core")
+    assert set(cs.BN_LINREG_TILE_SHAPES) <= {tuple(s) for s in _core._TILE_BN_LINREG_SHAPES}
 
 
 # -- on a device (never run yet: the project had no GPU when this was written) ----------------
@@ -73,15 +322,18 @@ def _device():
     return cupy
 
 
+def _cupy_core(m, dtype=np.float64):
+    if type(m).__name__ not in MODELS:
+        pytest.skip(f"{type(m).__name__} has no CuPy core")
+    return m._make_core("_f64" if dtype == np.float64 else "_f32", _cupy.module())
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_kernels_match_the_cpu_core_on_cupy_arrays(case, dtype):
     cp = _device()
     m = case.model
-    if type(m).__name__ not in MODELS:
-        pytest.skip(f"{type(m).__name__} has no CuPy core")
-    suffix = "_f64" if dtype == np.float64 else "_f32"
-    core = m._make_core(suffix, _cupy.module())
+    core = _cupy_core(m, dtype)
     W = case.points(32, seed=3, dtype=dtype)
     V = case.points(32, seed=4, dtype=dtype)
     tol = 1e-10 if dtype == np.float64 else 1e-4
@@ -98,12 +350,78 @@ def test_kernels_match_the_cpu_core_on_cupy_arrays(case, dtype):
     H, ok = core.hessian(dW[:4])
     ref = m.hessian(W[:4], backend="cpp")
     np.testing.assert_allclose(H.get(), ref, rtol=tol, atol=tol * np.abs(ref).max())
+    # NumPy in, NumPy out (what the models pass)
+    loss_h, _, _ = core.loss_grad(W)
+    assert isinstance(loss_h, np.ndarray) and np.array_equal(loss_h, loss.get())
+
+
+@pytest.mark.gpu
+def test_lanczos_and_the_engine_match_the_cpu_core(case):
+    cp = _device()
+    m = case.model
+    core, ref = _cupy_core(m), m._core(np.dtype(np.float64), "cpp")
+    W = case.points(16, seed=7)
+    opts = LanczosOptions.for_dim(m.dim, min(2, m.dim), None, tol=1e-10, seed=1).to_core()
+    got, want = core.lanczos(cp.asarray(W), opts), ref.lanczos(W, opts)
+    np.testing.assert_allclose(got[0].get(), want[0], rtol=1e-10, atol=1e-12)
+    lz = LanczosOptions.for_dim(m.dim, 1, None, tol=1e-10, seed=0, name="m")
+    cfg = EngineConfig(Method.GD_WD, steps=40, record_every=4, sharpness_every=20,
+                       lanczos=lz).to_core()
+    hyper = {"lr": np.full(16, 1e-3), "wd": np.full(16, 1e-4)}  # small: far from EoS
+    got, want = core.run(W, hyper, cfg), ref.run(W, hyper, cfg)
+    assert got.keys() == want.keys()
+    for k, a in want.items():
+        assert isinstance(got[k], np.ndarray) and got[k].shape == a.shape, k
+        np.testing.assert_allclose(got[k], a, rtol=1e-10, atol=1e-12, err_msg=k)
+    dev = core.run(cp.asarray(W), {k: cp.asarray(v) for k, v in hyper.items()}, cfg)
+    assert all(isinstance(a, cp.ndarray) for a in dev.values())
+    assert np.array_equal(dev["w"].get(), got["w"])
+
+
+@pytest.mark.gpu
+def test_backend_cupy_runs_the_public_calls(toy_case):
+    _device()
+    m = toy_case.model
+    W0 = toy_case.points(8, seed=2)
+    a = ps.run_gd_wd(m, W0, 0.01, 1e-3, 50, record_every=10, backend="cupy")
+    b = ps.run_gd_wd(m, W0, 0.01, 1e-3, 50, record_every=10, backend="cpp")
+    assert a.meta["tiles"]  # Toy3D GD+WD without sharpness takes the tile
+    np.testing.assert_allclose(a.loss, b.loss, rtol=1e-10)
+    s = ps.spherical_sharpness(m, W0, backend="cupy")
+    np.testing.assert_allclose(s.eigenvalues, ps.spherical_sharpness(m, W0).eigenvalues,
+                               rtol=1e-9)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["toy3d", "bn_mc", "bn_linreg"])
+def test_tiles_match_the_cpu_emulation(name):
+    cp = _device()
+    _core = pytest.importorskip("pysharp._core")
+    if name == "toy3d":
+        model = ps.Toy3D(c=10.0)
+    elif name == "bn_mc":
+        model = ps.BNMatrixCompletion.synthetic(size=10, true_rank=2, rank=4, seed=0)
+    else:
+        model = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
+    B = 37
+    W0 = np.random.default_rng(1).standard_normal((B, model.dim))
+    lr, wd = np.linspace(0.02, 0.2, B), np.full(B, 1e-3)
+    kernel = model._tile_kernel(_cupy.module())
+    assert kernel is not None
+    got = kernel(cp.asarray(W0), cp.asarray(lr), cp.asarray(wd), 200, 10)
+    want = model._tile_kernel(_core)(W0, lr, wd, 200, 10)
+    assert all(isinstance(a, cp.ndarray) for a in got)
+    for g, w in zip(got, want):
+        g = g.get()
+        assert g.shape == w.shape and g.dtype == w.dtype
+        scale = np.max(np.abs(w)) if w.size else 1.0
+        assert np.max(np.abs(g - w), initial=0) <= 1e-10 * scale
 
 
 @pytest.mark.gpu
 def test_launches_follow_cupys_current_stream(toy_case):
     cp = _device()
-    core = toy_case.model._make_core("_f64", _cupy.module())
+    core = _cupy_core(toy_case.model)
     W = toy_case.points(1 << 16, seed=5)
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
@@ -121,10 +439,15 @@ def test_bits_equal_the_nvcc_build(case):
     if not ps.backends()["cuda"]["available"]:
         pytest.skip(ps.backends()["cuda"]["reason"])
     m = case.model
-    if type(m).__name__ not in MODELS:
-        pytest.skip(f"{type(m).__name__} has no CuPy core")
     import pysharp._cuda as cu
     W = case.points(64, seed=6)
     a = m._make_core("_f64", cu).loss_grad(W)
-    b = m._make_core("_f64", _cupy.module()).loss_grad(cp.asarray(W))
+    b = _cupy_core(m).loss_grad(cp.asarray(W))
     assert np.array_equal(a[1], b[1].get()) and np.array_equal(a[0], b[0].get())
+    lz = LanczosOptions.for_dim(m.dim, 1, None, tol=1e-10, seed=0, name="m")
+    cfg = EngineConfig(Method.GD_WD, steps=300, record_every=10, sharpness_every=50,
+                       lanczos=lz).to_core()
+    hyper = {"lr": np.full(64, 0.5), "wd": np.full(64, 1e-3)}  # past EoS: bits, not tolerances
+    ra, rb = m._make_core("_f64", cu).run(W, hyper, cfg), _cupy_core(m).run(W, hyper, cfg)
+    for k in ra:
+        assert np.array_equal(ra[k], rb[k], equal_nan=True), k

@@ -2,9 +2,10 @@
 
 What is compiled: csrc/cuda/kernels.cuh instantiated for every (model, precision) that
 csrc/builtin_models.hpp lists, to a cubin for sm_90, and for sm_80 in
-float64; every csrc/cuda/*tile* source for both. One unit (Toy3D float64, sm_90, ~20 s)
-runs in the default test set; the rest is marked slow (20-120 s of CPU a unit: each
-carries the whole generic engine) and .ci/run runs it in its own bounded step with the
+float64; every csrc/cuda/*tile* source for both; the tile kernels that the CuPy backend
+launches, by its own table. One unit (Toy3D float64, sm_90, ~20 s) and the CuPy tile unit
+for sm_90 (~5 s) run in the default test set; the rest is marked slow (20-120 s of CPU a
+unit: each carries the whole generic engine) and .ci/run runs it in its own bounded step with the
 `nvrtc` extra (cuda-bindings, nvidia-cuda-nvrtc, nvidia-cuda-cccl). Skipped when those are
 not installed.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pysharp._backends import _cuda_sources as cs
-from pysharp._backends import _nvrtc
+from pysharp._backends import _cupy, _nvrtc
 
 pytestmark = pytest.mark.skipif(_nvrtc.unavailable_reason() is not None,
                                 reason=f"NVRTC unavailable: {_nvrtc.unavailable_reason()}")
@@ -71,6 +72,29 @@ def test_engine_unit_compiles(model, prec, arch):
     for low in out.lowered.values():
         assert low.startswith("_Z") and low.encode() in out.cubin
     print(f"{model} {prec} {arch}: {out.seconds:.1f} s, cubin {len(out.cubin)} B")
+
+
+def test_the_cupy_backend_launches_what_is_compiled():
+    # backend="cupy" compiles each engine unit with a subset of the name expressions that
+    # test_engine_unit_compiles compiles, from the same source: so those compilations cover it
+    for model, prec in UNITS:
+        source, names = _cupy.unit(f"{model}_{prec}")
+        assert source == cs.KERNELS_SOURCE
+        assert set(names) == set(_cupy.ENGINE_KERNELS)
+        assert names.items() <= cs.kernel_names(model, prec).items()
+
+
+@pytest.mark.parametrize("arch", [pytest.param("sm_90"),
+                                  pytest.param("sm_80", marks=pytest.mark.slow)])
+def test_the_cupy_backends_tile_unit_compiles(arch):
+    # exactly what _cupy compiles and looks up for the tiles (~5 s a compilation)
+    source, names = _cupy.unit(_cupy.TILES)
+    out = _nvrtc.compile_cuda(source, arch=arch, name="tiles.cu",
+                              name_expressions=list(names.values()), include_dirs=INCLUDE)
+    assert _is_cubin_for(out.cubin, arch)
+    assert set(out.lowered) == set(names.values())
+    for low in out.lowered.values():
+        assert low.startswith("_Z") and low.encode() in out.cubin
 
 
 def _tile_params():
