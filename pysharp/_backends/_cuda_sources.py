@@ -54,7 +54,8 @@ def tile_kernel_names() -> dict[str, str]:
     A new tile kernel is one entry here and one launch in ``_cupy`` (``_launch_tile``).
     """
     names = {"toy3d": "pysharp::cuda::toy3d_gd_wd_tile_kernel",
-             "bn_mc": "pysharp::cuda::bn_mc_gd_wd_tile_kernel"}
+             "bn_mc": "pysharp::cuda::bn_mc_gd_wd_tile_kernel",
+             "bn_mc_warp": "pysharp::cuda::bn_mc_warp_gd_wd_tile_kernel"}
     for d, n in BN_LINREG_TILE_SHAPES:
         names[f"bn_linreg_{d}_{n}"] = f"pysharp::cuda::bn_linreg_gd_wd_tile_kernel<{d}, {n}>"
     return names

@@ -11,7 +11,8 @@ NVRTC's version) and loaded with ``cupy.RawModule``.
 classes take the constructor arguments of ``pysharp._cuda``'s and have its methods
 ``loss_grad``, ``hvp``, ``third``, ``hessian``, ``lanczos`` and ``run`` (same arguments,
 checks and results), and the fused GD+WD tiles ``_tile_toy3d_gd_wd``, ``_tile_bn_mc_gd_wd``,
-``_tile_bn_mc_fits``, ``_tile_bn_linreg_gd_wd`` and ``_TILE_BN_LINREG_SHAPES`` are those of
+``_tile_bn_mc_fits``, ``_tile_bn_mc_warp_gd_wd``, ``_tile_bn_mc_warp_fits``,
+``_tile_bn_linreg_gd_wd`` and ``_TILE_BN_LINREG_SHAPES`` are those of
 csrc/cuda/bind_tile.cu. NumPy arrays in give NumPy arrays out (copied to and from the device,
 as ``pysharp._cuda`` does); CuPy arrays in give CuPy arrays out with no host copy. Every
 launch is on CuPy's current stream, so in stream order with the caller's own work; arguments
@@ -98,6 +99,7 @@ CPP_STRUCTS = {
     "BatchRecords": "pysharp::BatchRecords<{real}>",
     "GdWdTileIO": "pysharp::tile::GdWdTileIO",
     "BNLinRegTileData": "pysharp::tile::BNLinRegTileData",
+    "BNMcWarpData": "pysharp::tile::BNMcWarpData",
 }
 
 #: (name in the result dict of ``run``, field of BatchRecords), in BatchRecords' order.
@@ -145,7 +147,11 @@ def struct_dtype(name: str, real=np.float64) -> np.dtype:
                                              "diverged_step")),
                        ("batch", i8), ("steps", i8), ("record_every", i8)],
         "BNLinRegTileData": [("xc", ptr), ("u", ptr), ("scale", f8), ("floor_coef", f8)],
+        "BNMcWarpData": [("m", "BNMatrixCompletion"), ("pass_start", ptr),
+                         ("term_obs", ptr), ("term_other", ptr)],
     }[name]
+    # a struct member of a struct: its own layout, over double (the tiles are float64)
+    fields = [(f, struct_dtype(t, np.float64) if isinstance(t, str) else t) for f, t in fields]
     return np.dtype(fields, align=True)
 
 
@@ -328,6 +334,66 @@ def bn_mc_tile_block(D: int, N: int, block_smem_optin: int) -> tuple[int, int]:
     per_thread = bn_mc_thread_doubles(D, N) * 8
     threads = min(block_smem_optin // per_thread // 32 * 32, TILE_THREADS)
     return threads, threads * per_thread
+
+
+def bn_mc_warp_doubles(D: int, N: int) -> int:
+    """Doubles of one BN matrix completion warp tile's scratch: w, g, the N scores and a 0
+    (tile/bn_mc_warp.hpp)."""
+    return 2 * D + N + 1
+
+
+def bn_mc_warp_tile_fits(D: int, N: int, block_smem_optin: int) -> bool:
+    """Whether BN matrix completion (D coordinates, N observations) runs on its warp tile on
+    a device whose blocks may opt in to ``block_smem_optin`` bytes (tile/bn_mc_warp.hpp)."""
+    return D >= 1 and N >= 2 and bn_mc_warp_doubles(D, N) * 8 <= block_smem_optin
+
+
+def bn_mc_warp_block(D: int, N: int, block_smem_optin: int, warps_per_sm) -> tuple[int, int]:
+    """(warps a block, dynamic shared memory bytes) of the BN matrix completion warp tile:
+    of the block sizes up to :data:`TILE_WARPS` whose scratches fit, the one that puts the
+    most warps on a multiprocessor, the larger on a tie (bind_tile.cu).
+    ``warps_per_sm(warps, smem)``: resident blocks of that size (the occupancy API) times
+    warps. Only for a model that :func:`bn_mc_warp_tile_fits`."""
+    per_warp = bn_mc_warp_doubles(D, N) * 8
+    best, warps = 0, 1
+    for w in range(min(block_smem_optin // per_warp, TILE_WARPS), 0, -1):
+        resident = warps_per_sm(w, w * per_warp)
+        if resident > best:
+            best, warps = resident, w
+    return warps, warps * per_warp
+
+
+def bn_mc_warp_terms(rows, cols, m1: int, m2: int, r: int) -> tuple[np.ndarray, ...]:
+    """(pass_start (ceil(D / 32) + 1,), obs (T,), other (T,)) int32: the BN matrix completion
+    warp tile's gradient terms (tile::BNMcWarpTerms). Lane l of pass p (coordinate
+    i = 32 p + l, factor row i // r: U's rows, then V's) reads terms pass_start[p] + 32 j + l:
+    its row's observations in increasing order (obs: the observation, other: where the
+    other factor's row begins in w), then padding (observation N, other 0) up to the pass's
+    longest list. tests/backends/test_cupy.py checks it against pysharp._core's."""
+    rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
+    N, F, D = rows.size, m1 + m2, (m1 + m2) * r
+    factor = np.concatenate([rows, m1 + cols])
+    order = np.argsort(factor, kind="stable")  # by factor row, each row's k increasing
+    row_obs = np.concatenate([np.arange(N)] * 2)[order]
+    row_other = np.concatenate([m1 + cols, rows])[order] * r
+    counts = np.bincount(factor, minlength=F)
+    start = np.concatenate([[0], np.cumsum(counts)])
+    passes = -(-D // 32)
+    coord = np.arange(32 * passes)
+    f = np.where(coord < D, coord // r, 0)
+    length = np.where(coord < D, counts[f], 0).reshape(passes, 32)
+    longest = length.max(axis=1)
+    pass_start = np.concatenate([[0], np.cumsum(32 * longest)])
+    obs = np.full(pass_start[-1], N, np.int32)
+    other = np.zeros(pass_start[-1], np.int32)
+    for p in range(passes):
+        j = np.arange(longest[p])[:, None]
+        lanes = np.arange(32)[None, :]
+        live = j < length[p][None, :]
+        src = (start[f[32 * p:32 * p + 32]][None, :] + j)[live]
+        at = (pass_start[p] + 32 * j + lanes)[live]
+        obs[at], other[at] = row_obs[src], row_other[src]
+    return pass_start.astype(np.int32), obs, other
 
 
 def bn_linreg_tile_smem_bytes(d: int, n: int) -> int:
@@ -733,11 +799,14 @@ def tile_bn_mc_fits(D: int, N: int) -> bool:
     return bn_mc_tile_fits(D, N, _device_attribute("MaxSharedMemoryPerBlockOptin"))
 
 
-def tile_bn_mc_gd_wd(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr, wd,
-                     steps: int, record_every: int) -> tuple:
-    """GD+WD on BN matrix completion on its tile kernel (one thread per trajectory, its
-    scratch in shared memory): W0 (B, (m1 + m2) r); the tuple of :func:`tile_toy3d_gd_wd`.
-    Refused (ValueError) for a model that :func:`tile_bn_mc_fits` rejects."""
+def _bn_mc_launch(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr, wd,
+                  steps: int, record_every: int, fits, tile: str, asks: str) -> tuple:
+    """What both BN matrix completion tiles start from, every argument checked as
+    bind_tile.cu checks it before anything is allocated: (rows, cols, D, N, the block's
+    opt-in shared memory, the model struct, what the launch must hold until it is queued,
+    then _tile_run's results). ``fits(D, N, optin)``: the tile's size test; ``tile`` and
+    ``asks`` (the module's function that asks it) name them in the refusal."""
+    import cupy as cp
     rows, cols, u = np.asarray(rows), np.asarray(cols), np.asarray(u, dtype=np.float64)
     if not (rows.ndim == cols.ndim == u.ndim == 1 and rows.size == u.size == cols.size
             and u.size >= 2 and m1 >= 1 and m2 >= 1 and r >= 1):
@@ -746,16 +815,56 @@ def tile_bn_mc_gd_wd(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, 
         raise ValueError("an observation lies outside the (m1, m2) matrix")
     N, D = u.size, (m1 + m2) * r
     optin = _device_attribute("MaxSharedMemoryPerBlockOptin")
-    if not bn_mc_tile_fits(D, N, optin):
-        raise ValueError("the model is too large for the BN matrix completion tile on this "
-                         "device (see _tile_bn_mc_fits)")
+    if not fits(D, N, optin):
+        raise ValueError(f"the model is too large for the BN matrix completion {tile} on this "
+                         f"device (see {asks})")
     dev, io, inputs, out = _tile_run(W0, lr, wd, steps, record_every, D, "(m1 + m2) r")
-    import cupy as cp
     data = [cp.asarray(a) for a in (rows.astype(np.int32), cols.astype(np.int32), u)]
     m = _pack("BNMatrixCompletion", rows=_ptr(data[0]), cols=_ptr(data[1]), u=_ptr(data[2]),
               scale=scale, N=N, m1=m1, m2=m2, r=r)
+    return rows, cols, D, N, optin, m, (inputs, data), dev, io, out
+
+
+def tile_bn_mc_gd_wd(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr, wd,
+                     steps: int, record_every: int) -> tuple:
+    """GD+WD on BN matrix completion on its tile kernel (one thread per trajectory, its
+    scratch in shared memory): W0 (B, (m1 + m2) r); the tuple of :func:`tile_toy3d_gd_wd`.
+    Refused (ValueError) for a model that :func:`tile_bn_mc_fits` rejects."""
+    _, _, D, N, optin, m, held, dev, io, out = _bn_mc_launch(
+        rows, cols, u, scale, m1, m2, r, W0, lr, wd, steps, record_every, bn_mc_tile_fits,
+        "tile", "_tile_bn_mc_fits")
     threads, smem = bn_mc_tile_block(D, N, optin)
     _launch_tile("bn_mc", (m, io), -(-int(io["batch"]) // threads), threads, smem)
+    return _tile_result(dev, out)
+
+
+def tile_bn_mc_warp_fits(D: int, N: int) -> bool:
+    """Whether BN matrix completion with D coordinates and N observations runs on its warp
+    tile on the current device (one warp's scratch in a block's shared memory)."""
+    return bn_mc_warp_tile_fits(D, N, _device_attribute("MaxSharedMemoryPerBlockOptin"))
+
+
+def tile_bn_mc_warp_gd_wd(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr, wd,
+                          steps: int, record_every: int) -> tuple:
+    """GD+WD on BN matrix completion on its warp tile kernel (one warp per trajectory, for
+    models too large for :func:`tile_bn_mc_gd_wd`): W0 (B, (m1 + m2) r); the tuple of
+    :func:`tile_toy3d_gd_wd`. Refused (ValueError) for a model that
+    :func:`tile_bn_mc_warp_fits` rejects."""
+    import cupy as cp
+    rows, cols, D, N, optin, m, held, dev, io, out = _bn_mc_launch(
+        rows, cols, u, scale, m1, m2, r, W0, lr, wd, steps, record_every,
+        bn_mc_warp_tile_fits, "warp tile", "_tile_bn_mc_warp_fits")
+    terms = [cp.asarray(a) for a in bn_mc_warp_terms(rows, cols, m1, m2, r)]
+    warp_data = _pack("BNMcWarpData", m=m, pass_start=_ptr(terms[0]), term_obs=_ptr(terms[1]),
+                      term_other=_ptr(terms[2]))
+    per_warp = bn_mc_warp_doubles(D, N) * 8
+    fn = _functions(TILES, cp.cuda.Device().id)["bn_mc_warp"]
+    fn.max_dynamic_shared_size_bytes = min(optin // per_warp, TILE_WARPS) * per_warp
+    occupancy = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor
+    warps, smem = bn_mc_warp_block(D, N, optin,
+                                   lambda w, b: occupancy(fn.kernel.ptr, 32 * w, b) * w)
+    _launch_tile("bn_mc_warp", (warp_data, io), -(-int(io["batch"]) // warps), 32 * warps,
+                 smem)
     return _tile_result(dev, out)
 
 
@@ -797,6 +906,8 @@ class _Module:
     _tile_toy3d_gd_wd = staticmethod(tile_toy3d_gd_wd)
     _tile_bn_mc_fits = staticmethod(tile_bn_mc_fits)
     _tile_bn_mc_gd_wd = staticmethod(tile_bn_mc_gd_wd)
+    _tile_bn_mc_warp_fits = staticmethod(tile_bn_mc_warp_fits)
+    _tile_bn_mc_warp_gd_wd = staticmethod(tile_bn_mc_warp_gd_wd)
     _tile_bn_linreg_gd_wd = staticmethod(tile_bn_linreg_gd_wd)
 
     def __getattr__(self, name: str):

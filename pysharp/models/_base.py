@@ -84,7 +84,7 @@ class ScaleInvariantModel(abc.ABC):
     #: The backends with an adapter for this model (``pysharp._backends.BACKENDS``): the
     #: compiled modules call ``_make_core``, Numba ``_numba_params``, NumPy ``_reference``.
     #: The dispatch refuses any other backend, naming these; the first is the suggestion.
-    _backends: tuple[str, ...] = ("cpp", "cuda", "numba", "numpy")
+    _backends: tuple[str, ...] = ("cpp", "cuda", "cupy", "numba", "numpy")
     #: Why a backend is missing from ``_backends``, for the refusal (optional).
     _backends_why = ""
 

@@ -43,7 +43,7 @@ class BNTwoLayerNet(ScaleInvariantModel):
     """
 
     _declared_as = ("bn_two_layer_net.hpp", "BNTwoLayerNet")
-    _backends = ("cpp", "cuda", "numpy")  # no Numba port (pysharp._backends._fallback)
+    _backends = ("cpp", "cuda", "cupy", "numpy")  # no Numba port (pysharp._backends._fallback)
 
     _undefined_reason = ("some hidden unit's output X @ W_j is constant over the samples, "
                          "so its BatchNorm (and the loss) is undefined")

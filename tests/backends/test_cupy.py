@@ -31,7 +31,7 @@ CSRC = Path(__file__).resolve().parents[2] / "csrc"
 MODELS = ("Toy3D", "BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet")
 HEADERS = ("models/toy3d", "models/bn_linear_regression", "models/bn_matrix_completion",
            "models/bn_two_layer_net", "engine/trajectory", "tile/gd_wd_io", "tile/bn_linreg",
-           "tile/bn_mc")
+           "tile/bn_mc", "tile/bn_mc_warp")
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 
@@ -169,6 +169,46 @@ def test_bn_mc_tile_arithmetic_matches_cpp(tmp_path):
             assert bytes_ <= smem and (threads == 256 or (threads + 32) * per > smem)
 
 
+@needs_gxx
+def test_bn_mc_warp_tile_arithmetic_matches_cpp(tmp_path):
+    cases = [(D, N, smem) for D in (1, 800, 14000, 14300) for N in (1, 2, 200, 400)
+             for smem in (99 * 1024, 227 * 1024)]
+    body = [f'  std::printf("%lld %d\\n", pysharp::tile::bn_mc_warp_doubles({D}, {N}), '
+            f"int(pysharp::tile::bn_mc_warp_tile_fits({D}, {N}, {smem})));"
+            for D, N, smem in cases]
+    for (D, N, smem), line in zip(cases, _run_cpp(tmp_path, body)):
+        doubles, fits = (int(v) for v in line.split())
+        assert _cupy.bn_mc_warp_doubles(D, N) == doubles == 2 * D + N + 1
+        assert _cupy.bn_mc_warp_tile_fits(D, N, smem) == bool(fits), (D, N, smem)
+
+
+def test_bn_mc_warp_block_puts_the_most_warps_on_a_multiprocessor():
+    per_warp = _cupy.bn_mc_warp_doubles(800, 200) * 8  # 14416 bytes
+    sm = 228 * 1024  # an H100/H200 multiprocessor's shared memory
+
+    def resident(warps, smem):  # blocks that fit a multiprocessor, times their warps
+        return sm // smem * warps
+
+    warps, smem = _cupy.bn_mc_warp_block(800, 200, 227 * 1024, resident)
+    assert smem == warps * per_warp and resident(warps, smem) == max(
+        resident(w, w * per_warp) for w in range(1, 9))
+    assert warps == 8 or resident(warps, smem) > resident(8, 8 * per_warp)
+    # a device whose block holds 3 scratches: at most 3 warps a block
+    assert _cupy.bn_mc_warp_block(800, 200, 3 * per_warp + 7, resident)[0] <= 3
+
+
+@pytest.mark.parametrize("size, rank, n_obs", [(20, 20, None), (11, 5, 12), (9, 40, 30)])
+def test_bn_mc_warp_terms_are_the_cores(size, rank, n_obs):
+    """The NumPy table the backend uploads is the C++ one (tile::BNMcWarpTerms) that the
+    CPU emulation of the same tile runs on (tests/csrc/test_tile.py checks that one):
+    D 800, a model with unseen factor rows, and rank 40 (a row over more than one pass)."""
+    _core = pytest.importorskip("pysharp._core")
+    m = ps.BNMatrixCompletion.synthetic(size=size, true_rank=2, rank=rank, n_obs=n_obs, seed=4)
+    args = (m.rows, m.cols, m.shape[0], m.shape[1], m.rank)
+    for got, want in zip(_cupy.bn_mc_warp_terms(*args), _core._tile_bn_mc_warp_terms(*args)):
+        assert got.dtype == np.int32 and got.tolist() == want.tolist()
+
+
 @pytest.mark.skipif(_nvrtc.unavailable_reason() is not None, reason="needs NVRTC")
 def test_tile_constants_match_the_kernel_header():
     # tile_kernels.cuh is device code (DeviceWarp): NVRTC evaluates its constexpr functions
@@ -293,6 +333,7 @@ def test_tile_functions_have_the_cuda_modules_signatures():
     for name, params in re.findall(r"^def (_tile_\w+)\(\s*(.*?)\)\s*->", stub, re.S | re.M):
         want[name] = re.findall(r"(?:^|,)\s*(\w+)\s*:", params)
     assert set(want) == {"_tile_toy3d_gd_wd", "_tile_bn_mc_gd_wd", "_tile_bn_mc_fits",
+                         "_tile_bn_mc_warp_gd_wd", "_tile_bn_mc_warp_fits",
                          "_tile_bn_linreg_gd_wd"}
     for name, params in want.items():
         fn = getattr(_cupy._Module, name)
@@ -393,14 +434,16 @@ def test_backend_cupy_runs_the_public_calls(toy_case):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["toy3d", "bn_mc", "bn_linreg"])
+@pytest.mark.parametrize("name", ["toy3d", "bn_mc", "bn_mc D800", "bn_linreg"])
 def test_tiles_match_the_cpu_emulation(name):
     cp = _device()
     _core = pytest.importorskip("pysharp._core")
     if name == "toy3d":
         model = ps.Toy3D(c=10.0)
-    elif name == "bn_mc":
+    elif name == "bn_mc":  # a thread per trajectory
         model = ps.BNMatrixCompletion.synthetic(size=10, true_rank=2, rank=4, seed=0)
+    elif name == "bn_mc D800":  # a warp per trajectory
+        model = ps.BNMatrixCompletion.synthetic(size=20, true_rank=2, rank=20, seed=0)
     else:
         model = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
     B = 37
