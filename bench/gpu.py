@@ -7,6 +7,8 @@ Rows, float64:
   BN linreg d40 also with the reduced update. Peers: JAX ``jit(vmap(fori_loop))`` on the
   same GPU and pysharp's C++ core on the host's cores. A row's name ends with the path
   ``backend="cuda"`` took: the fused tiles or the generic engine (``Trajectory.meta``).
+  Where it took the tiles and CuPy is installed, ``backend="cupy"`` too (the same tile
+  kernels compiled by NVRTC), its final iterates first checked bit-identical to cuda's.
 - Kernels (loss+grad, HVP) at B = 2^18 rows, host arrays in and out for both pysharp and
   JAX (the transfers are part of the call a user makes).
 - Batched spherical sharpness of 2^16 BN-linreg points against JAX ``vmap(hessian)`` +
@@ -61,6 +63,7 @@ def gpu_size(key: str, quick: bool) -> tuple[int, int]:
 
 
 def trajectory_rows(ps, jax, quick: bool, checks: list) -> dict:
+    cupy = ps.backends()["cupy"]["available"]
     rows = {}
     for key, model, jname, _, _, lr, wd, norm in trajectory_workloads(ps, quick=False):
         B, steps = gpu_size(key, quick)
@@ -84,6 +87,15 @@ def trajectory_rows(ps, jax, quick: bool, checks: list) -> dict:
                 t = best_time(lambda: ps.run_gd_wd(model, W0, lr, wd, steps, backend="cuda",
                                                    **kw, **extra), repeats=1)
                 rates["pysharp cuda"] = B * steps / t
+            if cupy and path == "tiles":  # the same tile kernels, compiled by NVRTC
+                crun = ps.run_gd_wd(model, sub, lr, wd, CHECK_STEPS, backend="cupy", **short,
+                                    **extra)
+                if record_check(checks, row, "cupy vs cuda (bits)",
+                                float(np.max(np.abs(crun.w - got))), 0.0):
+                    t = best_time(lambda: ps.run_gd_wd(model, W0, lr, wd, steps,
+                                                       backend="cupy", **kw, **extra),
+                                  repeats=1)
+                    rates["pysharp cupy"] = B * steps / t
             cpu_B = min(B, 4096)
             t = best_time(lambda: ps.run_gd_wd(model, W0[:cpu_B], lr, wd, steps,
                                                backend="cpp", **kw, **extra), repeats=1)
@@ -192,7 +204,7 @@ def main(argv=None) -> int:
     lin = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)  # the d40 workload's model
     flops = Problem(lin).flops_per_step
     head = next((r for k, r in out["rows"].items()
-                 if k.startswith("bn_linreg d40") and k.endswith("direct")), {})
+                 if k.startswith("bn_linreg d40") and " direct (" in k), {})
     if "pysharp cuda" in head:
         out["fp64_fraction_bn_linreg_d40"] = head["pysharp cuda"] * flops / H200_FP64_PEAK
         print(f"BN linreg d40 direct: {out['fp64_fraction_bn_linreg_d40']:.1%} of the H200's "
