@@ -168,6 +168,19 @@ struct Describer {
   }
 };
 
+// Where each array field's pointer sits in the struct (byte offsets), for a device copy
+// of the struct whose pointers name device arrays (pysharp/_backends/_cupy.py).
+struct Layout {
+  const char* base;
+  py::list arrays;
+  template <class T>
+  void array(const char* name, T* const& field, std::initializer_list<Extent>) {
+    arrays.append(py::make_tuple(name, reinterpret_cast<const char*>(&field) - base));
+  }
+  template <class T>
+  void scalar(const char*, const T&) {}
+};
+
 // Fills a model from a dict of NumPy arrays and numbers (validated and converted
 // by pysharp/models/_loaded.py, or by a built-in's constructor in bind_model.hpp;
 // the checks here guard a direct call).
@@ -256,6 +269,19 @@ void bind(py::module_& m) {
   py::class_<Core> cls(m, "Model", py::module_local());
   cls.def(py::init<const py::dict&>(), py::arg("data"));
   cls.def_property_readonly("n_groups", [](const Core& c) { return n_groups(c.model); });
+  // The struct as held here (its scalars and extents set, its pointers host addresses), for
+  // the CuPy backend, which copies it to a kernel argument with device pointers instead.
+  cls.def_property_readonly("_layout", [](Core& c) {
+    Layout l{reinterpret_cast<const char*>(&c.model), py::list()};
+    pysharp_fields(c.model, l);
+    py::dict d;
+    d["size"] = sizeof(Model);
+    d["align"] = alignof(Model);
+    d["bytes"] = py::bytes(reinterpret_cast<const char*>(&c.model), sizeof(Model));
+    d["arrays"] = l.arrays;
+    d["work_size"] = c.model.work_size();
+    return d;
+  });
   // A square-loss model gets the SGD tools; the engine of the scale-invariant runs
   // (sphere, projections, EoS tracking) is for the others only.
   if constexpr (is_square_loss<Model, Real>()) {

@@ -23,10 +23,14 @@ REDUCED = ("BNLinearRegression",)
 KERNELS_SOURCE = '#include "cuda/kernels.cuh"\n'
 
 
-def kernel_names(model: str, prec: str) -> dict[str, str]:
-    """Short kernel name -> NVRTC name expression, for one model and precision."""
+def kernel_names(model: str, prec: str, namespace: str = "pysharp::") -> dict[str, str]:
+    """Short kernel name -> NVRTC name expression, for one model and precision.
+
+    ``namespace``: where the model's struct template lives (``"::"`` for a loaded model's,
+    declared at global scope as its generated unit of ``pysharp.models.load_model`` needs).
+    """
     real = REAL[prec]
-    m = f"pysharp::{model}<{real}>"
+    m = f"{namespace}{model}<{real}>"
     names = {
         "loss_grad": f"pysharp::cuda::loss_grad_kernel<{m}, {real}>",
         "hvp": f"pysharp::cuda::directional_kernel<1, {m}, {real}>",
@@ -38,6 +42,12 @@ def kernel_names(model: str, prec: str) -> dict[str, str]:
     if model in REDUCED:
         names["spectral_trajectory"] = f"pysharp::cuda::spectral_trajectory_kernel<{real}>"
     return names
+
+
+def loaded_source(header: Path) -> str:
+    """The translation unit of a loaded model's engine kernels: its header, then the kernels
+    (instantiated on it through :func:`kernel_names` with ``namespace="::"``)."""
+    return f'#include "{header}"\n' + KERNELS_SOURCE
 
 
 #: A translation unit of csrc/cuda/tile_kernels.cuh: the fused tiles the CuPy backend launches.

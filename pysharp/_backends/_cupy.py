@@ -415,15 +415,57 @@ def persistent_blocks(work_blocks: int, sms: int, per_sm: int) -> int:
 
 # -- compilation, cached ------------------------------------------------------------------------
 
-def unit(name: str) -> tuple[str, dict[str, str]]:
-    """(source, short name -> NVRTC name expression) of a compilation unit: ``"<Model>_<prec>"``
-    (e.g. ``"Toy3D_f64"``: :data:`ENGINE_KERNELS` of the model) or :data:`TILES`. Exactly
-    the kernels this module launches."""
+#: Units of loaded models registered by :class:`Loaded`: name -> (source, kernel names,
+#: extra include folders).
+_LOADED_UNITS: dict[str, tuple[str, dict[str, str], tuple[Path, ...]]] = {}
+
+
+def unit(name: str) -> tuple[str, dict[str, str], tuple[Path, ...]]:
+    """(source, short name -> NVRTC name expression, include folders beside pysharp's) of a
+    compilation unit: ``"<Model>_<prec>"`` (e.g. ``"Toy3D_f64"``: :data:`ENGINE_KERNELS` of
+    the model), :data:`TILES`, or a loaded model's (:func:`loaded_unit`). Exactly the kernels
+    this module launches."""
     if name == TILES:
-        return cs.TILES_SOURCE, cs.tile_kernel_names()
+        return cs.TILES_SOURCE, cs.tile_kernel_names(), ()
+    if name in _LOADED_UNITS:
+        return _LOADED_UNITS[name]
     model, _, prec = name.rpartition("_")
     names = cs.kernel_names(model, prec)
-    return cs.KERNELS_SOURCE, {k: names[k] for k in ENGINE_KERNELS}
+    return cs.KERNELS_SOURCE, {k: names[k] for k in ENGINE_KERNELS}, ()
+
+
+def loaded_unit(header: Path, model_name: str, prec: str,
+                include_dirs: tuple[Path, ...] = ()) -> str:
+    """Registers the engine kernels of a loaded model (``pysharp.models.load_model``) as a
+    compilation unit and returns its name for :func:`unit`: the header's own text is in the
+    name, so an edited header is a new unit (and a new cubin)."""
+    header = Path(header)
+    digest = hashlib.sha256(header.read_bytes() + repr((model_name, prec, [
+        str(d) for d in include_dirs])).encode()).hexdigest()[:16]
+    name = f"loaded_{model_name}_{prec}_{digest}"
+    names = cs.kernel_names(model_name, prec, namespace="::")
+    _LOADED_UNITS[name] = (cs.loaded_source(header), {k: names[k] for k in ENGINE_KERNELS},
+                           (header.parent, *include_dirs))
+    return name
+
+
+def loaded_struct(layout: dict, device_arrays: dict[str, int]) -> np.void:
+    """A loaded model's struct as a kernel argument: the bytes its compiled module holds
+    (``Model._layout``: scalars and extents set) with each array field's pointer replaced by
+    the device address in ``device_arrays`` (name -> address), as a structured scalar of
+    the struct's size made of words of its alignment, so that CuPy aligns the argument as
+    C++ does."""
+    raw = bytearray(layout["bytes"])
+    if len(raw) != layout["size"]:
+        raise ValueError("the layout's bytes are not the struct's size")
+    for name, offset in layout["arrays"]:
+        raw[offset:offset + 8] = int(device_arrays[name]).to_bytes(8, "little")
+    align = int(layout["align"])
+    words = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(align)
+    if words is None:
+        raise ValueError(f"a model struct aligned to {align} bytes is not supported on CuPy")
+    dtype = np.dtype([(f"w{i}", words) for i in range(len(raw) // align)], align=True)
+    return np.frombuffer(bytes(raw), dtype=dtype)[0].copy()
 
 
 def _sources_digest() -> str:
@@ -462,14 +504,15 @@ def _functions(unit_name: str, device: int) -> dict:
     cache) once per architecture and loaded once per device."""
     import cupy
     arch = f"sm_{cupy.cuda.Device(device).compute_capability}"
-    source, names = unit(unit_name)
+    source, names, extra_dirs = unit(unit_name)
     exprs = list(names.values())
     key = hashlib.sha256("\n".join([source, *exprs]).encode()).hexdigest()[:12]
     path = _cache_dir() / f"{unit_name}_{arch}_{_sources_digest()}_{key}.cubin"
     lowered_path = path.with_suffix(".names")
     if not (path.is_file() and lowered_path.is_file()):
         out = _nvrtc.compile_cuda(source, arch=arch, name=f"{unit_name}.cu",
-                                  name_expressions=exprs)
+                                  name_expressions=exprs,
+                                  include_dirs=[*_nvrtc.source_include_dirs(), *extra_dirs])
         # names first, the cubin last, each replaced whole: a reader sees both or no cubin
         for target, data in ((lowered_path, "\n".join(out.lowered[e] for e in exprs).encode()),
                              (path, out.cubin)):
@@ -553,8 +596,12 @@ class _CupyCore:
             raise ValueError(f"this {self._model} core holds its data on device "
                              f"{self._device_id}, not the current device")
         if n:
-            fn = _functions(f"{self._model}_{self._prec}", self._device_id)[kernel]
+            fn = _functions(self._unit(), self._device_id)[kernel]
             fn((blocks_for(n),), (THREADS,), (self._struct, *args))
+
+    def _unit(self) -> str:
+        """The compilation unit of this core's kernels (:func:`unit`)."""
+        return f"{self._model}_{self._prec}"
 
     def _rows(self, W, name: str = "W"):
         return _device_rows(W, self.dim, self.real, name)
@@ -732,6 +779,32 @@ class BNTwoLayerNet(_CupyCore):
                    m=width, act=int(activation))
 
 
+class Loaded(_CupyCore):
+    """A model compiled at run time (``pysharp.models.load_model``) on the device: the engine
+    kernels compiled by NVRTC from its header, its struct the one its host module holds
+    with device copies of its arrays. Scale-invariant models only; no fused tile."""
+
+    def __init__(self, model, real=np.float64) -> None:
+        super().__init__(real)
+        if model._kind != "scale_invariant":
+            raise BackendUnavailable(f"a loaded {model._kind} model runs in its own compiled "
+                                     "module only (backend='cpp')")
+        host = model._compiled_core(self.real)
+        layout = host._layout
+        self._model = model.model_name
+        self.dim, self.work_size, self.groups = host.dim, layout["work_size"], host.n_groups
+        arrays = {}
+        for name, _ in layout["arrays"]:
+            a = model.fields[name]
+            arrays[name] = self._device(a, self.real if a.dtype.kind == "f" else a.dtype)
+        self._struct = loaded_struct(layout, arrays)
+        self._unit_name = loaded_unit(model.header, model.model_name, self._prec,
+                                      model.include_dirs)
+
+    def _unit(self) -> str:
+        return self._unit_name
+
+
 # -- the fused GD+WD tiles (bind_tile.cu) -------------------------------------------------------
 
 def _device_attribute(name: str) -> int:
@@ -900,7 +973,10 @@ def tile_bn_linreg_gd_wd(Xc, u, scale: float, W0, lr, wd, steps: int,
 
 class _Module:
     """Looks like ``pysharp._cuda`` to the models: ``Toy3D_f64(c)`` etc. (``_make_core``) and
-    the ``_tile_*`` functions (``_tile_kernel``)."""
+    the ``_tile_*`` functions (``_tile_kernel``); ``loaded(model, real)`` for a model compiled
+    at run time."""
+
+    loaded = staticmethod(Loaded)
 
     _TILE_BN_LINREG_SHAPES = [tuple(s) for s in cs.BN_LINREG_TILE_SHAPES]
     _tile_toy3d_gd_wd = staticmethod(tile_toy3d_gd_wd)

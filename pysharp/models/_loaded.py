@@ -182,8 +182,9 @@ class LoadedModel(_Compiled, ScaleInvariantModel):
 
     Built by :func:`load_model`; the kernels, the trajectory engine, Lanczos
     and SLQ run in the model's own extension module, compiled with the core's
-    flags, exactly as for a built-in model. Only ``backend="auto"`` or
-    ``"cpp"`` runs it.
+    flags, exactly as for a built-in model (``backend="auto"`` or ``"cpp"``).
+    ``backend="cupy"`` runs the kernels, the engine and Lanczos on a GPU: the header
+    compiled by NVRTC at first use, the struct the module holds copied to the device.
 
     Attributes
     ----------
@@ -200,8 +201,9 @@ class LoadedModel(_Compiled, ScaleInvariantModel):
 
     _kind = "scale_invariant"
     _spec_name = "loaded"
-    _backends = ("cpp",)
-    _backends_why = "a loaded model runs in its own compiled module"
+    _backends = ("cpp", "cupy")
+    _backends_why = ("a loaded model runs in its own compiled module, or on a GPU through "
+                     "CuPy (its header compiled by NVRTC)")
     _undefined_reason = "the model's loss_grad reports the loss undefined there"
 
     def __init__(self, header, *, fields: dict[str, Any], dtype="float64",
@@ -211,8 +213,12 @@ class LoadedModel(_Compiled, ScaleInvariantModel):
 
     def _make_core(self, suffix, module):
         """The model's own compiled module's object (``module``, the shared core, has no
-        class for it)."""
-        return self._compiled_core(np.float64 if suffix == "_f64" else np.float32)
+        class for it), or on the CuPy backend (a ``module`` with ``loaded``) its device
+        core, built from that object's struct."""
+        real = np.float64 if suffix == "_f64" else np.float32
+        if hasattr(module, "loaded"):
+            return module.loaded(self, real)
+        return self._compiled_core(real)
 
 
 class LoadedSquareLossModel(_Compiled, SquareLossModel):

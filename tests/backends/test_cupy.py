@@ -353,6 +353,58 @@ def test_bn_linreg_tile_shapes_are_the_instantiated_ones():
     assert set(cs.BN_LINREG_TILE_SHAPES) <= {tuple(s) for s in _core._TILE_BN_LINREG_SHAPES}
 
 
+# -- models compiled at run time (load_model) ---------------------------------------------------
+
+PHASE = CSRC.parent / "examples" / "models" / "phase_retrieval.hpp"
+
+
+@pytest.fixture(scope="module")
+def phase():
+    pytest.importorskip("pysharp._core")
+    rng = np.random.default_rng(0)
+    X, w_star = rng.standard_normal((30, 8)), rng.standard_normal(8)
+    return ps.load_model(PHASE, X=X, y=(X @ w_star) ** 2 / (w_star @ w_star), c=1.5)
+
+
+def test_a_loaded_models_layout_is_the_struct_its_module_holds(phase):
+    """Model._layout: the struct's bytes as the host module holds them, with each array
+    field's pointer (at the offset it reports) the address of the bound array."""
+    layout = phase._compiled_core(np.float64)._layout
+    raw = layout["bytes"]
+    assert len(raw) == layout["size"] and layout["align"] == 8
+    assert layout["work_size"] == 30  # PhaseRetrieval::work_size() = n
+    assert [name for name, _ in layout["arrays"]] == ["X", "y"]
+    for name, offset in layout["arrays"]:
+        held = int.from_bytes(raw[offset:offset + 8], "little")
+        assert held == phase.fields[name].ctypes.data, name
+    # n, d (ints) and c (a double) follow the two pointers, as the struct declares them
+    assert np.frombuffer(raw[16:24], np.int32).tolist() == [30, 8]
+    assert np.frombuffer(raw[24:32], np.float64)[0] == 1.5
+
+
+def test_a_loaded_models_kernel_argument_has_device_pointers(phase):
+    layout = phase._compiled_core(np.float64)._layout
+    fake = {"X": 0x7F0000001000, "y": 0x7F0000002000}
+    arg = _cupy.loaded_struct(layout, fake)
+    assert arg.dtype.itemsize == layout["size"] and arg.dtype.alignment == layout["align"]
+    got = arg.tobytes()
+    for name, offset in layout["arrays"]:
+        assert int.from_bytes(got[offset:offset + 8], "little") == fake[name]
+    pointers = {o + k for _, o in layout["arrays"] for k in range(8)}
+    assert all(got[i] == layout["bytes"][i] for i in range(len(got)) if i not in pointers)
+    with pytest.raises(ValueError, match="aligned to 16"):
+        _cupy.loaded_struct({**layout, "align": 16}, fake)
+
+
+def test_a_loaded_model_takes_backend_cupy_by_name(phase):
+    # no longer refused as a backend without a port: only the machine may lack CuPy or a GPU
+    W = phase.random_point(2, seed=1)
+    if _cupy.unavailable_reason() is None:
+        pytest.skip("a GPU is here: the device tests cover it")
+    with pytest.raises(BackendUnavailable, match="not available"):
+        phase.loss_and_grad(W, backend="cupy")
+
+
 # -- on a device (never run yet: the project had no GPU when this was written) ----------------
 
 def _device():
@@ -494,3 +546,25 @@ def test_bits_equal_the_nvcc_build(case):
     ra, rb = m._make_core("_f64", cu).run(W, hyper, cfg), _cupy_core(m).run(W, hyper, cfg)
     for k in ra:
         assert np.array_equal(ra[k], rb[k], equal_nan=True), k
+
+
+@pytest.mark.gpu
+def test_a_loaded_model_on_the_device_matches_its_module(phase):
+    cp = _device()
+    W = phase.random_point(64, seed=2)
+    V = np.random.default_rng(3).standard_normal(W.shape)
+    loss, G = phase.loss_and_grad(W, backend="cupy")
+    want_loss, want_G = phase.loss_and_grad(W, backend="cpp")
+    assert np.allclose(loss, want_loss, rtol=1e-12) and np.allclose(G, want_G, rtol=1e-11)
+    assert np.allclose(phase.hvp(W, V, backend="cupy"), phase.hvp(W, V, backend="cpp"),
+                       rtol=1e-10, atol=1e-12)
+    core = phase._make_core("_f64", _cupy.module())
+    on_device = core.loss_grad(cp.asarray(W))
+    assert all(isinstance(a, cp.ndarray) for a in on_device)
+    lr, wd = np.linspace(0.01, 0.1, 64), np.full(64, 1e-3)
+    run = ps.run_gd_wd(phase, W, lr, wd, 50, record_every=5, sharpness_every=10,
+                       backend="cupy")
+    ref = ps.run_gd_wd(phase, W, lr, wd, 50, record_every=5, sharpness_every=10,
+                       backend="cpp")
+    assert np.max(np.abs(run.w - ref.w)) <= 1e-10 * np.max(np.abs(ref.w))
+    assert np.allclose(run.sharpness, ref.sharpness, rtol=1e-8)

@@ -78,8 +78,8 @@ def test_the_cupy_backend_launches_what_is_compiled():
     # backend="cupy" compiles each engine unit with a subset of the name expressions that
     # test_engine_unit_compiles compiles, from the same source: so those compilations cover it
     for model, prec in UNITS:
-        source, names = _cupy.unit(f"{model}_{prec}")
-        assert source == cs.KERNELS_SOURCE
+        source, names, extra_dirs = _cupy.unit(f"{model}_{prec}")
+        assert source == cs.KERNELS_SOURCE and extra_dirs == ()
         assert set(names) == set(_cupy.ENGINE_KERNELS)
         assert names.items() <= cs.kernel_names(model, prec).items()
 
@@ -88,13 +88,41 @@ def test_the_cupy_backend_launches_what_is_compiled():
                                   pytest.param("sm_80", marks=pytest.mark.slow)])
 def test_the_cupy_backends_tile_unit_compiles(arch):
     # exactly what _cupy compiles and looks up for the tiles (~5 s a compilation)
-    source, names = _cupy.unit(_cupy.TILES)
+    source, names, _ = _cupy.unit(_cupy.TILES)
     out = _nvrtc.compile_cuda(source, arch=arch, name="tiles.cu",
                               name_expressions=list(names.values()), include_dirs=INCLUDE)
     assert _is_cubin_for(out.cubin, arch)
     assert set(out.lowered) == set(names.values())
     for low in out.lowered.values():
         assert low.startswith("_Z") and low.encode() in out.cubin
+
+
+@pytest.mark.slow
+def test_a_loaded_models_unit_compiles():
+    # a header of the user's (examples/models), exactly as backend="cupy" registers and
+    # compiles it: the header, then the engine, instantiated on ::PhaseRetrieval<double>
+    header = CSRC.parent / "examples" / "models" / "phase_retrieval.hpp"
+    name = _cupy.loaded_unit(header, "PhaseRetrieval", "f64")
+    source, names, extra_dirs = _cupy.unit(name)
+    assert source.startswith(f'#include "{header}"') and extra_dirs == (header.parent,)
+    assert set(names) == set(_cupy.ENGINE_KERNELS)
+    assert all(e.endswith("::PhaseRetrieval<double>, double>") for e in names.values())
+    out = _nvrtc.compile_cuda(source, arch="sm_90", name=f"{name}.cu",
+                              name_expressions=list(names.values()),
+                              include_dirs=[*INCLUDE, *extra_dirs])
+    assert _is_cubin_for(out.cubin, "sm_90") and set(out.lowered) == set(names.values())
+    for low in out.lowered.values():
+        assert low.startswith("_Z") and low.encode() in out.cubin
+
+def test_an_edited_header_is_another_unit(tmp_path):
+    header = tmp_path / "phase_retrieval.hpp"
+    original = (CSRC.parent / "examples" / "models" / "phase_retrieval.hpp").read_text()
+    header.write_text(original)
+    first = _cupy.loaded_unit(header, "PhaseRetrieval", "f64")
+    assert _cupy.loaded_unit(header, "PhaseRetrieval", "f64") == first
+    header.write_text(original + "// edited\n")
+    edited = _cupy.loaded_unit(header, "PhaseRetrieval", "f64")
+    assert edited != first and _cupy.unit(edited)[0] == _cupy.unit(first)[0]  # same path
 
 
 def _tile_params():
