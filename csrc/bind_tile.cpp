@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -232,6 +233,9 @@ py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& 
   return out.result();
 }
 
+// What the emulated shared memory holds before a kernel writes it.
+constexpr double kUnset = std::numeric_limits<double>::quiet_NaN();
+
 // The shared memory of a block the emulation stands for: an H100's or H200's (227 KB).
 constexpr long long kEmulatedBlockSmem = 232448;
 
@@ -262,7 +266,9 @@ py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const ca
         "the model is too large for the BN matrix completion tile (2 D + N > " +
             std::to_string(tile::kBnMcMaxThreadDoubles - 1) + ")");
   RunOutputs out(W0, lr, wd, steps, record_every);
-  std::vector<double> scratch(tile::bn_mc_thread_doubles(m));
+  // NaN, not 0, where the kernel finds uninitialised shared memory: a slot read before it
+  // is written shows in the results here too.
+  std::vector<double> scratch(tile::bn_mc_thread_doubles(m), kUnset);
   for (long long b = 0; b < W0.shape(0); ++b)
     tile::bn_mc_gd_wd_thread(m, b, out.io, scratch.data());
   return out.result();
@@ -282,7 +288,7 @@ py::tuple bn_mc_warp_gd_wd(const carray<int>& rows, const carray<int>& cols,
   const tile::BNMcWarpTerms terms(m);
   const tile::BNMcWarpTile<EmuWarp> t{
       {m, terms.pass_start.data(), terms.obs.data(), terms.other.data()}};
-  std::vector<double> scratch(tile::bn_mc_warp_doubles(m.dim(), m.N));
+  std::vector<double> scratch(tile::bn_mc_warp_doubles(m.dim(), m.N), kUnset);
   for (long long b = 0; b < W0.shape(0); ++b) t.run(b, out.io, scratch.data());
   return out.result();
 }

@@ -117,10 +117,13 @@ CXX_MUTANTS = [
      "BN-MC warp tile: the gradient reads the other factor's first column only"),
     ("csrc/include/pysharp/tile/warp.hpp", "int mask = kWarpLanes / 2; mask >= 1;",
      "int mask = kWarpLanes / 4; mask >= 1;", "warp_sum adds half the warp"),
+    # (f = F - 1 .. 1 would be an equivalent mutant: start[F] is 2 N before and after)
     ("csrc/include/pysharp/tile/bn_mc_warp.hpp", "for (int f = F; f >= 1; --f)",
-     "for (int f = F - 1; f >= 1; --f)", "BN-MC factor lists: the last row's end not shifted"),
+     "for (int f = F; f >= 2; --f)", "BN-MC factor lists: the second row's start not shifted"),
     ("csrc/include/pysharp/tile/bn_mc_warp.hpp", "obs[start[f] + j] : m.N;",
      "obs[start[f] + j] : 0;", "BN-MC warp terms: padding adds observation 0's term"),
+    ("csrc/include/pysharp/tile/bn_mc_warp.hpp", "if (P::leader()) z[data.m.N] = 0.0;", "",
+     "BN-MC warp tile: the padding terms' zero slot never written"),
 ]
 CXX_TESTS = ["tests/models/test_models.py", "tests/csrc/test_lanes.py",
              "tests/csrc/test_bn_linreg_rows.py", "tests/csrc/test_tile.py"]

@@ -19,8 +19,9 @@ launch is on CuPy's current stream, so in stream order with the caller's own wor
 are checked in Python before anything is allocated or launched. The launch arithmetic
 (128 threads a block and per-row scratch slices for the engine, launch chunks bounded by a
 quarter of free memory; the tiles' block sizes, opt-in shared memory and persistent grids)
-mirrors CudaExec (csrc/cuda/executor.cuh) and bind_tile.cu, as pure functions here that the
-tests check against the C++.
+mirrors CudaExec (csrc/cuda/executor.cuh) and bind_tile.cu, as pure functions here; the
+tests check them against the C++ where it is a function of the headers (sizes, fit tests)
+and against their own statement where it is inline in bind_tile.cu (the block choices).
 
 Not covered: BN linear regression's reduced (spectral) engine (``reduced=True`` is refused:
 use ``backend="cuda"`` or ``"cpp"``), square-loss and run-time compiled models.
@@ -286,6 +287,15 @@ def run_outputs(B: int, D: int, groups: int, config: np.void, real) -> dict[str,
             "diverged_step": ((B,), np.dtype(np.int64)),
             "group_norm2": ((nrec if groups > 1 else 0, B, groups), r),
             "top_eigenvalues": ((nsh if k else 0, B, k or 1), r)}
+
+
+def run_result_names(groups: int, top_k: int) -> list[str]:
+    """The keys of ``run``'s result, as bind_model.hpp returns them: every record, then
+    ``group_norm2`` for a model of several groups and ``top_eigenvalues`` for top_k >= 2
+    (whether or not sharpness is tracked)."""
+    names = [name for name, _ in RECORDS[:12]]
+    return names + [n for n, on in (("group_norm2", groups > 1), ("top_eigenvalues", top_k >= 2))
+                    if on]
 
 
 # -- launch arithmetic, as pure functions (checked against the C++ in the tests) ------------------
@@ -584,6 +594,9 @@ class _CupyCore:
 
     def _device(self, a, dtype) -> int:
         d = self._cp.asarray(np.ascontiguousarray(a, dtype=dtype))
+        # The copy is asynchronous on the current stream; a launch on another stream later
+        # would not be ordered after it. Once per model and array.
+        self._cp.cuda.get_current_stream().synchronize()
         self._keep.append(d)
         return _ptr(d)
 
@@ -695,7 +708,7 @@ class _CupyCore:
         outs = {name: cp.empty(shape, dtype)
                 for name, (shape, dtype) in run_outputs(B, D, self.groups, cfg,
                                                         self.real).items()}
-        top_k = outs["top_eigenvalues"].shape[2] if outs["top_eigenvalues"].size else 0
+        top_k = int(cfg["top_k"]) if cfg["top_k"] >= 2 else 0  # bind_model.hpp's RunOutputs
         rec = _pack("BatchRecords", self.real, groups=self.groups, top_k=top_k,
                     **{field: _ptr(outs[name]) for name, field in RECORDS})
         state_reals = 2 * D + self.work_size + 1  # FullSpaceState::scratch_size
@@ -712,9 +725,7 @@ class _CupyCore:
             self._launch("trajectory", count, (cfg, W0, h, np.int64(first), np.int64(count),
                                                np.int64(B), np.int64(offset), rec, state,
                                                scratch, jets))
-        names = [name for name, _ in RECORDS[:12]]
-        names += [n for n, on in (("group_norm2", self.groups > 1), ("top_eigenvalues", top_k))
-                  if on]
+        names = run_result_names(self.groups, top_k)
         return dict(zip(names, _host(tuple(outs[n] for n in names), dev)))
 
 
@@ -887,6 +898,9 @@ def _bn_mc_launch(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr,
     if rows.min() < 0 or rows.max() >= m1 or cols.min() < 0 or cols.max() >= m2:
         raise ValueError("an observation lies outside the (m1, m2) matrix")
     N, D = u.size, (m1 + m2) * r
+    shape = W0.shape if isinstance(W0, cp.ndarray) else np.shape(W0)
+    if len(shape) != 2 or shape[1] != D:  # before the fit, as bind_tile.cu
+        raise ValueError(f"W0 must be (B, (m1 + m2) r), got shape {tuple(shape)}")
     optin = _device_attribute("MaxSharedMemoryPerBlockOptin")
     if not fits(D, N, optin):
         raise ValueError(f"the model is too large for the BN matrix completion {tile} on this "

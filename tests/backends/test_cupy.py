@@ -242,7 +242,8 @@ def test_run_outputs_are_the_cpp_cores():
     _core = pytest.importorskip("pysharp._core")  # noqa: F841
     net = ps.BNTwoLayerNet.synthetic(n=6, d=3, width=2, seed=0)
     W0 = net.random_point(3, seed=1)
-    for kw in ({}, {"sharpness_every": 10, "theta_every": 25, "top_k": 2}):
+    for kw in ({}, {"sharpness_every": 10, "theta_every": 25, "top_k": 2},
+               {"sharpness_every": 0, "top_k": 2}):
         lz = LanczosOptions.for_dim(net.dim, 1, None, tol=1e-10, seed=0, name="m")
         cfg = EngineConfig(Method.GD_WD, steps=50, record_every=5, lanczos=lz, **kw)
         ref = net._core(np.dtype(np.float64)).run(W0, {"lr": np.full(3, 0.1),
@@ -252,6 +253,8 @@ def test_run_outputs_are_the_cpp_cores():
         for name, a in ref.items():
             assert want[name] == (a.shape, a.dtype), (name, kw)
         assert set(want) - set(ref) <= {"top_eigenvalues"}
+        # the keys run returns, in order: the top_k eigenvalues even with no sharpness step
+        assert _cupy.run_result_names(2, kw.get("top_k", 0)) == list(ref), kw
 
 
 # -- argument checks, before any launch: what the C++ refuses, refused here too --------------

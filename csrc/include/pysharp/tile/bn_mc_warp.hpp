@@ -10,7 +10,8 @@
 //             over the rank in order, as the model does;
 //   BN loss   each sum over the observations (mean, ||s||^2, ||s - mean||^2, cos, the
 //             error) is a lane's own strided partial sum, then a butterfly over the warp
-//             (warp_sum): the only sums whose order differs from the model's;
+//             (warp_sum): with ||w||^2 and ||g||^2 (summed the same way), the only sums
+//             whose order differs from the model's and the engine's;
 //   gradient  lane l owns coordinates i = l, l + 32, ... of w (row f = i / r of U or V,
 //             column q = i % r) and sums dL/ds_k times the other factor's row over the
 //             observations of row f in increasing k: the model's order, without atomics.
@@ -21,12 +22,15 @@
 // Consecutive lanes hold consecutive columns of a factor row, so the gradient's reads of
 // the other factor's row fall in different shared-memory banks.
 //
-// Every lane of the warp agrees on the loss, the norms and whether the step is defined
+// A lane past the end (k >= N, i >= D) reads nothing of the scratch (load_if): other lanes
+// may be writing the slot it would clamp to. Every lane of the warp agrees on the loss, the norms and whether the step is defined
 // (butterfly sums give all lanes the same bits), so the warp branches as one. Nothing
 // depends on where in a launch the trajectory runs: its bits are its own.
 #pragma once
 
-#if !defined(__CUDACC_RTC__)  // NVRTC has no standard library; the kernels need no vector
+#if !defined(__CUDACC_RTC__)  // NVRTC has no standard library; the kernels need none of it
+#include <climits>
+#include <stdexcept>
 #include <vector>
 #endif
 
@@ -74,8 +78,8 @@ inline void bn_mc_factor_lists(const BNMatrixCompletion<double>& m, int* start, 
   start[0] = 0;
 }
 
-// Fills pass_start (ceil(D / 32) + 1 entries) from the factor lists' start and returns the
-// number of terms, the length of term_obs and term_other.
+// Fills pass_start (ceil(D / 32) + 1 entries; nullptr: only count) from the factor lists'
+// start and returns the number of terms, the length of term_obs and term_other.
 inline long long bn_mc_warp_pass_starts(const BNMatrixCompletion<double>& m, const int* start,
                                         int* pass_start) {
   const int D = m.dim();
@@ -86,10 +90,10 @@ inline long long bn_mc_warp_pass_starts(const BNMatrixCompletion<double>& m, con
       const int f = i / m.r, len = start[f + 1] - start[f];
       longest = len > longest ? len : longest;
     }
-    pass_start[p] = static_cast<int>(total);
+    if (pass_start) pass_start[p] = static_cast<int>(total);
     total += static_cast<long long>(kWarpLanes) * longest;
   }
-  pass_start[(D + kWarpLanes - 1) / kWarpLanes] = static_cast<int>(total);
+  if (pass_start) pass_start[(D + kWarpLanes - 1) / kWarpLanes] = static_cast<int>(total);
   return total;
 }
 
@@ -118,14 +122,26 @@ struct BNMcWarpTerms {
   std::vector<int> pass_start, obs, other;
 
   explicit BNMcWarpTerms(const BNMatrixCompletion<double>& m)
-      : pass_start((m.dim() + kWarpLanes - 1) / kWarpLanes + 1) {
+      : pass_start(checked_passes(m)) {
     std::vector<int> start(m.m1 + m.m2 + 1), row_obs(2 * m.N), row_other(2 * m.N);
     bn_mc_factor_lists(m, start.data(), row_obs.data(), row_other.data());
-    const long long total = bn_mc_warp_pass_starts(m, start.data(), pass_start.data());
+    // The table's offsets are ints: count first.
+    const long long total = bn_mc_warp_pass_starts(m, start.data(), nullptr);
+    if (total > INT_MAX)
+      throw std::length_error("the BN matrix completion warp tile's term table would exceed "
+                              "2^31 entries");
+    bn_mc_warp_pass_starts(m, start.data(), pass_start.data());
     obs.resize(total);
     other.resize(total);
     bn_mc_warp_fill_terms(m, start.data(), row_obs.data(), row_other.data(),
                           pass_start.data(), obs.data(), other.data());
+  }
+
+ private:
+  static std::size_t checked_passes(const BNMatrixCompletion<double>& m) {
+    const long long D = static_cast<long long>(m.m1 + 0LL + m.m2) * m.r;
+    if (D > INT_MAX) throw std::length_error("(m1 + m2) r exceeds 2^31 coordinates");
+    return static_cast<std::size_t>((D + kWarpLanes - 1) / kWarpLanes + 1);
   }
 };
 #endif
@@ -174,7 +190,7 @@ struct BNMcWarpTile {
     R r2 = 0.0;
     for (int k0 = 0; k0 < N; k0 += kWarpLanes) {
       const M in = lane + k0 < I(N);
-      const R c = where(in, P::load(z, where(in, lane + k0, I(0))) - mean, R(0.0));
+      const R c = where(in, P::load_if(z, lane + k0, in) - mean, R(0.0));
       r2 += c * c;
     }
     r2 = warp_sum<P>(r2);
@@ -184,8 +200,8 @@ struct BNMcWarpTile {
     R cos = 0.0, err2 = 0.0;
     for (int k0 = 0; k0 < N; k0 += kWarpLanes) {
       const M in = lane + k0 < I(N);
-      const I k = where(in, lane + k0, I(0));
-      const R zhat = (P::load(z, k) - mean) * inv_r, u = P::load(m.u, k);
+      const I k = where(in, lane + k0, I(0));  // in bounds of u, whatever the lane
+      const R zhat = (P::load_if(z, k, in) - mean) * inv_r, u = P::load(m.u, k);
       const R e = zhat - u;
       cos += where(in, zhat * u, R(0.0));
       err2 += where(in, e * e, R(0.0));
@@ -195,7 +211,7 @@ struct BNMcWarpTile {
     for (int k0 = 0; k0 < N; k0 += kWarpLanes) {
       const M in = lane + k0 < I(N);
       const I k = where(in, lane + k0, I(0));
-      const R zhat = (P::load(z, k) - mean) * inv_r;
+      const R zhat = (P::load_if(z, k, in) - mean) * inv_r;
       P::store(z, k, (cos * zhat - P::load(m.u, k)) * inv_r * m.scale, in);
     }
     P::sync();  // the gradient reads every lane's dL/ds
@@ -240,7 +256,7 @@ struct BNMcWarpTile {
       for (int i0 = 0; i0 < D; i0 += kWarpLanes) {
         const M in = lane + i0 < I(D);
         const I i = where(in, lane + i0, I(0));
-        const R wi = where(in, P::load(w, i), R(0.0)), gi = where(in, P::load(g, i), R(0.0));
+        const R wi = P::load_if(w, i, in), gi = P::load_if(g, i, in);
         norm2 += wi * wi;
         gnorm2 += gi * gi;
       }
@@ -266,8 +282,8 @@ struct BNMcWarpTile {
       for (int i0 = 0; i0 < D; i0 += kWarpLanes) {
         const M in = lane + i0 < I(D);
         const I i = where(in, lane + i0, I(0));
-        const R wn = decay * P::load(w, i) - lr * P::load(g, i);
-        nonfinite += where(in, wn - wn, R(0.0));
+        const R wn = decay * P::load_if(w, i, in) - lr * P::load_if(g, i, in);
+        nonfinite += wn - wn;
       }
       if (P::any(!(warp_sum<P>(nonfinite) == R(0.0)))) {
         div_step = t + 1;
@@ -277,7 +293,7 @@ struct BNMcWarpTile {
       for (int i0 = 0; i0 < D; i0 += kWarpLanes) {
         const M in = lane + i0 < I(D);
         const I i = where(in, lane + i0, I(0));
-        P::store(w, i, decay * P::load(w, i) - lr * P::load(g, i), in);
+        P::store(w, i, decay * P::load_if(w, i, in) - lr * P::load_if(g, i, in), in);
       }
       P::sync();  // the next step reads every lane's coordinates
     }
@@ -285,7 +301,7 @@ struct BNMcWarpTile {
     for (int i0 = 0; i0 < D; i0 += kWarpLanes) {
       const M in = lane + i0 < I(D);
       const I i = where(in, lane + i0, I(0));
-      P::store(io.w_final, P::widen(i) + D * b, P::load(w, i), in);
+      P::store(io.w_final, P::widen(i) + D * b, P::load_if(w, i, in), in);
     }
   }
 };

@@ -8,7 +8,7 @@
 //               __shfl_xor_sync and mma.sync.aligned.m8n8k4.row.col.f64 (sm_80+).
 //
 // A policy P provides P::reg<T> (one T per lane), lane(), shfl_xor, mma and the
-// memory access of a lane-dependent index (load/store), parking a register in
+// memory access of a lane-dependent index (load/store/load_if), parking a register in
 // memory (park/unpark), a warp vote (any), widen (int to long long), a barrier for
 // the warp's shared memory (sync) and the warp's scalar code (leader, first). The free
 // functions below (where, root, recip, finite) are overloaded for both kinds of register.
@@ -216,13 +216,22 @@ struct EmuWarp {
     for (int l = 0; l < kWarpLanes; ++l)
       if (m.v[l]) p[index.v[l]] = x.v[l];
   }
+  // p[index] where m, else 0, without touching memory where not m (a read of a slot that
+  // another lane may be writing would be a race on the device, even if discarded).
+  template <class T, class Index>
+  static reg<T> load_if(const T* p, const reg<Index>& index, const reg<bool>& m) {
+    reg<T> r;
+    for (int l = 0; l < kWarpLanes; ++l) r.v[l] = m.v[l] ? p[index.v[l]] : T(0);
+    return r;
+  }
   // The lanes' shared-memory writes before it are seen by every lane after it. The
   // emulation runs one lane after another: nothing to do.
   static void sync() {}
   // Whether this lane runs the warp's scalar code (records of warp-uniform values): the
   // emulation runs such code once, for the whole warp.
   static bool leader() { return true; }
-  // Lane 0's value of a register (of a warp-uniform one: the value).
+  // Lane 0's value of a register (of a warp-uniform one: the value). DeviceWarp's is the
+  // thread's own value, no shuffle: it is called under leader() alone.
   template <class T>
   static T first(const reg<T>& x) {
     return x.v[0];
@@ -267,6 +276,10 @@ struct DeviceWarp {
   template <class T, class Index>
   __device__ __forceinline__ static void store(T* p, Index index, T x, bool m) {
     if (m) p[index] = x;
+  }
+  template <class T, class Index>
+  __device__ __forceinline__ static T load_if(const T* p, Index index, bool m) {
+    return m ? p[index] : T(0);
   }
   __device__ __forceinline__ static void sync() { __syncwarp(); }
   __device__ __forceinline__ static bool leader() { return (threadIdx.x & 31) == 0; }
