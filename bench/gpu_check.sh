@@ -14,13 +14,14 @@
 #   bench     ceilings, the GPU benchmark, the JSON and the table  (needs a build; ~2.5 min)
 #   tests     the quick GPU tests                                  (needs a build)
 #   extra     the long placement tests, then the CPU suite         (a second call)
+#   cupy      backend="cupy"'s device tests (needs CuPy; NVRTC compiles at first use)
 #   all       ceilings, build, bench, tests (the default)
 # One device call may run 10 minutes and a lease holds 15 in all.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 repo="$PWD"
 stage="all"
-case "${1:-}" in ceilings | build | tests | bench | extra | all) stage="$1"; shift ;; esac
+case "${1:-}" in ceilings | build | tests | bench | extra | cupy | all) stage="$1"; shift ;; esac
 out="${OUT:-$repo/gpu-check}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -95,7 +96,14 @@ if want bench; then
 fi
 if want tests; then
   stamp "GPU tests"
-  gpu_tests "not placement" 120
+  gpu_tests "not placement and not cupy" 120
+fi
+if [[ $stage == cupy ]]; then
+  # NVRTC compiles each engine unit at its first use (20-120 s of CPU each, cached under
+  # PYSHARP_CACHE_DIR): a call of its own, after the others.
+  deadline=$((SECONDS + 540))
+  stamp "CuPy backend device tests"
+  gpu_tests "cupy" 500
 fi
 if [[ $stage == extra ]]; then
   deadline=$((SECONDS + 540))
