@@ -60,6 +60,10 @@ void with_shape(int d, int n, F&& f) {
   with_shape_impl(d, n, std::forward<F>(f), std::make_index_sequence<std::tuple_size_v<Shapes>>{});
 }
 
+bool has_shape(int d, int n) {
+  return std::apply([&](auto... s) { return ((s.d == d && s.n == n) || ...); }, Shapes{});
+}
+
 py::list shape_list() {
   py::list out;
   std::apply([&](auto... s) { (out.append(py::make_tuple(s.d, s.n)), ...); }, Shapes{});
@@ -313,6 +317,9 @@ py::tuple bn_mc_warp_terms(const carray<int>& rows, const carray<int>& cols, int
 // stub, pysharp/_core.pyi, into a package).
 void bind_tile(py::module_& m) {
   m.attr("_TILE_BN_LINREG_SHAPES") = shape_list();
+  m.def("_tile_bn_linreg_fits", &has_shape, py::arg("d"), py::arg("n"),
+        "Whether BN linear regression with d coordinates and n samples runs on the tile: "
+        "here, whether the emulation is compiled for (d, n).");
   m.def("_tile_mma_m8n8k4", &mma_m8n8k4, py::arg("A"), py::arg("B"), py::arg("C"),
         "A @ B + C through the fragments of mma.m8n8k4 f64 on the emulated warp.");
   m.def("_tile_bn_linreg_loss_grad", &bn_linreg_loss_grad, py::arg("Xc"), py::arg("u"),

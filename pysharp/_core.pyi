@@ -949,6 +949,13 @@ def _bn_linreg_loss_grad_path_f32(
 def _lane_math(
     name: str, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
 ) -> numpy.typing.NDArray[numpy.float64]: ...
+def _tile_bn_linreg_fits(
+    d: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex
+) -> bool:
+    """
+    Whether BN linear regression with d coordinates and n samples runs on the tile: here, whether the emulation is compiled for (d, n).
+    """
+
 def _tile_bn_linreg_gd_wd(
     Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],

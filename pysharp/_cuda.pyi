@@ -618,6 +618,13 @@ class Toy3D_f32:
         Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
         """
 
+def _tile_bn_linreg_fits(
+    d: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex
+) -> bool:
+    """
+    Whether BN linear regression with d coordinates and n samples runs on the tile: a kernel compiled for (d, n) (_TILE_BN_LINREG_SHAPES) and FP64 mma on this device.
+    """
+
 def _tile_bn_linreg_gd_wd(
     Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     u: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],

@@ -240,6 +240,18 @@ void bind_tile(py::module_& m) {
   shapes.append(py::make_tuple(40, 20));
   shapes.append(py::make_tuple(100, 200));
   m.attr("_TILE_BN_LINREG_SHAPES") = shapes;
+  m.def(
+      "_tile_bn_linreg_fits",
+      [](int d, int n) {
+        int dev = 0, major = 0;
+        check(cudaGetDevice(&dev), "cudaGetDevice");
+        check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+              "capability");
+        return major >= 8 && ((d == 40 && n == 20) || (d == 100 && n == 200));
+      },
+      py::arg("d"), py::arg("n"),
+      "Whether BN linear regression with d coordinates and n samples runs on the tile: a "
+      "kernel compiled for (d, n) (_TILE_BN_LINREG_SHAPES) and FP64 mma on this device.");
   m.def("_tile_bn_linreg_gd_wd", &bn_linreg_gd_wd, py::arg("Xc"), py::arg("u"),
         py::arg("scale"), py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"),
         py::arg("record_every"),

@@ -12,9 +12,11 @@ classes take the constructor arguments of ``pysharp._cuda``'s and have its metho
 ``loss_grad``, ``hvp``, ``third``, ``hessian``, ``lanczos`` and ``run`` (same arguments,
 checks and results), and the fused GD+WD tiles ``_tile_toy3d_gd_wd``, ``_tile_bn_mc_gd_wd``,
 ``_tile_bn_mc_fits``, ``_tile_bn_mc_warp_gd_wd``, ``_tile_bn_mc_warp_fits``,
-``_tile_bn_linreg_gd_wd`` and ``_TILE_BN_LINREG_SHAPES`` are those of
-csrc/cuda/bind_tile.cu. NumPy arrays in give NumPy arrays out (copied to and from the device,
-as ``pysharp._cuda`` does); CuPy arrays in give CuPy arrays out with no host copy. Every
+``_tile_bn_linreg_gd_wd``, ``_tile_bn_linreg_fits`` and ``_TILE_BN_LINREG_SHAPES`` are those
+of csrc/cuda/bind_tile.cu, except that the BN linear regression tile runs at any (d, n) of a
+box (:func:`bn_linreg_tile_fits`), NVRTC compiling each new shape at first use. NumPy arrays
+in give NumPy arrays out (copied to and from the device, as ``pysharp._cuda`` does); CuPy
+arrays in give CuPy arrays out with no host copy. Every
 launch is on CuPy's current stream, so in stream order with the caller's own work; arguments
 are checked in Python before anything is allocated or launched. The launch arithmetic
 (128 threads a block and per-row scratch slices for the engine, launch chunks bounded by a
@@ -24,7 +26,9 @@ tests check them against the C++ where it is a function of the headers (sizes, f
 and against their own statement where it is inline in bind_tile.cu (the block choices).
 
 Not covered: BN linear regression's reduced (spectral) engine (``reduced=True`` is refused:
-use ``backend="cuda"`` or ``"cpp"``), square-loss and run-time compiled models.
+use ``backend="cuda"`` or ``"cpp"``) and square-loss models (built-in or loaded). A
+scale-invariant model compiled at run time (``load_model``) runs its engine kernels here,
+compiled by NVRTC from its header (:class:`Loaded`).
 
 Status (issue 28): none of this has run on a device; the project had no GPU while it was
 written. What a CPU machine can check is checked (tests/backends/test_cupy.py,
@@ -406,6 +410,22 @@ def bn_mc_warp_terms(rows, cols, m1: int, m2: int, r: int) -> tuple[np.ndarray, 
     return pass_start.astype(np.int32), obs, other
 
 
+#: The (d, n) box where the BN linear regression tile compiles for sm_90 with no spill
+#: (ptxas, nvcc 13: 254 registers at (128, 128), (120, 200) and (1, 200); (100, 240) and
+#: (256, 40) spill). tests/backends/test_nvrtc.py checks its corners.
+BN_LINREG_TILE_MAX_D, BN_LINREG_TILE_MAX_N = 128, 200
+
+
+def bn_linreg_tile_fits(d: int, n: int, block_smem_optin: int, capability: int) -> bool:
+    """Whether BN linear regression with d coordinates and n samples runs on its tile on a
+    device of compute ``capability`` (e.g. 90) whose blocks may opt in to
+    ``block_smem_optin`` bytes: FP64 mma (8.0+), (d, n) in the spill-free box, and the
+    tile's shared memory. NVRTC compiles the kernel for the model's own shape."""
+    return (capability >= 80 and 1 <= d <= BN_LINREG_TILE_MAX_D
+            and 2 <= n <= BN_LINREG_TILE_MAX_N
+            and bn_linreg_tile_smem_bytes(d, n) <= block_smem_optin)
+
+
 def bn_linreg_tile_smem_bytes(d: int, n: int) -> int:
     """Dynamic shared memory of the BN linear regression tile kernel at (d, n): Xc and u in
     tile layout and, when a lane cannot hold w, Z and G at once, each warp's parking area
@@ -437,11 +457,21 @@ def unit(name: str) -> tuple[str, dict[str, str], tuple[Path, ...]]:
     this module launches."""
     if name == TILES:
         return cs.TILES_SOURCE, cs.tile_kernel_names(), ()
+    if name.startswith(f"{TILES}_bn_linreg_"):  # one shape's BN-linreg tile (bn_linreg_unit)
+        d, n = (int(x) for x in name.rsplit("_", 2)[1:])
+        return cs.TILES_SOURCE, {f"bn_linreg_{d}_{n}":
+                                 f"pysharp::cuda::bn_linreg_gd_wd_tile_kernel<{d}, {n}>"}, ()
     if name in _LOADED_UNITS:
         return _LOADED_UNITS[name]
     model, _, prec = name.rpartition("_")
     names = cs.kernel_names(model, prec)
     return cs.KERNELS_SOURCE, {k: names[k] for k in ENGINE_KERNELS}, ()
+
+
+def bn_linreg_unit(d: int, n: int) -> str:
+    """The compilation unit of the BN linear regression tile at (d, n): the tiles' unit for a
+    shape it holds (:data:`_cuda_sources.BN_LINREG_TILE_SHAPES`), else one of its own."""
+    return TILES if (d, n) in cs.BN_LINREG_TILE_SHAPES else f"{TILES}_bn_linreg_{d}_{n}"
 
 
 def loaded_unit(header: Path, model_name: str, prec: str,
@@ -849,12 +879,12 @@ def _tile_run(W0, lr, wd, steps: int, record_every: int, D: int, what: str):
 
 
 def _launch_tile(kernel: str, args: tuple, work_blocks: int, threads: int = TILE_THREADS,
-                 smem: int = 0) -> None:
-    """A persistent launch of the tile kernel ``kernel`` (a key of
-    ``_cuda_sources.tile_kernel_names``) on the current stream, ``smem`` bytes of dynamic
-    shared memory a block (opted in to), as many blocks as are resident at once."""
+                 smem: int = 0, unit_name: str = TILES) -> None:
+    """A persistent launch of the tile kernel ``kernel`` (a key of :func:`unit`'s names for
+    ``unit_name``) on the current stream, ``smem`` bytes of dynamic shared memory a block
+    (opted in to), as many blocks as are resident at once."""
     import cupy
-    fn = _functions(TILES, cupy.cuda.Device().id)[kernel]
+    fn = _functions(unit_name, cupy.cuda.Device().id)[kernel]
     if smem:
         fn.max_dynamic_shared_size_bytes = smem
     per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr,
@@ -958,19 +988,19 @@ def tile_bn_mc_warp_gd_wd(rows, cols, u, scale: float, m1: int, m2: int, r: int,
 def tile_bn_linreg_gd_wd(Xc, u, scale: float, W0, lr, wd, steps: int,
                          record_every: int) -> tuple:
     """GD+WD on BN linear regression on its tile kernel (8 trajectories a warp, FP64 mma,
-    compute capability 8.0+), at the shapes of :data:`_cuda_sources.BN_LINREG_TILE_SHAPES`
-    only: W0 (B, d); the tuple of :func:`tile_toy3d_gd_wd`."""
+    compute capability 8.0+), specialised on (d, n): W0 (B, d); the tuple of
+    :func:`tile_toy3d_gd_wd`. Refused (ValueError) where :func:`tile_bn_linreg_fits` says
+    no."""
     Xc, u = np.asarray(Xc, dtype=np.float64), np.asarray(u, dtype=np.float64)
     if Xc.ndim != 2 or u.ndim != 1 or u.shape[0] != Xc.shape[0]:
         raise ValueError("Xc must be (n, d) and u (n,)")
     n, d = Xc.shape
-    if (d, n) not in cs.BN_LINREG_TILE_SHAPES:
-        raise ValueError(f"no tile kernel for d = {d}, n = {n} (see "
-                         "pysharp._cuda._TILE_BN_LINREG_SHAPES)")
+    if not tile_bn_linreg_fits(d, n):
+        raise ValueError(f"no tile kernel for d = {d}, n = {n} on this device: FP64 mma "
+                         f"(compute capability 8.0+), d <= {BN_LINREG_TILE_MAX_D}, "
+                         f"n <= {BN_LINREG_TILE_MAX_N} and its shared memory "
+                         "(see _tile_bn_linreg_fits)")
     import cupy as cp
-    if int(cp.cuda.Device().compute_capability) < 80:
-        raise ValueError("the BN linear regression tile kernel needs FP64 mma (compute "
-                         "capability 8.0+)")
     dev, io, inputs, out = _tile_run(W0, lr, wd, steps, record_every, d, "d")
     dp, np_ = -(-d // 8) * 8, -(-n // 8) * 8
     xc_pad, u_pad = np.zeros((np_, dp)), np.zeros(np_)  # tile::pack_bn_linreg
@@ -981,8 +1011,17 @@ def tile_bn_linreg_gd_wd(Xc, u, scale: float, W0, lr, wd, steps: int,
                  floor_coef=err * err * _fro2(Xc, np.float64))
     tiles = -(-int(io["batch"]) // 8)
     _launch_tile(f"bn_linreg_{d}_{n}", (data, io), -(-tiles // TILE_WARPS),
-                 smem=bn_linreg_tile_smem_bytes(d, n))
+                 smem=bn_linreg_tile_smem_bytes(d, n), unit_name=bn_linreg_unit(d, n))
     return _tile_result(dev, out)
+
+
+def tile_bn_linreg_fits(d: int, n: int) -> bool:
+    """Whether BN linear regression with d coordinates and n samples runs on its tile on the
+    current device (:func:`bn_linreg_tile_fits`); a shape the tiles' unit does not hold is
+    compiled at first use (about 5 s)."""
+    import cupy as cp
+    return bn_linreg_tile_fits(d, n, _device_attribute("MaxSharedMemoryPerBlockOptin"),
+                               int(cp.cuda.Device().compute_capability))
 
 
 class _Module:
@@ -999,6 +1038,7 @@ class _Module:
     _tile_bn_mc_warp_fits = staticmethod(tile_bn_mc_warp_fits)
     _tile_bn_mc_warp_gd_wd = staticmethod(tile_bn_mc_warp_gd_wd)
     _tile_bn_linreg_gd_wd = staticmethod(tile_bn_linreg_gd_wd)
+    _tile_bn_linreg_fits = staticmethod(tile_bn_linreg_fits)
 
     def __getattr__(self, name: str):
         model, _, prec = name.rpartition("_")

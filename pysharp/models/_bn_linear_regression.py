@@ -62,8 +62,8 @@ class BNLinearRegression(ScaleInvariantModel):
         return self.X.shape[0]
 
     def _tile_kernel(self, module):
-        if (self.dim, self.n) not in {tuple(s) for s in module._TILE_BN_LINREG_SHAPES}:
-            return None  # the tiles are compiled for a few (d, n)
+        if not module._tile_bn_linreg_fits(self.dim, self.n):
+            return None  # the module's tiles cover some (d, n) (their shapes are compiled in)
         return functools.partial(module._tile_bn_linreg_gd_wd, self._Xc, self._u, self._scale)
 
     def _make_core(self, suffix, module):

@@ -197,6 +197,30 @@ def test_bn_mc_warp_block_puts_the_most_warps_on_a_multiprocessor():
     assert _cupy.bn_mc_warp_block(800, 200, 3 * per_warp + 7, resident)[0] <= 3
 
 
+def test_bn_linreg_tile_runs_in_the_spill_free_box_where_its_memory_fits():
+    optin = 227 * 1024
+    assert _cupy.bn_linreg_tile_fits(40, 20, optin, 90)
+    assert _cupy.bn_linreg_tile_fits(13, 11, optin, 80)  # a shape of its own, any d and n
+    assert _cupy.bn_linreg_tile_fits(104, 200, optin, 90)  # 221 KB
+    assert not _cupy.bn_linreg_tile_fits(40, 20, optin, 75)  # no FP64 mma
+    assert not _cupy.bn_linreg_tile_fits(129, 8, optin, 90)  # out of the box: it would spill
+    assert not _cupy.bn_linreg_tile_fits(64, 201, optin, 90)
+    assert not _cupy.bn_linreg_tile_fits(8, 1, optin, 90)  # BatchNorm needs n >= 2
+    assert not _cupy.bn_linreg_tile_fits(128, 200, optin, 90)  # 272 KB of shared memory
+    assert not _cupy.bn_linreg_tile_fits(100, 200, 163 * 1024, 80)  # an A100's block
+    # a shape the tiles' unit holds is launched from it; any other from a unit of its own
+    assert _cupy.bn_linreg_unit(40, 20) == _cupy.TILES
+    source, names, _ = _cupy.unit(_cupy.bn_linreg_unit(13, 11))
+    assert source == cs.TILES_SOURCE
+    assert names == {"bn_linreg_13_11": "pysharp::cuda::bn_linreg_gd_wd_tile_kernel<13, 11>"}
+
+
+def test_the_compiled_modules_say_which_bn_linreg_shapes_they_hold():
+    _core = pytest.importorskip("pysharp._core")
+    for d, n in [(40, 20), (100, 200), (13, 11), (41, 20), (8, 2)]:
+        assert _core._tile_bn_linreg_fits(d, n) == ((d, n) in _core._TILE_BN_LINREG_SHAPES)
+
+
 @pytest.mark.parametrize("size, rank, n_obs", [(20, 20, None), (11, 5, 12), (9, 40, 30)])
 def test_bn_mc_warp_terms_are_the_cores(size, rank, n_obs):
     """The NumPy table the backend uploads is the C++ one (tile::BNMcWarpTerms) that the
@@ -337,6 +361,7 @@ def test_tile_functions_have_the_cuda_modules_signatures():
         want[name] = re.findall(r"(?:^|,)\s*(\w+)\s*:", params)
     assert set(want) == {"_tile_toy3d_gd_wd", "_tile_bn_mc_gd_wd", "_tile_bn_mc_fits",
                          "_tile_bn_mc_warp_gd_wd", "_tile_bn_mc_warp_fits",
+                         "_tile_bn_linreg_fits",
                          "_tile_bn_linreg_gd_wd"}
     for name, params in want.items():
         fn = getattr(_cupy._Module, name)

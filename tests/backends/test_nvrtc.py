@@ -12,6 +12,7 @@ not installed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,22 @@ def test_the_cupy_backends_tile_unit_compiles(arch):
     assert set(out.lowered) == set(names.values())
     for low in out.lowered.values():
         assert low.startswith("_Z") and low.encode() in out.cubin
+
+
+@pytest.mark.parametrize("d, n", [pytest.param(13, 11), *(
+    pytest.param(d, n, marks=pytest.mark.slow) for d, n in ((128, 128), (120, 200), (1, 200)))])
+def test_a_bn_linreg_tile_of_any_shape_in_the_box_compiles_without_spills(d, n):
+    # backend="cupy" compiles the tile for the model's own (d, n); the box's corners
+    # (_cupy.BN_LINREG_TILE_MAX_D/N) must compile with no stack frame and no spill
+    assert d <= _cupy.BN_LINREG_TILE_MAX_D and n <= _cupy.BN_LINREG_TILE_MAX_N
+    source, names, _ = _cupy.unit(_cupy.bn_linreg_unit(d, n))
+    out = _nvrtc.compile_cuda(source, arch="sm_90", name="tile.cu",
+                              name_expressions=list(names.values()), include_dirs=INCLUDE,
+                              options=["--ptxas-options=-v"])
+    assert _is_cubin_for(out.cubin, "sm_90") and set(out.lowered) == set(names.values())
+    report = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                        r"(\d+) bytes spill loads", out.log)
+    assert report and all(v == ("0", "0", "0") for v in report), out.log
 
 
 @pytest.mark.slow
