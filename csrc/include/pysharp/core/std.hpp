@@ -7,12 +7,11 @@
 // <cstdint>, <type_traits> or <utility>. A new std name in such a header belongs in
 // the list below; tests/backends/test_nvrtc.py fails until it is there. Math functions are
 // called unqualified (sqrt, exp, frexp, ...): NVRTC provides them as built-ins; std::sqrt
-// and std::fma (the tile headers) are mapped too.
+// and std::fma (the tile headers) are mapped to those built-ins too.
 #pragma once
 
 #if defined(__CUDACC_RTC__)
 
-#include <cuda/std/cmath>
 #include <cuda/std/cstdint>
 #include <cuda/std/limits>
 #include <cuda/std/type_traits>
@@ -37,8 +36,12 @@ using ::cuda::std::remove_pointer_t;
 using ::cuda::std::true_type;
 using ::cuda::std::void_t;
 
-using ::cuda::std::fma;
-using ::cuda::std::sqrt;
+// NVRTC's built-in math (no header needed), not libcu++'s: cuda::std::fma is missing from
+// the libcu++ of some toolkits (13.0), which NVRTC may find before the PyPI wheel's.
+__device__ inline double fma(double a, double b, double c) { return ::fma(a, b, c); }
+__device__ inline float fma(float a, float b, float c) { return ::fmaf(a, b, c); }
+__device__ inline double sqrt(double x) { return ::sqrt(x); }
+__device__ inline float sqrt(float x) { return ::sqrtf(x); }
 }  // namespace std
 
 // NVRTC's front end has no __builtin_nan (g++, clang and nvcc do); a quiet NaN stands in.
