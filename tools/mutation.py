@@ -85,6 +85,8 @@ TESTS: dict[str, list[str]] = {
     "pysharp/sweeps/_sweep.py": ["tests/sweeps/test_sweep.py", "tests/test_validation.py"],
     "pysharp/models/_base.py": ["tests/models/test_models.py", "tests/csrc/test_trajectory.py",
                                 "tests/csrc/test_lanes.py", "tests/test_validation.py"],
+    # without a GPU only its host-side arithmetic and checks can kill a mutant
+    "pysharp/_backends/_cupy.py": ["tests/backends/test_cupy.py"],
 }
 
 #: hand C++ mutants: (header, exact original text, mutated text, what it breaks)
@@ -313,6 +315,10 @@ def _prepare(scratch: Path) -> None:
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "tests", scratch / "tests",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    # read by tests that check the Python layer against the C++ (g++, NVRTC) and the
+    # example models; never mutated here
+    for d in ("csrc", "examples"):
+        shutil.copytree(ROOT / d, scratch / d, ignore=shutil.ignore_patterns("__pycache__"))
     for f in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / f, scratch / f)
 

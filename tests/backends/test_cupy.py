@@ -32,7 +32,12 @@ MODELS = ("Toy3D", "BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet")
 HEADERS = ("models/toy3d", "models/bn_linear_regression", "models/bn_matrix_completion",
            "models/bn_two_layer_net", "engine/trajectory", "tile/gd_wd_io", "tile/bn_linreg",
            "tile/bn_mc", "tile/bn_mc_warp")
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+# the repository's sources beside the tests (not a copy of tests/ alone, as
+# tools/mutation.py's scratch)
+needs_sources = pytest.mark.skipif(not (CSRC / "include").is_dir(),
+                                   reason="needs csrc/ and examples/ beside the tests")
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None or not (CSRC / "include").is_dir(),
+                               reason="needs g++ and csrc/ beside the tests")
 
 
 def _run_cpp(tmp_path, body: list[str]) -> list[str]:
@@ -233,6 +238,7 @@ def test_bn_mc_warp_terms_are_the_cores(size, rank, n_obs):
         assert got.dtype == np.int32 and got.tolist() == want.tolist()
 
 
+@needs_sources
 @pytest.mark.skipif(_nvrtc.unavailable_reason() is not None, reason="needs NVRTC")
 def test_tile_constants_match_the_kernel_header():
     # tile_kernels.cuh is device code (DeviceWarp): NVRTC evaluates its constexpr functions
@@ -341,6 +347,30 @@ def test_lanczos_options_refuse_what_cpp_refuses():
         assert str(here.value) == str(cpp.value), change
 
 
+def test_seeds_outside_64_bits_are_refused():
+    # pysharp._core refuses them too, but only as a failed cast (RuntimeError)
+    for seed in (-1, 2 ** 64):
+        with pytest.raises(ValueError, match=r"seed must be in \[0, 2\^64\)"):
+            _cupy.engine_config(_toy_engine_config(seed=seed), 3)
+        with pytest.raises(ValueError, match=r"seed must be in \[0, 2\^64\)"):
+            _cupy.lanczos_options({**_toy_engine_config()["lanczos"], "seed": seed}, 3)
+    assert _cupy.engine_config(_toy_engine_config(seed=2 ** 64 - 1), 3)["seed"] == 2 ** 64 - 1
+
+
+def test_no_top_k_solve_leaves_its_record_empty():
+    cfg = _cupy.engine_config(_toy_engine_config(sharpness_every=5), 3)
+    assert _cupy.run_outputs(4, 3, 1, cfg, np.float64)["top_eigenvalues"][0] == (0, 4, 1)
+    assert "top_eigenvalues" not in _cupy.run_result_names(1, 0)
+
+
+def test_the_bn_linreg_tile_checks_its_data_before_the_device():
+    bad = [(np.ones(3), np.ones(3)), (np.ones((3, 2)), np.ones(2)), (np.ones((3, 2)),
+                                                                      np.ones((3, 1)))]
+    for Xc, u in bad:
+        with pytest.raises(ValueError, match=r"Xc must be \(n, d\) and u \(n,\)"):
+            _cupy.tile_bn_linreg_gd_wd(Xc, u, 1.0, np.ones((1, 2)), np.ones(1), np.ones(1), 1, 1)
+
+
 def test_hyperparameters_are_exactly_the_methods():
     got = _cupy.hyperparameter_arrays({"eta": np.ones(4), "c": np.ones(4)}, 4, 4)
     assert list(got) == ["eta", "c"]  # Hyperparameters' field order
@@ -370,6 +400,7 @@ def test_tile_functions_have_the_cuda_modules_signatures():
     assert _cupy._Module._TILE_BN_LINREG_SHAPES == eval(shapes)  # a literal list of tuples
 
 
+@needs_sources
 def test_bn_linreg_tile_shapes_are_the_instantiated_ones():
     text = (CSRC / "cuda" / "tile_kernels.cu").read_text()
     inst = {(int(d), int(n)) for d, n in
@@ -389,6 +420,8 @@ PHASE = CSRC.parent / "examples" / "models" / "phase_retrieval.hpp"
 @pytest.fixture(scope="module")
 def phase():
     pytest.importorskip("pysharp._core")
+    if not PHASE.is_file():
+        pytest.skip("needs examples/ beside the tests")
     rng = np.random.default_rng(0)
     X, w_star = rng.standard_normal((30, 8)), rng.standard_normal(8)
     return ps.load_model(PHASE, X=X, y=(X @ w_star) ** 2 / (w_star @ w_star), c=1.5)
