@@ -9,6 +9,8 @@ Rows, float64:
   ``backend="cuda"`` took: the fused tiles or the generic engine (``Trajectory.meta``).
   Where it took the tiles and CuPy is installed, ``backend="cupy"`` too (the same tile
   kernels compiled by NVRTC), its final iterates first checked bit-identical to cuda's.
+  Where the tiles ran, a row with sharpness every steps / 10 too: the tiles in segments
+  between the engine's Lanczos solves ("pysharp cuda") against the generic engine.
 - Kernels (loss+grad, HVP) at B = 2^18 rows, host arrays in and out for both pysharp and
   JAX (the transfers are part of the call a user makes).
 - Batched spherical sharpness of 2^16 BN-linreg points against JAX ``vmap(hessian)`` +
@@ -108,7 +110,48 @@ def trajectory_rows(ps, jax, quick: bool, checks: list) -> dict:
                     rates["jax gpu"] = B * steps / best_time(lambda: jrun(W0, steps), 1)
             rows[row] = rates
             print_row(row, rates)
+            if path == "tiles" and name == "direct":
+                sharp = (f"{key.split(' B')[0]} B{max(B // 4, 1)} T{steps} "
+                         f"sharpness/{max(steps // 10, 1)} (tiles)")
+                rows[sharp] = tracked_rates(ps, model, W0, lr, wd, steps, extra, checks, sharp)
+                print_row(sharp, rows[sharp])
     return rows
+
+
+def tracked_rates(ps, model, W0, lr, wd, steps: int, extra: dict, checks: list,
+                  row: str) -> dict:
+    """A run with sharpness every steps // 10 (records there too) of a quarter of W0's rows
+    (the Lanczos solves would take most of a short GPU visit at full size): the tiles in
+    segments between the engine's Lanczos solves against the generic engine, both
+    backend="cuda" (the engine by the backend without its tiles); their sharpness first
+    checked on CHECK_ROWS rows, before EoS entry."""
+    import dataclasses
+
+    from pysharp._backends import BACKENDS
+
+    every = max(steps // 10, 1)
+    kw = dict(record_every=every, sharpness_every=every, **extra)
+    tiles_backend = BACKENDS["cuda"]
+
+    def run(W, T, tiles: bool):
+        BACKENDS["cuda"] = tiles_backend if tiles else dataclasses.replace(tiles_backend,
+                                                                           tiles=None)
+        try:
+            return ps.run_gd_wd(model, W, lr, wd, T, backend="cuda", **kw)
+        finally:
+            BACKENDS["cuda"] = tiles_backend
+
+    short = dict(record_every=1, sharpness_every=CHECK_STEPS // 2, **extra)
+    sub = W0[:CHECK_ROWS]
+    got = ps.run_gd_wd(model, sub, lr, wd, CHECK_STEPS, backend="cuda", **short).sharpness
+    ref = ps.run_gd_wd(model, sub, lr, wd, CHECK_STEPS, backend="cpp", **short).sharpness
+    rates = {}
+    if record_check(checks, row, "cuda tiles sharpness vs cpp", rel_dev(got.T, ref.T), 1e-8):
+        W0 = W0[:max(len(W0) // 4, 1)]
+        B = len(W0)
+        rates["pysharp cuda"] = B * steps / best_time(lambda: run(W0, steps, True), 1)
+        rates["pysharp cuda engine"] = B * steps / best_time(lambda: run(W0, steps, False), 1)
+    return rates
 
 
 def kernel_rows(ps, jax, quick: bool, checks: list) -> dict:

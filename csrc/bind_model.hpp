@@ -197,11 +197,15 @@ void bind_engine(py::class_<Core>& cls) {
   cls.def(
       "lanczos",
       [](const Core& c, const carray<Real>& W, const py::dict& options,
-         std::optional<carray<Real>> start) {
+         std::optional<carray<Real>> start, std::optional<carray<std::uint64_t>> streams,
+         std::uint64_t counter) {
         const std::int64_t B = checked_batch(c, W, "W");
         const int D = c.model.dim();
-        const LanczosOptions o = lanczos_options_from(options, D);
+        LanczosOptions o = lanczos_options_from(options, D);
+        o.counter = counter;
         if (start) require(checked_batch(c, *start, "start") == B, "start must match W");
+        if (streams)
+          require(streams->ndim() == 1 && streams->shape(0) == B, "streams must be (B,)");
         const py::ssize_t k = o.k;
         carray<Real> evals({(py::ssize_t)B, k}), evecs({(py::ssize_t)B, k, (py::ssize_t)D}),
             resid({(py::ssize_t)B, k});
@@ -209,15 +213,18 @@ void bind_engine(py::class_<Core>& cls) {
         flags conv(B), ok(B);
         {
           py::gil_scoped_release nogil;
-          Exec::lanczos(c, o, W.data(), start ? start->data() : nullptr, B,
-                        evals.mutable_data(), evecs.mutable_data(), resid.mutable_data(),
-                        iters.mutable_data(), conv.mutable_data(), ok.mutable_data());
+          Exec::lanczos(c, o, W.data(), start ? start->data() : nullptr,
+                        streams ? streams->data() : nullptr, B, evals.mutable_data(),
+                        evecs.mutable_data(), resid.mutable_data(), iters.mutable_data(),
+                        conv.mutable_data(), ok.mutable_data());
         }
         return py::make_tuple(evals, evecs, resid, iters, conv, ok);
       },
       py::arg("W"), py::arg("options"), py::arg("start") = py::none(),
+      py::arg("streams") = py::none(), py::arg("counter") = 0,
       "(B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), "
-      "iterations (B,), converged (B,), ok (B,))");
+      "iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, "
+      "streams[b] (default b), counter), as the engine keys a trajectory's at a step");
   cls.def(
       "run",
       [](const Core& c, const carray<Real>& W0, const py::dict& hyper, const py::dict& config,

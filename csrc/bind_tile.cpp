@@ -19,6 +19,7 @@
 #include "pysharp/tile/bn_mc.hpp"
 #include "pysharp/tile/bn_mc_warp.hpp"
 #include "pysharp/tile/toy3d.hpp"
+#include "tile_shapes.hpp"
 
 namespace py = pybind11;
 
@@ -35,39 +36,14 @@ void check(bool cond, const std::string& what) {
 
 // The (d, n) shapes the BN linear regression tile is compiled for here: the benchmark's
 // two and one with both dimensions off the multiples of 8 (padding of d and of n).
-template <int D, int N>
-struct Shape {
-  static constexpr int d = D, n = N;
-};
 using Shapes = std::tuple<Shape<40, 20>, Shape<100, 200>, Shape<13, 11>>;
 
-// Calls f(Shape<d, n>{}) for the compiled shape equal to (d, n).
-template <class F, std::size_t... I>
-void with_shape_impl(int d, int n, F&& f, std::index_sequence<I...>) {
-  bool found = false;
-  auto one = [&](auto s) {
-    if (!found && s.d == d && s.n == n) {
-      found = true;
-      f(s);
-    }
-  };
-  (one(std::tuple_element_t<I, Shapes>{}), ...);
-  check(found, "no tile compiled for d = " + std::to_string(d) + ", n = " + std::to_string(n) +
-                   " (see pysharp._core._TILE_BN_LINREG_SHAPES)");
-}
+// Calls f(Shape<d, n>{}) for the compiled shape equal to (d, n), or refuses.
 template <class F>
-void with_shape(int d, int n, F&& f) {
-  with_shape_impl(d, n, std::forward<F>(f), std::make_index_sequence<std::tuple_size_v<Shapes>>{});
-}
-
-bool has_shape(int d, int n) {
-  return std::apply([&](auto... s) { return ((s.d == d && s.n == n) || ...); }, Shapes{});
-}
-
-py::list shape_list() {
-  py::list out;
-  std::apply([&](auto... s) { (out.append(py::make_tuple(s.d, s.n)), ...); }, Shapes{});
-  return out;
+void with_compiled_shape(int d, int n, F&& f) {
+  check(with_shape<Shapes>(d, n, std::forward<F>(f)),
+        "no tile compiled for d = " + std::to_string(d) + ", n = " + std::to_string(n) +
+            " (see pysharp._core._TILE_BN_LINREG_SHAPES)");
 }
 
 // The model's data in tile layout (owned), as BNLinearRegressionCore computes ||Xc||_F^2.
@@ -121,7 +97,7 @@ py::tuple bn_linreg_loss_grad(const carray<double>& Xc, const carray<double>& u,
   const py::ssize_t Bn = W.shape(0);
   carray<double> loss(Bn), G({Bn, static_cast<py::ssize_t>(p.d)});
   carray<std::uint8_t> ok(Bn);
-  with_shape(p.d, p.n, [&](auto s) {
+  with_compiled_shape(p.d, p.n, [&](auto s) {
     using Tile = tile::BNLinRegTile<EmuWarp, decltype(s)::d, decltype(s)::n>;
     const Tile t{p.data};
     for (py::ssize_t b0 = 0; b0 < Bn; b0 += 8) {
@@ -155,31 +131,38 @@ py::tuple bn_linreg_loss_grad(const carray<double>& Xc, const carray<double>& u,
 }
 
 // The outputs of a GD+WD run and the IO block that points at them.
+// With v1 (B, D), top_grad is (R, B); without, (0, B).
 struct RunOutputs {
-  carray<double> w_final, loss, norm2, eff_lr, grad_norm;
+  carray<double> w_final, loss, norm2, eff_lr, grad_norm, top_grad;
   carray<std::uint8_t> diverged;
   carray<long long> diverged_step;
+  std::optional<carray<double>> v1;
   tile::GdWdTileIO io;
 
   RunOutputs(const carray<double>& W0, const carray<double>& lr, const carray<double>& wd,
-             long long steps, long long every)
+             long long steps, long long every, std::optional<carray<double>> v1_)
       : w_final({W0.shape(0), W0.shape(1)}),
         loss({records(steps, every), W0.shape(0)}),
         norm2({records(steps, every), W0.shape(0)}),
         eff_lr({records(steps, every), W0.shape(0)}),
         grad_norm({records(steps, every), W0.shape(0)}),
-        diverged(W0.shape(0)), diverged_step(W0.shape(0)) {
+        top_grad({v1_ ? records(steps, every) : 0, W0.shape(0)}),
+        diverged(W0.shape(0)), diverged_step(W0.shape(0)), v1(std::move(v1_)) {
     const py::ssize_t Bn = W0.shape(0);
     check(W0.ndim() == 2 && lr.ndim() == 1 && wd.ndim() == 1 && lr.shape(0) == Bn &&
               wd.shape(0) == Bn,
           "W0 must be (B, D), lr and wd (B,)");
+    check(!v1 || (v1->ndim() == 2 && v1->shape(0) == Bn && v1->shape(1) == W0.shape(1)),
+          "v1 must be (B, D), as W0");
     io = {W0.data(),           lr.data(),           wd.data(),
           w_final.mutable_data(), loss.mutable_data(), norm2.mutable_data(),
           eff_lr.mutable_data(),  grad_norm.mutable_data(),
-          diverged.mutable_data(), diverged_step.mutable_data(), Bn, steps, every};
+          diverged.mutable_data(), diverged_step.mutable_data(), Bn, steps, every,
+          v1 ? v1->data() : nullptr, v1 ? top_grad.mutable_data() : nullptr};
   }
   py::tuple result() const {
-    return py::make_tuple(w_final, loss, norm2, diverged, diverged_step, eff_lr, grad_norm);
+    return py::make_tuple(w_final, loss, norm2, diverged, diverged_step, eff_lr, grad_norm,
+                          top_grad);
   }
 
   // Records at steps 0, every, ... <= steps; checked before any array is shaped by it.
@@ -195,10 +178,11 @@ struct RunOutputs {
 py::tuple bn_linreg_gd_wd(const carray<double>& Xc, const carray<double>& u, double scale,
                           const carray<double>& W0, const carray<double>& lr,
                           const carray<double>& wd, long long steps, long long record_every,
-                          std::optional<carray<long long>> placement) {
+                          std::optional<carray<long long>> placement,
+                          std::optional<carray<double>> v1) {
   const PackedBNLinReg p(Xc, u, scale);
   check(W0.ndim() == 2 && W0.shape(1) == p.d, "W0 must be (B, d)");
-  RunOutputs out(W0, lr, wd, steps, record_every);
+  RunOutputs out(W0, lr, wd, steps, record_every, std::move(v1));
   const long long Bn = W0.shape(0);
   std::vector<long long> slots;
   if (placement) {
@@ -214,7 +198,7 @@ py::tuple bn_linreg_gd_wd(const carray<double>& Xc, const carray<double>& u, dou
     if (s >= 0) ++seen[s];
   }
   for (long long b = 0; b < Bn; ++b) check(seen[b] == 1, "placement must hold every trajectory once");
-  with_shape(p.d, p.n, [&](auto s) {
+  with_compiled_shape(p.d, p.n, [&](auto s) {
     using Tile = tile::BNLinRegTile<EmuWarp, decltype(s)::d, decltype(s)::n>;
     const Tile t{p.data};
     std::vector<double> park(Tile::kParkDoubles);
@@ -229,9 +213,10 @@ py::tuple bn_linreg_gd_wd(const carray<double>& Xc, const carray<double>& u, dou
 
 // GD+WD on Toy3D(c), one (emulated) thread per trajectory.
 py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& lr,
-                      const carray<double>& wd, long long steps, long long record_every) {
+                      const carray<double>& wd, long long steps, long long record_every,
+                      std::optional<carray<double>> v1) {
   check(W0.ndim() == 2 && W0.shape(1) == 3, "W0 must be (B, 3)");
-  RunOutputs out(W0, lr, wd, steps, record_every);
+  RunOutputs out(W0, lr, wd, steps, record_every, std::move(v1));
   const Toy3D<double> m{c};
   for (long long b = 0; b < W0.shape(0); ++b) tile::toy3d_gd_wd_thread(m, b, out.io);
   return out.result();
@@ -264,12 +249,12 @@ BNMatrixCompletion<double> bn_mc_model(const carray<int>& rows, const carray<int
 py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const carray<double>& u,
                       double scale, int m1, int m2, int r, const carray<double>& W0,
                       const carray<double>& lr, const carray<double>& wd, long long steps,
-                      long long record_every) {
+                      long long record_every, std::optional<carray<double>> v1) {
   const BNMatrixCompletion<double> m = bn_mc_model(rows, cols, u, scale, m1, m2, r, W0);
   check(tile::bn_mc_tile_fits(m.dim(), m.N, kEmulatedBlockSmem),
         "the model is too large for the BN matrix completion tile (2 D + N > " +
             std::to_string(tile::kBnMcMaxThreadDoubles - 1) + ")");
-  RunOutputs out(W0, lr, wd, steps, record_every);
+  RunOutputs out(W0, lr, wd, steps, record_every, std::move(v1));
   // NaN, not 0, where the kernel finds uninitialised shared memory: a slot read before it
   // is written shows in the results here too.
   std::vector<double> scratch(tile::bn_mc_thread_doubles(m), kUnset);
@@ -283,12 +268,13 @@ py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const ca
 py::tuple bn_mc_warp_gd_wd(const carray<int>& rows, const carray<int>& cols,
                            const carray<double>& u, double scale, int m1, int m2, int r,
                            const carray<double>& W0, const carray<double>& lr,
-                           const carray<double>& wd, long long steps, long long record_every) {
+                           const carray<double>& wd, long long steps, long long record_every,
+                           std::optional<carray<double>> v1) {
   const BNMatrixCompletion<double> m = bn_mc_model(rows, cols, u, scale, m1, m2, r, W0);
   check(tile::bn_mc_warp_tile_fits(m.dim(), m.N, kEmulatedBlockSmem),
         "the model is too large for the BN matrix completion warp tile (2 D + N + 1 doubles "
         "over a block's shared memory)");
-  RunOutputs out(W0, lr, wd, steps, record_every);
+  RunOutputs out(W0, lr, wd, steps, record_every, std::move(v1));
   const tile::BNMcWarpTerms terms(m);
   const tile::BNMcWarpTile<EmuWarp> t{
       {m, terms.pass_start.data(), terms.obs.data(), terms.other.data()}};
@@ -316,8 +302,8 @@ py::tuple bn_mc_warp_terms(const carray<int>& rows, const carray<int>& cols, int
 // Test helpers of the module, named _tile_* (a submodule would turn the one-file type
 // stub, pysharp/_core.pyi, into a package).
 void bind_tile(py::module_& m) {
-  m.attr("_TILE_BN_LINREG_SHAPES") = shape_list();
-  m.def("_tile_bn_linreg_fits", &has_shape, py::arg("d"), py::arg("n"),
+  m.attr("_TILE_BN_LINREG_SHAPES") = shape_list<Shapes>();
+  m.def("_tile_bn_linreg_fits", &has_shape<Shapes>, py::arg("d"), py::arg("n"),
         "Whether BN linear regression with d coordinates and n samples runs on the tile: "
         "here, whether the emulation is compiled for (d, n).");
   m.def("_tile_mma_m8n8k4", &mma_m8n8k4, py::arg("A"), py::arg("B"), py::arg("C"),
@@ -327,10 +313,11 @@ void bind_tile(py::module_& m) {
         "(loss (B,), grad (B, d), ok (B,)) of BN linear regression from the tile's step.");
   m.def("_tile_bn_linreg_gd_wd", &bn_linreg_gd_wd, py::arg("Xc"), py::arg("u"),
         py::arg("scale"), py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"),
-        py::arg("record_every"), py::arg("placement") = py::none(),
+        py::arg("record_every"), py::arg("placement") = py::none(), py::arg("v1") = py::none(),
         "GD+WD on BN linear regression, 8 trajectories per tile: (w_final (B, d), "
         "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), "
-        "grad_norm (R, B)).");
+        "grad_norm (R, B), top_grad (R, B): ||w|| v1 . grad L(w), given unit vectors v1 "
+        "(B, d); (0, B) without).");
   m.def(
       "_tile_bn_mc_fits",
       [](int D, int N) { return tile::bn_mc_tile_fits(D, N, kEmulatedBlockSmem); },
@@ -340,6 +327,7 @@ void bind_tile(py::module_& m) {
   m.def("_tile_bn_mc_gd_wd", &bn_mc_gd_wd, py::arg("rows"), py::arg("cols"), py::arg("u"),
         py::arg("scale"), py::arg("m1"), py::arg("m2"), py::arg("r"), py::arg("W0"),
         py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        py::arg("v1") = py::none(),
         "GD+WD on BN matrix completion, one thread per trajectory: the same tuple as "
         "_tile_bn_linreg_gd_wd.");
   m.def(
@@ -351,6 +339,7 @@ void bind_tile(py::module_& m) {
   m.def("_tile_bn_mc_warp_gd_wd", &bn_mc_warp_gd_wd, py::arg("rows"), py::arg("cols"),
         py::arg("u"), py::arg("scale"), py::arg("m1"), py::arg("m2"), py::arg("r"),
         py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        py::arg("v1") = py::none(),
         "GD+WD on BN matrix completion, one warp per trajectory: the same tuple as "
         "_tile_bn_linreg_gd_wd.");
   m.def("_tile_bn_mc_warp_terms", &bn_mc_warp_terms, py::arg("rows"), py::arg("cols"),
@@ -358,7 +347,7 @@ void bind_tile(py::module_& m) {
         "(pass_start (ceil(D / 32) + 1,), obs (T,), other (T,)): the gradient terms of BN "
         "matrix completion's warp tile, lane l of pass p reading pass_start[p] + 32 j + l.");
   m.def("_tile_toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"),
-        py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        py::arg("wd"), py::arg("steps"), py::arg("record_every"), py::arg("v1") = py::none(),
         "GD+WD on Toy3D, one thread per trajectory: the same tuple as _tile_bn_linreg_gd_wd.");
 }
 

@@ -70,6 +70,8 @@ class BNLinearRegression_f64:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -79,7 +81,7 @@ class BNLinearRegression_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -147,6 +149,8 @@ class BNMatrixCompletion_f64:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -156,7 +160,7 @@ class BNMatrixCompletion_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -230,6 +234,8 @@ class BNTwoLayerNet_f64:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -239,7 +245,7 @@ class BNTwoLayerNet_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -298,6 +304,8 @@ class Toy3D_f64:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -307,7 +315,7 @@ class Toy3D_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -375,6 +383,8 @@ class BNLinearRegression_f32:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -384,7 +394,7 @@ class BNLinearRegression_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -452,6 +462,8 @@ class BNMatrixCompletion_f32:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -461,7 +473,7 @@ class BNMatrixCompletion_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -535,6 +547,8 @@ class BNTwoLayerNet_f32:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -544,7 +558,7 @@ class BNTwoLayerNet_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -603,6 +617,8 @@ class Toy3D_f32:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -612,7 +628,7 @@ class Toy3D_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -966,9 +982,10 @@ def _tile_bn_linreg_gd_wd(
     steps: typing.SupportsInt | typing.SupportsIndex,
     record_every: typing.SupportsInt | typing.SupportsIndex,
     placement: typing.Annotated[numpy.typing.ArrayLike, numpy.int64] | None = None,
+    v1: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
 ) -> tuple:
     """
-    GD+WD on BN linear regression, 8 trajectories per tile: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), grad_norm (R, B)).
+    GD+WD on BN linear regression, 8 trajectories per tile: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), grad_norm (R, B), top_grad (R, B): ||w|| v1 . grad L(w), given unit vectors v1 (B, d); (0, B) without).
     """
 
 def _tile_bn_linreg_loss_grad(
@@ -1001,6 +1018,7 @@ def _tile_bn_mc_gd_wd(
     wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     steps: typing.SupportsInt | typing.SupportsIndex,
     record_every: typing.SupportsInt | typing.SupportsIndex,
+    v1: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
 ) -> tuple:
     """
     GD+WD on BN matrix completion, one thread per trajectory: the same tuple as _tile_bn_linreg_gd_wd.
@@ -1026,6 +1044,7 @@ def _tile_bn_mc_warp_gd_wd(
     wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     steps: typing.SupportsInt | typing.SupportsIndex,
     record_every: typing.SupportsInt | typing.SupportsIndex,
+    v1: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
 ) -> tuple:
     """
     GD+WD on BN matrix completion, one warp per trajectory: the same tuple as _tile_bn_linreg_gd_wd.
@@ -1058,6 +1077,7 @@ def _tile_toy3d_gd_wd(
     wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     steps: typing.SupportsInt | typing.SupportsIndex,
     record_every: typing.SupportsInt | typing.SupportsIndex,
+    v1: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
 ) -> tuple:
     """
     GD+WD on Toy3D, one thread per trajectory: the same tuple as _tile_bn_linreg_gd_wd.

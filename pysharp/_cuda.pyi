@@ -56,6 +56,8 @@ class BNLinearRegression_f64:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -65,7 +67,7 @@ class BNLinearRegression_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -133,6 +135,8 @@ class BNLinearRegression_f32:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -142,7 +146,7 @@ class BNLinearRegression_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -210,6 +214,8 @@ class BNMatrixCompletion_f64:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -219,7 +225,7 @@ class BNMatrixCompletion_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -287,6 +293,8 @@ class BNMatrixCompletion_f32:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -296,7 +304,7 @@ class BNMatrixCompletion_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -361,6 +369,8 @@ class BNTwoLayerNet_f64:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -370,7 +380,7 @@ class BNTwoLayerNet_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -435,6 +445,8 @@ class BNTwoLayerNet_f32:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -444,7 +456,7 @@ class BNTwoLayerNet_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -503,6 +515,8 @@ class Toy3D_f64:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float64],
         numpy.typing.NDArray[numpy.float64],
@@ -512,7 +526,7 @@ class Toy3D_f64:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
@@ -571,6 +585,8 @@ class Toy3D_f32:
         W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
         options: dict,
         start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
     ) -> tuple[
         numpy.typing.NDArray[numpy.float32],
         numpy.typing.NDArray[numpy.float32],
@@ -580,7 +596,7 @@ class Toy3D_f32:
         numpy.typing.NDArray[numpy.uint8],
     ]:
         """
-        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,))
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
         """
     def loss_grad(
         self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
@@ -634,9 +650,10 @@ def _tile_bn_linreg_gd_wd(
     wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     steps: typing.SupportsInt | typing.SupportsIndex,
     record_every: typing.SupportsInt | typing.SupportsIndex,
+    v1: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
 ) -> tuple:
     """
-    GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), grad_norm (R, B)).
+    GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), grad_norm (R, B), top_grad (R, B): ||w|| v1 . grad L(w), given unit vectors v1 (B, d); (0, B) without).
     """
 
 def _tile_bn_mc_fits(
@@ -659,6 +676,7 @@ def _tile_bn_mc_gd_wd(
     wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     steps: typing.SupportsInt | typing.SupportsIndex,
     record_every: typing.SupportsInt | typing.SupportsIndex,
+    v1: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
 ) -> tuple:
     """
     GD+WD on BN matrix completion on the device's tile kernel: the same tuple as _tile_bn_linreg_gd_wd.
@@ -684,6 +702,7 @@ def _tile_bn_mc_warp_gd_wd(
     wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     steps: typing.SupportsInt | typing.SupportsIndex,
     record_every: typing.SupportsInt | typing.SupportsIndex,
+    v1: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
 ) -> tuple:
     """
     GD+WD on BN matrix completion on the device's warp tile kernel (a warp per trajectory): the same tuple as _tile_bn_linreg_gd_wd.
@@ -696,6 +715,7 @@ def _tile_toy3d_gd_wd(
     wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
     steps: typing.SupportsInt | typing.SupportsIndex,
     record_every: typing.SupportsInt | typing.SupportsIndex,
+    v1: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
 ) -> tuple:
     """
     GD+WD on Toy3D on the device's tile kernel: the same tuple as _tile_bn_linreg_gd_wd.

@@ -180,7 +180,8 @@ def run_method(model: ScaleInvariantModel, w0, hyper: Mapping[str, ArrayLike], s
         lanczos=LanczosOptions.for_dim(model.dim, 1, lanczos_max_iter, tol=lanczos_tol,
                                        seed=seed, name="lanczos_max_iter"))
     tiles = BACKENDS[backend].tiles
-    raw = tile_run(model, config, W0, hyper, tiles()) if tiles else None
+    raw = tile_run(model, config, W0, hyper, tiles(), model._core(W0.dtype, backend),
+                   first_trajectory) if tiles else None
     used_tiles = raw is not None
     if raw is None:
         raw = model._core(W0.dtype, backend).run(W0, hyper, config.to_core(), first_trajectory)

@@ -126,9 +126,19 @@ CXX_MUTANTS = [
      "obs[start[f] + j] : 0;", "BN-MC warp terms: padding adds observation 0's term"),
     ("csrc/include/pysharp/tile/bn_mc_warp.hpp", "if (P::leader()) z[data.m.N] = 0.0;", "",
      "BN-MC warp tile: the padding terms' zero slot never written"),
+    ("csrc/include/pysharp/tile/bn_linreg.hpp", "P::load_if(v1, at + reg<long long>(8 * b + i),",
+     "P::load_if(v1, at + reg<long long>(8 * b),", "BN linreg tile: top_grad reads v1 twice "
+     "at each pair's first coordinate"),
+    ("csrc/include/pysharp/tile/gd_wd_io.hpp",
+     "if (io.top_grad) io.top_grad[at] = root(n2) * io.top_grad[at];", "",
+     "thread and warp tiles: top_grad not scaled by ||w||"),
+    ("csrc/cpu/engine.hpp", "stream[l] = streams ? streams[rows[l]]",
+     "stream[l] = streams ? streams[l]",
+     "batched Lanczos: row l of a lane block keyed by the block's first streams"),
 ]
 CXX_TESTS = ["tests/models/test_models.py", "tests/csrc/test_lanes.py",
-             "tests/csrc/test_bn_linreg_rows.py", "tests/csrc/test_tile.py"]
+             "tests/csrc/test_bn_linreg_rows.py", "tests/csrc/test_tile.py",
+             "tests/backends/test_tiles.py"]
 
 _CMP_SWAPS = {
     ast.Lt: (ast.LtE, ast.GtE), ast.LtE: (ast.Lt, ast.Gt), ast.Gt: (ast.GtE, ast.LtE),

@@ -35,9 +35,10 @@ struct CpuExec {
   }
   template <class Core, class Real>
   static void lanczos(const Core& c, const LanczosOptions& o, const Real* W, const Real* start,
-                      std::int64_t B, Real* evals, Real* evecs, Real* resid, int* iterations,
-                      std::uint8_t* converged, std::uint8_t* ok) {
-    cpu::lanczos_batch(c.model, o, W, start, B, evals, evecs, resid, iterations, converged, ok);
+                      const std::uint64_t* streams, std::int64_t B, Real* evals, Real* evecs,
+                      Real* resid, int* iterations, std::uint8_t* converged, std::uint8_t* ok) {
+    cpu::lanczos_batch(c.model, o, W, start, streams, B, evals, evecs, resid, iterations,
+                       converged, ok);
   }
   template <class Core, class Real>
   static void run(const Core& c, const EngineConfig& cfg, bool reduced, const Real* W0,

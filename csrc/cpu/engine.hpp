@@ -210,11 +210,11 @@ void run_batch_spectral(const BNLinearRegression<Real>& m, const BNLinRegSpectra
 // Top-k eigenpairs of H(w) for each row of W (B, D). start: (B, D) or nullptr.
 // k = 1 runs lane blocks of W points in lockstep (lanczos_lanes.hpp); k > 1
 // (locking, lanczos.hpp) one point at a time. Point b's random streams are
-// keyed by b.
+// keyed by streams[b] (b where streams is null) and o.counter.
 template <class Model, class Real>
 void lanczos_batch(const Model& m, const LanczosOptions& o, const Real* W, const Real* start,
-                   long long B, Real* evals, Real* evecs, Real* resid, int* iterations,
-                   std::uint8_t* converged, std::uint8_t* ok) {
+                   const std::uint64_t* streams, long long B, Real* evals, Real* evecs,
+                   Real* resid, int* iterations, std::uint8_t* converged, std::uint8_t* ok) {
   const int D = m.dim();
   const int k = o.k;
   if (k == 1) {
@@ -235,7 +235,7 @@ void lanczos_batch(const Model& m, const LanczosOptions& o, const Real* W, const
         const int lanes = static_cast<int>(std::min<std::int64_t>(L, B - blk * L));
         for (int l = 0; l < L; ++l) {
           rows[l] = blk * L + (l < lanes ? l : 0);
-          stream[l] = static_cast<std::uint64_t>(rows[l]);
+          stream[l] = streams ? streams[rows[l]] : static_cast<std::uint64_t>(rows[l]);
           warm[l] = start != nullptr;
         }
         gather_rows(W, D, rows, lanes, w.data());
@@ -273,7 +273,7 @@ void lanczos_batch(const Model& m, const LanczosOptions& o, const Real* W, const
 #pragma omp for schedule(dynamic, 4)
     for (long long b = 0; b < B; ++b) {
       LanczosOptions ob = o;
-      ob.stream = static_cast<std::uint64_t>(b);
+      ob.stream = streams ? streams[b] : static_cast<std::uint64_t>(b);
       const Real* w = W + b * D;
       auto apply = [&](const Real* x, Real* y) { return hvp(m, w, x, y, jets.data()); };
       const LanczosReport rep = lanczos(apply, D, ob, start ? start + b * D : nullptr,

@@ -4,39 +4,52 @@
 // emulation call for call. backend="cuda" runs GD+WD on them where they apply
 // (pysharp/_backends/_tiles.py). Trajectory b runs in row b % 8 of tile b / 8.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda/executor.cuh"
 #include "cuda/tile_kernels.cuh"
+#include "tile_shapes.hpp"
 
 namespace pysharp::cuda_module {
 namespace {
 
 // The host outputs of a GD+WD tile run and their device mirrors.
+// With v1 (B, D), top_grad is (R, B); without, (0, B).
 struct TileRun {
   long long B, steps, every, D;
-  carray<double> w_final, loss, norm2, eff_lr, grad_norm;
+  carray<double> w_final, loss, norm2, eff_lr, grad_norm, top_grad;
   carray<std::uint8_t> diverged;
   carray<long long> diverged_step;
-  DeviceBuffer<double> w0, lr, wd, w_final_d, loss_d, norm2_d, eff_lr_d, grad_norm_d;
+  DeviceBuffer<double> w0, lr, wd, w_final_d, loss_d, norm2_d, eff_lr_d, grad_norm_d, v1_d,
+      top_grad_d;
   DeviceBuffer<std::uint8_t> diverged_d;
   DeviceBuffer<long long> step_d;
 
   TileRun(const carray<double>& W0, const carray<double>& lr_, const carray<double>& wd_,
-          long long steps_, long long every_)
+          long long steps_, long long every_, const std::optional<carray<double>>& v1)
       : B(W0.ndim() == 2 ? W0.shape(0) : 0), steps(steps_), every(every_),
         D(W0.ndim() == 2 ? W0.shape(1) : 0),
         w_final({B, D}), loss({records(steps_, every_), B}),
         norm2({records(steps_, every_), B}), eff_lr({records(steps_, every_), B}),
-        grad_norm({records(steps_, every_), B}), diverged(B), diverged_step(B),
+        grad_norm({records(steps_, every_), B}),
+        top_grad({v1 ? records(steps_, every_) : 0, B}), diverged(B), diverged_step(B),
         w0(DeviceBuffer<double>::from(W0)), lr(DeviceBuffer<double>::from(lr_)),
         wd(DeviceBuffer<double>::from(wd_)), w_final_d(B * D), loss_d(loss.size()),
         norm2_d(norm2.size()), eff_lr_d(eff_lr.size()), grad_norm_d(grad_norm.size()),
-        diverged_d(B), step_d(B) {
+        v1_d(checked_v1(v1, B, D)), top_grad_d(top_grad.size()), diverged_d(B), step_d(B) {
     require(W0.ndim() == 2 && lr_.ndim() == 1 && wd_.ndim() == 1 && lr_.shape(0) == B &&
                 wd_.shape(0) == B && B >= 1,
             "W0 must be (B, D), lr and wd (B,), B >= 1");
+  }
+  static DeviceBuffer<double> checked_v1(const std::optional<carray<double>>& v1, long long B,
+                                         long long D) {
+    if (!v1) return DeviceBuffer<double>();
+    require(v1->ndim() == 2 && v1->shape(0) == B && v1->shape(1) == D,
+            "v1 must be (B, D), as W0");
+    return DeviceBuffer<double>::from(*v1);
   }
   // Records at steps 0, every, ... <= steps; checked before any array is shaped by it.
   static long long records(long long steps, long long every) {
@@ -47,7 +60,7 @@ struct TileRun {
     return {w0.get(),         lr.get(),      wd.get(),         w_final_d.get(),
             loss_d.get(),     norm2_d.get(), eff_lr_d.get(),   grad_norm_d.get(),
             diverged_d.get(), step_d.get(),  B,                steps,
-            every};
+            every,            v1_d.get(),    v1_d.get() ? top_grad_d.get() : nullptr};
   }
   py::tuple result() {
     w_final_d.to(w_final.mutable_data());
@@ -57,7 +70,9 @@ struct TileRun {
     grad_norm_d.to(grad_norm.mutable_data());
     diverged_d.to(diverged.mutable_data());
     step_d.to(diverged_step.mutable_data());
-    return py::make_tuple(w_final, loss, norm2, diverged, diverged_step, eff_lr, grad_norm);
+    top_grad_d.to(top_grad.mutable_data());  // nothing without v1
+    return py::make_tuple(w_final, loss, norm2, diverged, diverged_step, eff_lr, grad_norm,
+                          top_grad);
   }
 };
 
@@ -85,6 +100,18 @@ int block_smem_optin() {
   return optin;
 }
 
+// The (d, n) shapes the BN linear regression tile kernel is compiled for: the benchmark's.
+using Shapes = std::tuple<module::Shape<40, 20>, module::Shape<100, 200>>;
+
+// Whether the current device has FP64 mma (compute capability 8.0+), which the BN linear
+// regression tile kernel is built on.
+bool has_fp64_mma() {
+  int dev = 0, major = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "capability");
+  return major >= 8;
+}
+
 template <int D, int N>
 void launch_bn_linreg(const carray<double>& Xc, const carray<double>& u, double scale,
                       TileRun& run) {
@@ -100,10 +127,8 @@ void launch_bn_linreg(const carray<double>& Xc, const carray<double>& u, double 
   constexpr int smem = cuda::bn_linreg_tile_smem_bytes<D, N>();
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "shared memory of the tile kernel");
-  int dev = 0, major = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "capability");
-  require(major >= 8, "the BN linear regression tile kernel needs FP64 mma (compute capability 8.0+)");
+  require(has_fp64_mma(),
+          "the BN linear regression tile kernel needs FP64 mma (compute capability 8.0+)");
   const long long tiles = (run.B + 7) / 8;
   const int blocks = persistent_blocks(kernel, smem, (tiles + cuda::kTileWarps - 1) /
                                                          cuda::kTileWarps);
@@ -113,19 +138,19 @@ void launch_bn_linreg(const carray<double>& Xc, const carray<double>& u, double 
 
 py::tuple bn_linreg_gd_wd(const carray<double>& Xc, const carray<double>& u, double scale,
                           const carray<double>& W0, const carray<double>& lr,
-                          const carray<double>& wd, long long steps, long long record_every) {
+                          const carray<double>& wd, long long steps, long long record_every,
+                          const std::optional<carray<double>>& v1) {
   require(Xc.ndim() == 2 && u.ndim() == 1 && u.shape(0) == Xc.shape(0),
           "Xc must be (n, d) and u (n,)");
   const int n = static_cast<int>(Xc.shape(0)), d = static_cast<int>(Xc.shape(1));
   require(W0.ndim() == 2 && W0.shape(1) == d, "W0 must be (B, d)");
-  TileRun run(W0, lr, wd, steps, record_every);
-  if (d == 40 && n == 20)
-    launch_bn_linreg<40, 20>(Xc, u, scale, run);
-  else if (d == 100 && n == 200)
-    launch_bn_linreg<100, 200>(Xc, u, scale, run);
-  else
-    require(false, "no tile kernel for d = " + std::to_string(d) + ", n = " + std::to_string(n) +
-                       " (see pysharp._cuda._TILE_BN_LINREG_SHAPES)");
+  require(module::has_shape<Shapes>(d, n),
+          "no tile kernel for d = " + std::to_string(d) + ", n = " + std::to_string(n) +
+              " (see pysharp._cuda._TILE_BN_LINREG_SHAPES)");
+  TileRun run(W0, lr, wd, steps, record_every, v1);
+  module::with_shape<Shapes>(d, n, [&](auto s) {
+    launch_bn_linreg<decltype(s)::d, decltype(s)::n>(Xc, u, scale, run);
+  });
   return run.result();
 }
 
@@ -158,14 +183,14 @@ struct DeviceBNMc {
 py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const carray<double>& u,
                       double scale, int m1, int m2, int r, const carray<double>& W0,
                       const carray<double>& lr, const carray<double>& wd, long long steps,
-                      long long record_every) {
+                      long long record_every, const std::optional<carray<double>>& v1) {
   const DeviceBNMc dev(rows, cols, u, scale, m1, m2, r, W0);
   const BNMatrixCompletion<double>& m = dev.m;
   const int optin = block_smem_optin();
   require(tile::bn_mc_tile_fits(m.dim(), m.N, optin),
           "the model is too large for the BN matrix completion tile on this device "
           "(see _tile_bn_mc_fits)");
-  TileRun run(W0, lr, wd, steps, record_every);
+  TileRun run(W0, lr, wd, steps, record_every, v1);
   const int per_thread = tile::bn_mc_thread_doubles(m) * static_cast<int>(sizeof(double));
   const int fit = optin / per_thread / 32 * 32;  // >= 32: bn_mc_tile_fits
   const int threads = fit < cuda::kTileThreads ? fit : cuda::kTileThreads;
@@ -182,14 +207,15 @@ py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const ca
 py::tuple bn_mc_warp_gd_wd(const carray<int>& rows, const carray<int>& cols,
                            const carray<double>& u, double scale, int m1, int m2, int r,
                            const carray<double>& W0, const carray<double>& lr,
-                           const carray<double>& wd, long long steps, long long record_every) {
+                           const carray<double>& wd, long long steps, long long record_every,
+                           const std::optional<carray<double>>& v1) {
   const DeviceBNMc dev(rows, cols, u, scale, m1, m2, r, W0);
   const int D = dev.m.dim(), N = dev.m.N;
   const int optin = block_smem_optin();
   require(tile::bn_mc_warp_tile_fits(D, N, optin),
           "the model is too large for the BN matrix completion warp tile on this device "
           "(see _tile_bn_mc_warp_fits)");
-  TileRun run(W0, lr, wd, steps, record_every);
+  TileRun run(W0, lr, wd, steps, record_every, v1);
   const tile::BNMcWarpTerms terms(BNMatrixCompletion<double>{
       rows.data(), cols.data(), u.data(), dev.m.scale, N, m1, m2, r});
   const DeviceBuffer<int> pass_d(terms.pass_start.data(), terms.pass_start.size()),
@@ -222,9 +248,10 @@ py::tuple bn_mc_warp_gd_wd(const carray<int>& rows, const carray<int>& cols,
 }
 
 py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& lr,
-                      const carray<double>& wd, long long steps, long long record_every) {
+                      const carray<double>& wd, long long steps, long long record_every,
+                      const std::optional<carray<double>>& v1) {
   require(W0.ndim() == 2 && W0.shape(1) == 3, "W0 must be (B, 3)");
-  TileRun run(W0, lr, wd, steps, record_every);
+  TileRun run(W0, lr, wd, steps, record_every, v1);
   auto kernel = cuda::toy3d_gd_wd_tile_kernel;
   const int blocks =
       persistent_blocks(kernel, 0, (run.B + cuda::kTileThreads - 1) / cuda::kTileThreads);
@@ -236,28 +263,20 @@ py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& 
 }  // namespace
 
 void bind_tile(py::module_& m) {
-  py::list shapes;
-  shapes.append(py::make_tuple(40, 20));
-  shapes.append(py::make_tuple(100, 200));
-  m.attr("_TILE_BN_LINREG_SHAPES") = shapes;
+  m.attr("_TILE_BN_LINREG_SHAPES") = module::shape_list<Shapes>();
   m.def(
       "_tile_bn_linreg_fits",
-      [](int d, int n) {
-        int dev = 0, major = 0;
-        check(cudaGetDevice(&dev), "cudaGetDevice");
-        check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
-              "capability");
-        return major >= 8 && ((d == 40 && n == 20) || (d == 100 && n == 200));
-      },
+      [](int d, int n) { return module::has_shape<Shapes>(d, n) && has_fp64_mma(); },
       py::arg("d"), py::arg("n"),
       "Whether BN linear regression with d coordinates and n samples runs on the tile: a "
       "kernel compiled for (d, n) (_TILE_BN_LINREG_SHAPES) and FP64 mma on this device.");
   m.def("_tile_bn_linreg_gd_wd", &bn_linreg_gd_wd, py::arg("Xc"), py::arg("u"),
         py::arg("scale"), py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"),
-        py::arg("record_every"),
+        py::arg("record_every"), py::arg("v1") = py::none(),
         "GD+WD on BN linear regression on the device's tile kernel: (w_final (B, d), "
         "loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B), "
-        "grad_norm (R, B)).");
+        "grad_norm (R, B), top_grad (R, B): ||w|| v1 . grad L(w), given unit vectors v1 "
+        "(B, d); (0, B) without).");
   m.def(
       "_tile_bn_mc_fits",
       [](int D, int N) { return tile::bn_mc_tile_fits(D, N, block_smem_optin()); },
@@ -267,6 +286,7 @@ void bind_tile(py::module_& m) {
   m.def("_tile_bn_mc_gd_wd", &bn_mc_gd_wd, py::arg("rows"), py::arg("cols"), py::arg("u"),
         py::arg("scale"), py::arg("m1"), py::arg("m2"), py::arg("r"), py::arg("W0"),
         py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        py::arg("v1") = py::none(),
         "GD+WD on BN matrix completion on the device's tile kernel: the same tuple as "
         "_tile_bn_linreg_gd_wd.");
   m.def(
@@ -278,10 +298,11 @@ void bind_tile(py::module_& m) {
   m.def("_tile_bn_mc_warp_gd_wd", &bn_mc_warp_gd_wd, py::arg("rows"), py::arg("cols"),
         py::arg("u"), py::arg("scale"), py::arg("m1"), py::arg("m2"), py::arg("r"),
         py::arg("W0"), py::arg("lr"), py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        py::arg("v1") = py::none(),
         "GD+WD on BN matrix completion on the device's warp tile kernel (a warp per "
         "trajectory): the same tuple as _tile_bn_linreg_gd_wd.");
   m.def("_tile_toy3d_gd_wd", &toy3d_gd_wd, py::arg("c"), py::arg("W0"), py::arg("lr"),
-        py::arg("wd"), py::arg("steps"), py::arg("record_every"),
+        py::arg("wd"), py::arg("steps"), py::arg("record_every"), py::arg("v1") = py::none(),
         "GD+WD on Toy3D on the device's tile kernel: the same tuple as _tile_bn_linreg_gd_wd.");
 }
 

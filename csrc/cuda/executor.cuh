@@ -215,18 +215,21 @@ struct CudaExec {
 
   template <class Core, class Real>
   static void lanczos(const Core& c, const LanczosOptions& o, const Real* W, const Real* start,
-                      long long B, Real* evals, Real* evecs, Real* resid, int* iterations,
-                      std::uint8_t* converged, std::uint8_t* ok) {
+                      const std::uint64_t* streams, long long B, Real* evals, Real* evecs,
+                      Real* resid, int* iterations, std::uint8_t* converged, std::uint8_t* ok) {
     const int D = c.model.dim(), k = o.k;
     DeviceBuffer<Real> dW(W, B * D);
     DeviceBuffer<Real> dS = start ? DeviceBuffer<Real>(start, B * D) : DeviceBuffer<Real>();
+    DeviceBuffer<std::uint64_t> dstreams =
+        streams ? DeviceBuffer<std::uint64_t>(streams, B) : DeviceBuffer<std::uint64_t>();
     DeviceBuffer<Real> dev(B * k), dvec(B * k * D), dres(B * k);
     DeviceBuffer<Real> scratch(B * lanczos_scratch_size(D, o));
     DeviceBuffer<Jet<Real, 1>> jets(B * jet_scratch_size(c.model));
     DeviceBuffer<int> dit(B);
     DeviceBuffer<std::uint8_t> dconv(B), dok(B);
     cuda::lanczos_kernel<<<blocks_for(B), kThreads>>>(
-        c.model, o, dW.get(), start ? dS.get() : nullptr, B, dev.get(), dvec.get(), dres.get(),
+        c.model, o, dW.get(), start ? dS.get() : nullptr, streams ? dstreams.get() : nullptr, B,
+        dev.get(), dvec.get(), dres.get(),
         dit.get(), dconv.get(), dok.get(), scratch.get(), jets.get());
     finish_launch("lanczos");
     dev.to(evals);

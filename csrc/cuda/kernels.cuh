@@ -71,16 +71,18 @@ __global__ void hessian_kernel(Model m, const Real* W, long long B, Real* H, Rea
   for (int i = 0; i < D; ++i) H[(b * D + i) * D + j] = ct[i];
 }
 
-// Top-k eigenpairs of H(w_b); scratch: lanczos_scratch_size(D, o) Reals per row.
+// Top-k eigenpairs of H(w_b), random starts keyed by streams[b] (b if null) and
+// o.counter; scratch: lanczos_scratch_size(D, o) Reals per row.
 template <class Model, class Real>
 __global__ void lanczos_kernel(Model m, LanczosOptions o, const Real* W, const Real* start,
-                               long long B, Real* evals, Real* evecs, Real* resid,
-                               int* iterations, std::uint8_t* converged, std::uint8_t* ok,
-                               Real* scratch, Jet<Real, 1>* jets) {
+                               const std::uint64_t* streams, long long B, Real* evals,
+                               Real* evecs, Real* resid, int* iterations,
+                               std::uint8_t* converged, std::uint8_t* ok, Real* scratch,
+                               Jet<Real, 1>* jets) {
   const long long b = thread_index();
   if (b >= B) return;
   const int D = m.dim(), k = o.k;
-  o.stream = static_cast<std::uint64_t>(b);
+  o.stream = streams ? streams[b] : static_cast<std::uint64_t>(b);
   const Real* w = W + b * D;
   Jet<Real, 1>* s = jets + b * jet_scratch_size(m);
   auto apply = [&](const Real* x, Real* y) { return hvp(m, w, x, y, s); };

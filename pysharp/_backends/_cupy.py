@@ -117,7 +117,7 @@ RECORDS = (("loss", "loss"), ("norm2", "norm2"), ("eff_lr", "eff_lr"),
 
 #: The outputs of a tile run, in the order of its result tuple (bind_tile.cu's TileRun).
 TILE_OUTPUTS = ("w_final", "loss", "norm2", "diverged", "diverged_step", "eff_lr",
-                "grad_norm")
+                "grad_norm", "top_grad")
 
 
 def struct_dtype(name: str, real=np.float64) -> np.dtype:
@@ -150,7 +150,8 @@ def struct_dtype(name: str, real=np.float64) -> np.dtype:
         "GdWdTileIO": [*((f, ptr) for f in ("w0", "lr", "wd", "w_final", "loss", "norm2",
                                              "eff_lr", "grad_norm", "diverged",
                                              "diverged_step")),
-                       ("batch", i8), ("steps", i8), ("record_every", i8)],
+                       ("batch", i8), ("steps", i8), ("record_every", i8), ("v1", ptr),
+                       ("top_grad", ptr)],
         "BNLinRegTileData": [("xc", ptr), ("u", ptr), ("scale", f8), ("floor_coef", f8)],
         "BNMcWarpData": [("m", "BNMatrixCompletion"), ("pass_start", ptr),
                          ("term_obs", ptr), ("term_other", ptr)],
@@ -698,25 +699,33 @@ class _CupyCore:
         self._launch("hessian", B * D, (W, np.int64(B), H, e, col, jets, bad))
         return _host((H, (bad == 0).astype(cp.uint8)), dev)
 
-    def lanczos(self, W, options: dict, start=None):
+    def lanczos(self, W, options: dict, start=None, streams=None, counter: int = 0):
         """(B, D), LanczosOptions dict, optional starts (B, D) -> (evals (B, k), evecs (B, k, D),
-        resid (B, k), iterations (B,) int32, converged (B,) uint8, ok (B,) uint8)."""
+        resid (B, k), iterations (B,) int32, converged (B,) uint8, ok (B,) uint8); row b's
+        random start keyed by (seed, streams[b] (default b), counter)."""
         cp, dev = self._cp, _on_device((W, start))
         W = self._rows(W)
         B, D = W.shape[0], self.dim
         o = lanczos_options(options, D)
+        counter = operator.index(counter)
+        if not 0 <= counter < 2 ** 64:
+            raise ValueError("counter must be in [0, 2^64)")
+        o["counter"] = counter
         if start is not None:
             start = self._rows(start, "start")
             if start.shape[0] != B:
                 raise ValueError("start must match W")
+        if streams is not None:
+            streams = _vector(streams, B, np.uint64, "streams")
         k = int(o["k"])
         evals, evecs = cp.empty((B, k), self.real), cp.empty((B, k, D), self.real)
         resid, iters = cp.empty((B, k), self.real), cp.empty(B, cp.int32)
         conv, ok = cp.empty(B, cp.uint8), cp.empty(B, cp.uint8)
         scratch = cp.empty(B * lanczos_scratch_size(D, int(o["max_iter"]), k), self.real)
         jets = cp.empty(B * self.jet_scratch_size() * 2, self.real)
-        self._launch("lanczos", B, (o, W, np.uint64(_ptr(start)), np.int64(B), evals, evecs,
-                                    resid, iters, conv, ok, scratch, jets))
+        self._launch("lanczos", B, (o, W, np.uint64(_ptr(start)), np.uint64(_ptr(streams)),
+                                    np.int64(B), evals, evecs, resid, iters, conv, ok, scratch,
+                                    jets))
         return _host((evals, evecs, resid, iters, conv, ok), dev)
 
     def run(self, w0, hyper: dict, config: dict, offset: int = 0) -> dict:
@@ -785,6 +794,13 @@ class BNLinearRegression(_CupyCore):
                    xc_fro2=_fro2(Xc, self.real), n=n, d=d)
 
 
+def _observations_inside(rows: np.ndarray, cols: np.ndarray, m1: int, m2: int) -> bool:
+    """Whether every observation (rows[k], cols[k]) lies in the (m1, m2) matrix (the kernels
+    index the factors by them unchecked): tile/bn_mc.hpp's bn_mc_observations_inside."""
+    return not rows.size or bool(rows.min() >= 0 and rows.max() < m1 and cols.min() >= 0
+                                 and cols.max() < m2)
+
+
 class BNMatrixCompletion(_CupyCore):
     _model = "BNMatrixCompletion"
 
@@ -793,8 +809,7 @@ class BNMatrixCompletion(_CupyCore):
         rows, cols, u = np.asarray(rows), np.asarray(cols), np.asarray(u)
         if rows.size != u.size or cols.size != u.size:
             raise ValueError("rows, cols and u must have one entry per observation")
-        if rows.size and (rows.min() < 0 or rows.max() >= m1 or cols.min() < 0
-                          or cols.max() >= m2):
+        if not _observations_inside(rows, cols, m1, m2):
             raise ValueError("observation index out of range")
         self.dim, self.work_size = (m1 + m2) * r, int(rows.size)
         self._pack(rows=self._device(rows, np.int32), cols=self._device(cols, np.int32),
@@ -854,13 +869,13 @@ def _device_attribute(name: str) -> int:
     return rt.deviceGetAttribute(getattr(rt, f"cudaDevAttr{name}"), cupy.cuda.Device().id)
 
 
-def _tile_run(W0, lr, wd, steps: int, record_every: int, D: int, what: str):
+def _tile_run(W0, lr, wd, steps: int, record_every: int, D: int, what: str, v1=None):
     """(whether the results stay on the device, the tile IO struct, its device inputs, the
     outputs by name): bind_tile.cu's TileRun, every argument checked before anything is
     allocated. The caller holds the inputs until it has launched: freed earlier, their
-    memory could back the model's data."""
+    memory could back the model's data. With v1 (B, D), top_grad is (R, B); else (0, B)."""
     import cupy as cp
-    dev = _on_device((W0, lr, wd))
+    dev = _on_device((W0, lr, wd, v1))
     shape = W0.shape if isinstance(W0, cp.ndarray) else np.shape(W0)
     if len(shape) != 2 or shape[0] < 1 or shape[1] != D:
         raise ValueError(f"W0 must be (B, {what}) with B >= 1, got shape {tuple(shape)}")
@@ -870,12 +885,18 @@ def _tile_run(W0, lr, wd, steps: int, record_every: int, D: int, what: str):
     B, R = shape[0], n_records(steps, record_every)
     W0 = _device_rows(W0, D, np.float64, "W0")
     lr, wd = _vector(lr, B, np.float64, "lr"), _vector(wd, B, np.float64, "wd")
+    if v1 is not None:
+        v1 = _device_rows(v1, D, np.float64, "v1")
+        if v1.shape[0] != B:
+            raise ValueError("v1 must be (B, D), as W0")
     out = {"w_final": cp.empty((B, D)), "diverged": cp.empty(B, cp.uint8),
            "diverged_step": cp.empty(B, cp.int64),
+           "top_grad": cp.empty((R if v1 is not None else 0, B)),
            **{name: cp.empty((R, B)) for name in ("loss", "norm2", "eff_lr", "grad_norm")}}
     io = _pack("GdWdTileIO", w0=_ptr(W0), lr=_ptr(lr), wd=_ptr(wd), batch=B, steps=steps,
-               record_every=record_every, **{name: _ptr(a) for name, a in out.items()})
-    return dev, io, (W0, lr, wd), out
+               record_every=record_every, v1=_ptr(v1),
+               **{name: _ptr(a) for name, a in out.items()})
+    return dev, io, (W0, lr, wd, v1), out
 
 
 def _launch_tile(kernel: str, args: tuple, work_blocks: int, threads: int = TILE_THREADS,
@@ -897,11 +918,12 @@ def _tile_result(dev: bool, out: dict) -> tuple:
     return _host(tuple(out[name] for name in TILE_OUTPUTS), dev)
 
 
-def tile_toy3d_gd_wd(c: float, W0, lr, wd, steps: int, record_every: int) -> tuple:
-    """GD+WD on Toy3D on its tile kernel: W0 (B, 3), lr and wd (B,) -> (w_final (B, 3),
-    loss (R, B), norm2 (R, B), diverged (B,), diverged_step (B,), eff_lr (R, B),
-    grad_norm (R, B)), R = steps // record_every + 1."""
-    dev, io, inputs, out = _tile_run(W0, lr, wd, steps, record_every, 3, "3")
+def tile_toy3d_gd_wd(c: float, W0, lr, wd, steps: int, record_every: int, v1=None) -> tuple:
+    """GD+WD on Toy3D on its tile kernel: W0 (B, 3), lr and wd (B,), optional unit vectors
+    v1 (B, 3) -> (w_final (B, 3), loss (R, B), norm2 (R, B), diverged (B,),
+    diverged_step (B,), eff_lr (R, B), grad_norm (R, B), top_grad (R, B) = ||w|| v1 .
+    grad L(w), (0, B) without v1), R = steps // record_every + 1."""
+    dev, io, inputs, out = _tile_run(W0, lr, wd, steps, record_every, 3, "3", v1)
     B = int(io["batch"])
     _launch_tile("toy3d", (_pack("Toy3D", c=c), io), -(-B // TILE_THREADS))
     return _tile_result(dev, out)
@@ -914,7 +936,7 @@ def tile_bn_mc_fits(D: int, N: int) -> bool:
 
 
 def _bn_mc_launch(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr, wd,
-                  steps: int, record_every: int, fits, tile: str, asks: str) -> tuple:
+                  steps: int, record_every: int, v1, fits, tile: str, asks: str) -> tuple:
     """What both BN matrix completion tiles start from, every argument checked as
     bind_tile.cu checks it before anything is allocated: (rows, cols, D, N, the block's
     opt-in shared memory, the model struct, what the launch must hold until it is queued,
@@ -925,7 +947,7 @@ def _bn_mc_launch(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr,
     if not (rows.ndim == cols.ndim == u.ndim == 1 and rows.size == u.size == cols.size
             and u.size >= 2 and m1 >= 1 and m2 >= 1 and r >= 1):
         raise ValueError("rows, cols and u must be (N,), N >= 2, and m1, m2, r >= 1")
-    if rows.min() < 0 or rows.max() >= m1 or cols.min() < 0 or cols.max() >= m2:
+    if not _observations_inside(rows, cols, m1, m2):
         raise ValueError("an observation lies outside the (m1, m2) matrix")
     N, D = u.size, (m1 + m2) * r
     shape = W0.shape if isinstance(W0, cp.ndarray) else np.shape(W0)
@@ -935,7 +957,7 @@ def _bn_mc_launch(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr,
     if not fits(D, N, optin):
         raise ValueError(f"the model is too large for the BN matrix completion {tile} on this "
                          f"device (see {asks})")
-    dev, io, inputs, out = _tile_run(W0, lr, wd, steps, record_every, D, "(m1 + m2) r")
+    dev, io, inputs, out = _tile_run(W0, lr, wd, steps, record_every, D, "(m1 + m2) r", v1)
     data = [cp.asarray(a) for a in (rows.astype(np.int32), cols.astype(np.int32), u)]
     m = _pack("BNMatrixCompletion", rows=_ptr(data[0]), cols=_ptr(data[1]), u=_ptr(data[2]),
               scale=scale, N=N, m1=m1, m2=m2, r=r)
@@ -943,12 +965,12 @@ def _bn_mc_launch(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr,
 
 
 def tile_bn_mc_gd_wd(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr, wd,
-                     steps: int, record_every: int) -> tuple:
+                     steps: int, record_every: int, v1=None) -> tuple:
     """GD+WD on BN matrix completion on its tile kernel (one thread per trajectory, its
     scratch in shared memory): W0 (B, (m1 + m2) r); the tuple of :func:`tile_toy3d_gd_wd`.
     Refused (ValueError) for a model that :func:`tile_bn_mc_fits` rejects."""
     _, _, D, N, optin, m, held, dev, io, out = _bn_mc_launch(
-        rows, cols, u, scale, m1, m2, r, W0, lr, wd, steps, record_every, bn_mc_tile_fits,
+        rows, cols, u, scale, m1, m2, r, W0, lr, wd, steps, record_every, v1, bn_mc_tile_fits,
         "tile", "_tile_bn_mc_fits")
     threads, smem = bn_mc_tile_block(D, N, optin)
     _launch_tile("bn_mc", (m, io), -(-int(io["batch"]) // threads), threads, smem)
@@ -962,14 +984,14 @@ def tile_bn_mc_warp_fits(D: int, N: int) -> bool:
 
 
 def tile_bn_mc_warp_gd_wd(rows, cols, u, scale: float, m1: int, m2: int, r: int, W0, lr, wd,
-                          steps: int, record_every: int) -> tuple:
+                          steps: int, record_every: int, v1=None) -> tuple:
     """GD+WD on BN matrix completion on its warp tile kernel (one warp per trajectory, for
     models too large for :func:`tile_bn_mc_gd_wd`): W0 (B, (m1 + m2) r); the tuple of
     :func:`tile_toy3d_gd_wd`. Refused (ValueError) for a model that
     :func:`tile_bn_mc_warp_fits` rejects."""
     import cupy as cp
     rows, cols, D, N, optin, m, held, dev, io, out = _bn_mc_launch(
-        rows, cols, u, scale, m1, m2, r, W0, lr, wd, steps, record_every,
+        rows, cols, u, scale, m1, m2, r, W0, lr, wd, steps, record_every, v1,
         bn_mc_warp_tile_fits, "warp tile", "_tile_bn_mc_warp_fits")
     terms = [cp.asarray(a) for a in bn_mc_warp_terms(rows, cols, m1, m2, r)]
     warp_data = _pack("BNMcWarpData", m=m, pass_start=_ptr(terms[0]), term_obs=_ptr(terms[1]),
@@ -986,7 +1008,7 @@ def tile_bn_mc_warp_gd_wd(rows, cols, u, scale: float, m1: int, m2: int, r: int,
 
 
 def tile_bn_linreg_gd_wd(Xc, u, scale: float, W0, lr, wd, steps: int,
-                         record_every: int) -> tuple:
+                         record_every: int, v1=None) -> tuple:
     """GD+WD on BN linear regression on its tile kernel (8 trajectories a warp, FP64 mma,
     compute capability 8.0+), specialised on (d, n): W0 (B, d); the tuple of
     :func:`tile_toy3d_gd_wd`. Refused (ValueError) where :func:`tile_bn_linreg_fits` says
@@ -1001,7 +1023,7 @@ def tile_bn_linreg_gd_wd(Xc, u, scale: float, W0, lr, wd, steps: int,
                          f"n <= {BN_LINREG_TILE_MAX_N} and its shared memory "
                          "(see _tile_bn_linreg_fits)")
     import cupy as cp
-    dev, io, inputs, out = _tile_run(W0, lr, wd, steps, record_every, d, "d")
+    dev, io, inputs, out = _tile_run(W0, lr, wd, steps, record_every, d, "d", v1)
     dp, np_ = -(-d // 8) * 8, -(-n // 8) * 8
     xc_pad, u_pad = np.zeros((np_, dp)), np.zeros(np_)  # tile::pack_bn_linreg
     xc_pad[:n, :d], u_pad[:n] = Xc, u

@@ -1,14 +1,21 @@
 """The fused GD+WD tiles as the trajectory engine's ``run``, where they apply.
 
 A tile run (``csrc/include/pysharp/tile/``: one persistent launch runs every step, the
-iterate in registers or shared memory) records what the engine records for GD+WD without
-sharpness tracking: the loss, ||w||^2, the effective LR and ||grad L(theta)|| at the record
-steps, the final iterate and the divergence flags. A backend whose ``Backend.tiles`` names a
-module (``cuda``: ``pysharp._cuda``) runs such a batch there when the model has a tile
+iterate in registers or shared memory) records what the engine records for GD+WD: the loss,
+||w||^2, the effective LR and ||grad L(theta)|| at the record steps, the final iterate and the
+divergence flags. A backend whose ``Backend.tiles`` names a module (``cuda``:
+``pysharp._cuda``; ``cupy``) runs such a batch there when the model has a tile
 (``_tile_kernel``: Toy3D, BN matrix completion up to a size, BN linear regression at the
-compiled shapes) and the generic engine otherwise. ``pysharp._core`` has the same
+shapes the module has) and the generic engine otherwise. ``pysharp._core`` has the same
 ``_tile_*`` functions, emulated on the CPU, which is how the tests check this path without
 a GPU.
+
+Sharpness tracking runs the tiles in segments of ``sharpness_every`` steps: at each
+sharpness step the engine's own Lanczos (the backend's ``lanczos``, keyed as the engine
+keys it: stream the trajectory's index, counter the step, the last eigenvector as warm
+start, its sign kept continuous) on the segment's first iterate, then the tile from there,
+recording ``top_grad`` against that eigenvector. The records are the engine's, step for
+step; only the arithmetic of the step (the tile's) and the Lanczos' lane layout differ.
 """
 
 from __future__ import annotations
@@ -19,23 +26,36 @@ import numpy as np
 
 from .._engine import EngineConfig, Method
 
+_RECORDS = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad")
+
 
 def applies(config: EngineConfig, dtype) -> bool:
     """Whether a tile can run ``config``: plain GD+WD in float64, the direct update, no
-    sharpness, snapshots, jitter or top-k (what a tile does not record)."""
+    snapshots, jitter or top-k (what a tile does not record); sharpness tracking where
+    every sharpness step is a record step (``sharpness_every`` a multiple of
+    ``record_every``), so that the segments' records fall on the run's."""
     return (config.method == Method.GD_WD and np.dtype(dtype) == np.float64
-            and not (config.sharpness_every or config.theta_every or config.jitter
-                     or config.top_k or config.reduced))
+            and not (config.theta_every or config.jitter or config.top_k or config.reduced)
+            and config.sharpness_every % config.record_every == 0)
 
 
 def tile_run(model, config: EngineConfig, W0: np.ndarray, hyper: dict[str, np.ndarray],
-             module: Any) -> dict[str, np.ndarray] | None:
+             module: Any, core: Any = None, first_trajectory: int = 0
+             ) -> dict[str, np.ndarray] | None:
     """The records of ``model``'s tile in ``module`` from the starts W0 (B, D), as the
-    engine's ``run`` returns them; None where no tile applies."""
+    engine's ``run`` returns them; None where no tile applies.
+
+    ``core`` (the model's core on the same backend, ``model._core(float64, backend)``) runs
+    the Lanczos of a run with ``sharpness_every > 0``; without it such a run gets None.
+    ``first_trajectory``: the index of row 0, which keys the Lanczos' random starts as the
+    engine's ``offset`` does.
+    """
     kernel = model._tile_kernel(module) if applies(config, W0.dtype) else None
-    if kernel is None:
+    if kernel is None or (config.sharpness_every and core is None):
         return None
-    w, loss, norm2, diverged, step, eff_lr, grad_norm = kernel(
+    if config.sharpness_every:
+        return _segmented(kernel, core, config, W0, hyper, first_trajectory)
+    w, loss, norm2, diverged, step, eff_lr, grad_norm, _ = kernel(
         W0, hyper["lr"], hyper["wd"], config.steps, config.record_every)
     B, D = W0.shape
     nothing = np.zeros((0, B))  # no sharpness steps, no snapshots
@@ -44,3 +64,63 @@ def tile_run(model, config: EngineConfig, W0: np.ndarray, hyper: dict[str, np.nd
             "sharpness_converged": np.zeros((0, B), np.uint8),
             "theta": np.zeros((0, B, D)), "w": w, "diverged": diverged,
             "diverged_step": step}
+
+
+def _segmented(kernel, core, config: EngineConfig, W0: np.ndarray,
+               hyper: dict[str, np.ndarray], first_trajectory: int) -> dict[str, np.ndarray]:
+    """A tile run with sharpness every ``config.sharpness_every`` steps (see the module's
+    docstring): segment j starts at step t = j every from the iterate w_t, after the
+    Lanczos at w_t. Its records at t + k record_every < t + every are the run's (the one at
+    t + every is the next segment's first, after that step's Lanczos); the last segment's
+    are all kept. Only the trajectories still running enter a segment."""
+    B, D = W0.shape
+    T, every, rec_every = config.steps, config.sharpness_every, config.record_every
+    n_sharp = T // every + 1
+    rec = {name: np.full((T // rec_every + 1, B), np.nan) for name in _RECORDS}
+    sharpness, eos_ratio = np.full((n_sharp, B), np.nan), np.full((n_sharp, B), np.nan)
+    converged = np.zeros((n_sharp, B), np.uint8)
+    w = np.array(W0, dtype=np.float64, order="C")
+    v1 = np.zeros((B, D))
+    diverged, diverged_step = np.zeros(B, np.uint8), np.full(B, -1, np.int64)
+    lr, wd = np.asarray(hyper["lr"], np.float64), np.asarray(hyper["wd"], np.float64)
+    options = config.lanczos.to_core() | {"k": 1}
+    live = np.arange(B)
+    for j in range(n_sharp):
+        if live.size == 0:
+            break
+        t = j * every
+        evals, evecs, _, _, conv, ok = core.lanczos(
+            w[live], options, v1[live] if j else None,
+            streams=(first_trajectory + live).astype(np.uint64), counter=t)
+        lam, vec = evals[:, 0], evecs[:, 0, :]
+        if j:  # the engine's sign: continuous, so that top_grad shows the oscillation
+            vec = np.where((np.einsum("bd,bd->b", vec, v1[live]) < 0)[:, None], -vec, vec)
+        solved = ok.astype(bool) & np.isfinite(lam)
+        diverged[live[~solved]], diverged_step[live[~solved]] = 1, t  # frozen at w_t
+        run, lam, conv = live[solved], lam[solved], conv[solved]
+        if run.size == 0:
+            break
+        v1[run] = vec[solved]
+        final = j == n_sharp - 1
+        steps = T - t if final else every
+        out = dict(zip(("w", "loss", "norm2", "diverged", "step", "eff_lr", "grad_norm",
+                        "top_grad"),
+                       kernel(w[run], lr[run], wd[run], steps, rec_every, v1=v1[run])))
+        kept = steps // rec_every + 1 if final else steps // rec_every
+        first = t // rec_every
+        for name in _RECORDS:
+            rec[name][first:first + kept, run] = out[name][:kept]
+        # S(w_t) = ||w_t||^2 lambda_1 and eff_lr S, from the segment's record at t; a row
+        # the tile flags at t (an undefined loss there) keeps NaN and "not converged".
+        at_t = np.isfinite(out["norm2"][0])
+        sharpness[j, run] = np.where(at_t, lam * out["norm2"][0], np.nan)
+        eos_ratio[j, run] = out["eff_lr"][0] * sharpness[j, run]
+        converged[j, run] = np.where(at_t, conv, 0)
+        w[run] = out["w"]
+        stopped = out["diverged"].astype(bool)
+        diverged[run[stopped]] = 1
+        diverged_step[run[stopped]] = t + out["step"][stopped]
+        live = run[~stopped]
+    return {**rec, "sharpness": sharpness, "eos_ratio": eos_ratio,
+            "sharpness_converged": converged, "theta": np.zeros((0, B, D)), "w": w,
+            "diverged": diverged, "diverged_step": diverged_step}

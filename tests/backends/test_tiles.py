@@ -17,10 +17,25 @@ from pysharp._engine import EngineConfig, LanczosOptions, Method
 _core = pytest.importorskip("pysharp._core")
 
 
-def _config(D, steps=200, every=10, **kw):
-    lz = LanczosOptions.for_dim(D, 1, None, tol=1e-10, seed=0, name="lanczos_max_iter")
-    return EngineConfig(Method.GD_WD, steps=steps, record_every=every, sharpness_every=0,
-                        lanczos=lz, **kw)
+def _config(D, steps=200, every=10, sharpness_every=0, max_iter=None, **kw):
+    lz = LanczosOptions.for_dim(D, 1, max_iter, tol=1e-10, seed=0, name="lanczos_max_iter")
+    return EngineConfig(Method.GD_WD, steps=steps, record_every=every,
+                        sharpness_every=sharpness_every, lanczos=lz, **kw)
+
+
+def _assert_engines_records(got, ref, tol=1e-10):
+    """got (a tile run) has ref's (the CPU engine's) keys, shapes and dtypes; its NaNs where
+    ref has them; floats within tol of ref's scale; integers and flags equal."""
+    assert got.keys() == ref.keys()
+    for key, want in ref.items():
+        have = got[key]
+        assert have.shape == want.shape and have.dtype == want.dtype, key
+        if have.size and have.dtype.kind == "f":
+            np.testing.assert_array_equal(np.isnan(have), np.isnan(want), err_msg=key)
+            scale = np.nanmax(np.abs(want), initial=0.0)
+            assert np.nanmax(np.abs(have - want), initial=0.0) <= tol * scale, key
+        else:
+            np.testing.assert_array_equal(have, want, err_msg=key)
 
 
 def _case(name):
@@ -43,24 +58,86 @@ def test_tile_records_are_the_engines(name):
     config = _config(model.dim)
     got = tile_run(model, config, W0, hyper, _core)
     ref = model._core(np.dtype(np.float64), "cpp").run(W0, hyper, config.to_core())
-    assert got.keys() == ref.keys()
-    for key, want in ref.items():
-        have = got[key]
-        assert have.shape == want.shape and have.dtype == want.dtype, key
-        if have.size and have.dtype.kind == "f":
-            scale = np.max(np.abs(want))
-            assert np.max(np.abs(have - want)) <= 1e-10 * scale, key
-        else:
-            np.testing.assert_array_equal(have, want, err_msg=key)
+    _assert_engines_records(got, ref)
+
+
+# (steps, sharpness_every, Lanczos max_iter): the last segment short or of no step; a
+# Krylov space of 3, where the eigenvalue a solve returns depends on its start (the random
+# one keyed by trajectory and step, then the warm one), so that a start other than the
+# engine's shows.
+@pytest.mark.parametrize("steps, every, max_iter", [(200, 50, None), (190, 30, None),
+                                                    (200, 20, 3)])
+@pytest.mark.parametrize("name", ["toy3d", "bn_linreg", "bn_mc", "bn_mc D800"])
+def test_tile_records_with_sharpness_are_the_engines(name, steps, every, max_iter):
+    model, W0, hyper = _case(name)
+    if max_iter and model.dim <= max_iter:
+        pytest.skip("a Krylov space of 3 is all of Toy3D's")
+    config = _config(model.dim, steps, 10, every, max_iter)
+    core = model._core(np.dtype(np.float64), "cpp")
+    got = tile_run(model, config, W0, hyper, _core, core, first_trajectory=5)
+    ref = core.run(W0, hyper, config.to_core(), 5)
+    assert np.isfinite(ref["sharpness"]).all() and np.isfinite(ref["top_grad"]).all()
+    _assert_engines_records(got, ref)
+    if max_iter:  # the streams matter here: row b is trajectory 5 + b
+        other = tile_run(model, config, W0, hyper, _core, core, first_trajectory=0)
+        assert np.max(np.abs(other["sharpness"] - ref["sharpness"])) > 1e-6 * np.max(
+            np.abs(ref["sharpness"]))
+
+
+def test_tile_sharpness_runs_freeze_diverging_trajectories_as_the_engine():
+    """A row undefined at its start, one whose update overflows within the first segment,
+    one past it, and one whose Lanczos fails at a sharpness step: flagged at the engine's
+    steps, their records NaN from there, the other rows' as in the engine."""
+    model = ps.Toy3D(c=10.0)
+    W0 = np.random.default_rng(3).standard_normal((6, 3))
+    W0[1] = 0.0                                   # undefined at step 0
+    lr, wd = np.linspace(0.05, 0.2, 6), np.full(6, 1e-3)
+    lr[2], wd[2] = 1e200, 1.0                     # ||w||^2 overflows after step 0
+    lr[3], wd[3] = 1e-3, -3e4                     # w grows 31-fold a step: at 103
+    config = _config(3, 300, 10, 50)
+    core = model._core(np.dtype(np.float64), "cpp")
+    hyper = {"lr": lr, "wd": wd}
+    ref = core.run(W0, hyper, config.to_core())
+    got = tile_run(model, config, W0, hyper, _core, core)
+    assert ref["diverged"].tolist() == [0, 1, 1, 1, 0, 0]
+    assert ref["diverged_step"].tolist()[:4] == [-1, 0, 1, 103]  # 103: mid-segment
+    _assert_engines_records(got, ref)
+    # A core whose Lanczos fails for row 4 at step 100: flagged there, w kept from step 100.
+    failing = _FailingLanczos(core, row=4, at=100)
+    got = tile_run(model, config, W0, hyper, _core, failing)
+    assert got["diverged"][4] == 1 and got["diverged_step"][4] == 100
+    assert np.isnan(got["loss"][10:, 4]).all() and np.isfinite(got["loss"][:10, 4]).all()
+    assert np.isnan(got["sharpness"][2:, 4]).all() and np.isfinite(got["sharpness"][:2, 4]).all()
+    upto = tile_run(model, _config(3, 100, 10, 50), W0[4:5], {"lr": lr[4:5], "wd": wd[4:5]},
+                    _core, core, first_trajectory=4)
+    np.testing.assert_array_equal(got["w"][4], upto["w"][0])
+
+
+class _FailingLanczos:
+    """A model core whose Lanczos reports failure (ok = 0) for trajectory ``row`` at step
+    ``at`` and is the given core's otherwise."""
+
+    def __init__(self, core, row, at):
+        self.core, self.row, self.at = core, row, at
+
+    def lanczos(self, W, options, start=None, streams=None, counter=0):
+        out = list(self.core.lanczos(W, options, start, streams=streams, counter=counter))
+        if counter == self.at:
+            out[5] = np.where(np.asarray(streams) == self.row, 0, out[5]).astype(np.uint8)
+        return tuple(out)
 
 
 def test_what_a_tile_does_not_record_is_left_to_the_engine():
     D = 3
     assert applies(_config(D), np.float64)
-    for change in ({"sharpness_every": 10}, {"theta_every": 5}, {"jitter": 1e-3},
+    assert applies(_config(D, sharpness_every=30), np.float64)  # a record step each
+    for change in ({"sharpness_every": 15}, {"theta_every": 5}, {"jitter": 1e-3},
                    {"top_k": 2}, {"reduced": True}, {"method": Method.PGD}):
         assert not applies(dataclasses.replace(_config(D), **change), np.float64), change
     assert not applies(_config(D), np.float32)
+    # Sharpness tracking needs the engine's Lanczos: without a core, no tile.
+    model, W0, hyper = _case("toy3d")
+    assert tile_run(model, _config(3, sharpness_every=50), W0, hyper, _core) is None
 
 
 def test_models_without_a_tile_get_none():
@@ -145,5 +222,35 @@ def test_a_backend_with_tiles_takes_them_where_they_apply(monkeypatch):
         assert np.max(np.abs(getattr(tiled, key) - want)) <= 1e-10 * np.max(np.abs(want))
     assert tiled.sharpness.shape == lanes.sharpness.shape == (0, len(W0))
     tracked = ps.run_gd_wd(model, W0, hyper["lr"], hyper["wd"], 200, record_every=10,
-                           sharpness_every=50, backend="cpp")
-    assert not tracked.meta["tiles"] and np.isfinite(tracked.sharpness).all()
+                           sharpness_every=50, backend="cpp", first_trajectory=2)
+    assert tracked.meta["tiles"] and np.isfinite(tracked.sharpness).all()
+    off_grid = ps.run_gd_wd(model, W0, hyper["lr"], hyper["wd"], 200, record_every=10,
+                            sharpness_every=25, backend="cpp")
+    assert not off_grid.meta["tiles"]
+    monkeypatch.setitem(BACKENDS, "cpp", dataclasses.replace(BACKENDS["cpp"], tiles=None))
+    engine = ps.run_gd_wd(model, W0, hyper["lr"], hyper["wd"], 200, record_every=10,
+                          sharpness_every=50, backend="cpp", first_trajectory=2)
+    for key in ("sharpness", "eos_ratio", "top_grad", "loss"):
+        want = getattr(engine, key)
+        assert np.max(np.abs(getattr(tracked, key) - want)) <= 1e-10 * np.max(np.abs(want))
+
+
+def test_lanczos_keys_its_starts_by_the_given_streams_and_counter():
+    """The core's ``lanczos`` with streams and counter (what a segmented tile run passes):
+    row b's random start is that of trajectory streams[b] at step counter, wherever the row
+    sits in the batch. A Krylov space of 3 leaves the eigenvalue dependent on the start."""
+    model = ps.BNMatrixCompletion.synthetic(size=10, true_rank=2, rank=4, seed=0)
+    core = model._core(np.dtype(np.float64), "cpp")
+    W = model.random_point(10, seed=1)
+    options = LanczosOptions.for_dim(model.dim, 1, 3, seed=4).to_core()
+    whole = core.lanczos(W, options, counter=40)
+    pick = [7, 2, 9, 4, 1, 8, 0, 5, 3]  # more rows than a lane block (4 or 8)
+    some = core.lanczos(W[pick], options, streams=np.array(pick, np.uint64), counter=40)
+    for a, b in zip(some, whole):
+        np.testing.assert_array_equal(a, b[pick])
+    later = core.lanczos(W, options, counter=41)
+    unkeyed = core.lanczos(W[pick], options, counter=40)  # streams 0, 1, ...
+    assert not np.array_equal(later[0], whole[0])
+    assert not np.array_equal(unkeyed[0], some[0])
+    with pytest.raises(ValueError, match="streams"):
+        core.lanczos(W, options, streams=np.arange(3, dtype=np.uint64))

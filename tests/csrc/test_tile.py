@@ -9,6 +9,7 @@ for sm_90 and must have no spill and no stack frame (ptxas). What only a device 
 show (DMMA's rounding, races, speed) is listed in docs/architecture.rst.
 """
 
+import functools
 import os
 import re
 import shutil
@@ -49,7 +50,7 @@ def _same_run(a, b):
 def _rows(run, keep):
     """The outputs of a run (w (B, D), loss and norm2 (R, B), diverged, step, eff_lr and
     grad_norm (R, B)) of rows keep."""
-    w, loss, norm2, diverged, step, eff, gnorm = run
+    w, loss, norm2, diverged, step, eff, gnorm = run[:7]
     return (w[keep], loss[:, keep], norm2[:, keep], diverged[keep], step[keep],
             eff[:, keep], gnorm[:, keep])
 
@@ -113,7 +114,7 @@ def test_tile_run_matches_the_cpu_engine_before_eos():
     ref = ps.run_gd_wd(model, W0, lr, wd, steps, record_every=10, sharpness_every=100,
                        backend="cpp", reduced=False)
     assert np.nanmax(ref.eos_ratio) < 2 * (1 - ref.eos_tol)  # still before EoS entry
-    w, loss, norm2, diverged, step, eff, gnorm = core._tile_bn_linreg_gd_wd(
+    w, loss, norm2, diverged, step, eff, gnorm, _ = core._tile_bn_linreg_gd_wd(
         *_data(model), W0, lr, wd, steps, 10)
     assert not diverged.any() and (step == -1).all() and not ref.diverged.any()
     assert rel_err(w, ref.w) < 1e-10
@@ -171,6 +172,42 @@ def test_tile_placement_with_padded_shapes():
     assert rel_err(short[0], ref.w) < 1e-10
 
 
+# ------------------------------------------------------------------ (d') top_grad
+
+@pytest.mark.parametrize("name", ["bn_linreg d13", "bn_linreg d100", "toy3d", "bn_mc",
+                                  "bn_mc warp"])
+def test_tiles_record_top_grad_against_the_models_gradient(name):
+    """Given unit vectors v1, each record holds ||w|| v1 . grad L(w) (the engine's top_grad)
+    at the iterate it records: checked at w0 and, through a run of 7 steps, at w7, against
+    the model's own gradient; (0, B) without v1, and a v1 not shaped as W0 refused."""
+    if name.startswith("bn_linreg"):
+        d, n = (13, 11) if name.endswith("13") else (100, 200)
+        model = ps.BNLinearRegression.synthetic(d=d, n=n, seed=2)
+        run = functools.partial(core._tile_bn_linreg_gd_wd, *_data(model))
+    elif name == "toy3d":
+        model = ps.Toy3D(c=10.0)
+        run = functools.partial(core._tile_toy3d_gd_wd, 10.0)
+    else:
+        model = ps.BNMatrixCompletion.synthetic(size=8, true_rank=1, rank=3, seed=4)
+        tile = core._tile_bn_mc_gd_wd if name == "bn_mc" else core._tile_bn_mc_warp_gd_wd
+        run = functools.partial(tile, *_mc_data(model))
+    rng = np.random.default_rng(5)
+    B = 11
+    W0 = rng.standard_normal((B, model.dim))
+    V = rng.standard_normal((B, model.dim))
+    V /= np.linalg.norm(V, axis=1, keepdims=True)
+    lr, wd = np.full(B, 0.05), np.full(B, 1e-3)
+    out = run(W0, lr, wd, 7, 7, v1=V)
+    w7 = run(W0, lr, wd, 7, 7)[0]
+    for k, W in enumerate((W0, w7)):
+        want = np.linalg.norm(W, axis=1) * np.sum(V * model.grad(W, backend="cpp"), axis=1)
+        np.testing.assert_allclose(out[7][k], want, rtol=1e-12,
+                                   atol=1e-12 * np.max(np.abs(want)))
+    assert run(W0, lr, wd, 7, 7)[7].shape == (0, B)
+    with pytest.raises(ValueError, match="v1"):
+        run(W0, lr, wd, 7, 7, v1=V[:, :-1])
+
+
 # ------------------------------------------------------------------ (e) divergence
 
 def test_tile_freezes_a_diverging_trajectory_and_spares_its_tile():
@@ -185,7 +222,7 @@ def test_tile_freezes_a_diverging_trajectory_and_spares_its_tile():
     W0_bad = W0.copy()
     W0_bad[5] = 0.0
     W0_bad[6] *= 1e160
-    w, loss, norm2, diverged, step, eff, gnorm = core._tile_bn_linreg_gd_wd(
+    w, loss, norm2, diverged, step, eff, gnorm, _ = core._tile_bn_linreg_gd_wd(
         *args, W0_bad, lr_bad, wd_bad, steps, 4)
     assert diverged.tolist() == [0, 0, 0, 1, 0, 1, 1, 0]
     assert step[5] == 0 and step[6] == 0 and 1 <= step[3] <= 4, step
@@ -256,7 +293,7 @@ def test_toy3d_tile_freezes_a_diverging_trajectory():
     lr_bad[1], wd_bad[1] = 1e200, 1.0  # |w| ~ 1e200 after a step: ||w||^2 overflows
     W0_bad[2] = 0.0                    # undefined at step 0
     W0_bad[3] *= 1e160                 # ||w||^2 overflows, all else finite: flagged, frozen
-    w, loss, norm2, diverged, step, eff, gnorm = core._tile_toy3d_gd_wd(
+    w, loss, norm2, diverged, step, eff, gnorm, _ = core._tile_toy3d_gd_wd(
         10.0, W0_bad, lr_bad, wd_bad, 50, 1)
     assert diverged.tolist() == [0, 1, 1, 1] and step.tolist() == [-1, 1, 0, 0]
     assert _same_run(_rows((w, loss, norm2, diverged, step, eff, gnorm), [0]), _rows(base, [0]))
@@ -283,7 +320,7 @@ def test_bn_mc_tile_freezes_a_diverging_trajectory():
     W0 = model.random_point(3, seed=2)
     W0[1] = 0.0  # every score zero: BN undefined at step 0
     lr, wd = np.full(3, 0.1), np.full(3, 1e-3)
-    w, loss, norm2, diverged, step, eff, gnorm = core._tile_bn_mc_gd_wd(
+    w, loss, norm2, diverged, step, eff, gnorm, _ = core._tile_bn_mc_gd_wd(
         *_mc_data(model), W0, lr, wd, 20, 2)
     assert diverged.tolist() == [0, 1, 0] and step.tolist() == [-1, 0, -1]
     assert np.isnan(loss[:, 1]).all() and _same(w[1], W0[1]) and np.isfinite(loss[:, 0]).all()
@@ -391,7 +428,7 @@ def test_bn_mc_warp_tile_freezes_a_diverging_trajectory():
     lr, wd = np.full(4, 0.1), np.full(4, 1e-3)
     lr[2] = 1e308  # the first update overflows: flagged at step 1, W0 kept
     run = core._tile_bn_mc_warp_gd_wd(*_mc_data(model), W0, lr, wd, 20, 2)
-    w, loss, norm2, diverged, step, eff, gnorm = run
+    w, loss, norm2, diverged, step, eff, gnorm = run[:7]
     assert diverged.tolist() == [0, 1, 1, 0] and step.tolist() == [-1, 0, 1, -1]
     assert np.isnan(loss[:, 1]).all() and _same(w[1], W0[1])
     assert np.isfinite(loss[0, 2]) and np.isnan(loss[1:, 2]).all() and _same(w[2], W0[2])
@@ -513,3 +550,30 @@ def test_device_bn_mc_tiles_match_the_engine_the_emulation_and_their_placement(t
     assert rel_err(dev[0], emu[0]) < 1e-12
     rev = getattr(cuda, tile)(*_mc_data(model), W0[::-1], lr[::-1], wd[::-1], steps, 5)
     assert _same(rev[0][::-1], dev[0]) and _same(rev[1][:, ::-1], dev[1])
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", ["toy3d", "bn_linreg", "bn_mc", "bn_mc D800"])
+def test_device_tiles_track_sharpness_as_the_engine(name):
+    """backend="cuda" with sharpness every 25 steps takes the tiles in segments between the
+    device Lanczos solves; every record within 1e-10 of the CPU engine's (before EoS)."""
+    if name == "toy3d":
+        model = ps.Toy3D(c=10.0)
+    elif name == "bn_linreg":
+        model = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
+    else:
+        size, rank = (10, 4) if name == "bn_mc" else (20, 20)
+        model = ps.BNMatrixCompletion.synthetic(size=size, true_rank=2, rank=rank, seed=0)
+    B = 300
+    W0 = np.random.default_rng(14).standard_normal((B, model.dim))
+    lr, wd = np.linspace(0.02, 0.2, B), np.full(B, 1e-3)
+    kw = dict(record_every=5, sharpness_every=25, first_trajectory=3)
+    if name == "bn_linreg":
+        kw["reduced"] = False
+    dev = ps.run_gd_wd(model, W0, lr, wd, 100, backend="cuda", **kw)
+    ref = ps.run_gd_wd(model, W0, lr, wd, 100, backend="cpp", **kw)
+    assert dev.meta["tiles"] and not ref.meta["tiles"]
+    for key in ("w", "loss", "norm2", "grad_norm", "top_grad", "sharpness", "eos_ratio"):
+        assert rel_err(getattr(dev, key), getattr(ref, key)) < 1e-10, key
+    np.testing.assert_array_equal(dev.sharpness_converged, ref.sharpness_converged)

@@ -81,11 +81,16 @@ struct BNLinRegTile {
     R loss, norm2, gnorm2;
     M ok;         // defined and finite, as the engine's observe() requires
     R g[DB][2];   // gradient, in w's layout
+    R vg;         // v1 . grad L(w), where evaluate is given v1
   };
 
   // park: this warp's kParkDoubles of (shared) memory, unused if kParkW is false; w is
-  // the same on return.
-  PYSHARP_TILE_HD void evaluate(R (&w)[DB][2], Eval& e, volatile double* park) const {
+  // the same on return. v1 (B, D), or null: e.vg = v1[row] . g, row the lane's trajectory
+  // (taken here, while w is parked: with w, G and the reads of v1 live at once, d 100
+  // n 200 spilled).
+  PYSHARP_TILE_HD void evaluate(R (&w)[DB][2], Eval& e, volatile double* park,
+                                const double* v1 = nullptr,
+                                const reg<long long>& row = reg<long long>(0)) const {
     const I l = P::lane();
     const I group = l >> 2, quad = l & 3;
     // Z = W Xc^T. B operand of block (coordinate block b, i) and sample block s:
@@ -177,6 +182,19 @@ struct BNLinRegTile {
         PYSHARP_UNROLL
         for (int b = 0; b < DB; ++b)
           P::mma(e.g[b][0], e.g[b][1], z[s][i], P::load(data.xc, col + (8 * s + i) * DP + 8 * b));
+    if (v1) {
+      // One 64-bit index, each coordinate a constant offset from it (an index selected per
+      // coordinate, as for_each_coord gives, cost a register pair each and spilled).
+      const reg<long long> at = row * static_cast<long long>(D) + P::widen(2 * quad);
+      R vg = R(0.0);
+      PYSHARP_UNROLL
+      for (int b = 0; b < DB; ++b)
+        PYSHARP_UNROLL
+        for (int i = 0; i < 2; ++i)
+          vg += P::load_if(v1, at + reg<long long>(8 * b + i), 2 * quad + (8 * b + i) < I(D)) *
+                e.g[b][i];
+      e.vg = quad_sum<P>(vg);
+    }
     if constexpr (kParkW) {
       PYSHARP_UNROLL
       for (int b = 0; b < DB; ++b)
@@ -214,7 +232,7 @@ struct BNLinRegTile {
     long long next_record = 0, r = 0;
     Eval e;
     for (long long t = 0; t <= io.steps; ++t) {
-      evaluate(w, e, park);
+      evaluate(w, e, park, t == next_record ? io.v1 : nullptr, t0);
       const M bad = live & !e.ok;
       div_step = where(bad, reg<long long>(t), div_step);
       live = live & e.ok;
@@ -223,6 +241,7 @@ struct BNLinRegTile {
         P::store(io.loss, at, e.loss, writer & live);
         P::store(io.norm2, at, e.norm2, writer & live);
         P::store(io.grad_norm, at, e.gnorm2, writer & live);  // ||grad L(w)||^2 until below
+        if (io.top_grad) P::store(io.top_grad, at, e.vg, writer & live);  // times ||w|| below
         next_record += io.record_every;
         ++r;
       }
@@ -258,6 +277,9 @@ struct BNLinRegTile {
       const R norm2 = P::load(io.norm2, at), gnorm2 = P::load(io.grad_norm, at);
       P::store(io.eff_lr, at, where(kept, lr / (decay * norm2), nan), writer);
       P::store(io.grad_norm, at, where(kept, root(norm2) * root(gnorm2), nan), writer);
+      if (io.top_grad)
+        P::store(io.top_grad, at, where(kept, root(norm2) * P::load(io.top_grad, at), nan),
+                 writer);
       P::store(io.loss, at, nan, missed);
       P::store(io.norm2, at, nan, missed);
     }

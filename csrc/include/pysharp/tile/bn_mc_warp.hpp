@@ -267,10 +267,20 @@ struct BNMcWarpTile {
         break;
       }
       if (t == next_record) {
+        R vg = 0.0;  // v1 . grad L(w), each lane over its coordinates, then the butterfly
+        if (io.top_grad) {
+          for (int i0 = 0; i0 < D; i0 += kWarpLanes) {
+            const M in = lane + i0 < I(D);
+            const I i = where(in, lane + i0, I(0));
+            vg += P::load_if(io.v1, P::widen(i) + D * b, in) * P::load_if(g, i, in);
+          }
+          vg = warp_sum<P>(vg);
+        }
         if (P::leader()) {
           io.loss[r * io.batch + b] = P::first(loss);
           io.norm2[r * io.batch + b] = P::first(norm2);
           io.grad_norm[r * io.batch + b] = P::first(gnorm2);  // ||grad L(w)||^2 until below
+          if (io.top_grad) io.top_grad[r * io.batch + b] = P::first(vg);  // times ||w||: finish
         }
         ++r;
         next_record += io.record_every;

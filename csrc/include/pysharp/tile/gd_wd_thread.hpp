@@ -21,8 +21,25 @@
 
 namespace pysharp::tile {
 
-// Trajectory b of the batch, start to finish.
-template <class Model>
+// v1 . g in index order (the engine's grad_dot). In registers (kRegisters: w and g arrays
+// of a compile-time D, Toy3D's) the loop must unroll; over a scratch in shared memory it
+// must not: unrolled, the BN matrix completion kernel spilled under NVRTC's ptxas (CUDA
+// 13.0).
+template <bool kRegisters>
+PYSHARP_TILE_HD double dot_in_order(const double* v, const double* g, int D) {
+  double s = 0.0;
+  if constexpr (kRegisters) {
+    for (int i = 0; i < D; ++i) s += v[i] * g[i];
+  } else {
+    PYSHARP_ROLLED
+    for (int i = 0; i < D; ++i) s += v[i] * g[i];
+  }
+  return s;
+}
+
+// Trajectory b of the batch, start to finish. kRegisters: w and g are register arrays
+// (see dot_in_order).
+template <bool kRegisters = false, class Model>
 PYSHARP_TILE_HD void gd_wd_thread(const Model& m, long long b, const GdWdTileIO& io, double* w,
                                   double* g, double* work, double* loss) {
   const int D = m.dim();
@@ -42,6 +59,8 @@ PYSHARP_TILE_HD void gd_wd_thread(const Model& m, long long b, const GdWdTileIO&
       io.loss[r * io.batch + b] = *loss;
       io.norm2[r * io.batch + b] = norm2;
       io.grad_norm[r * io.batch + b] = gnorm2;  // ||grad L(w)||^2 until below
+      if (io.top_grad)  // v1 . grad L(w), times ||w|| in gd_wd_finish
+        io.top_grad[r * io.batch + b] = dot_in_order<kRegisters>(io.v1 + D * b, g, D);
       ++r;
       next_record += io.record_every;
     }
