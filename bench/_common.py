@@ -54,15 +54,18 @@ def import_pysharp():
     return installed, note
 
 
-def start_benchmark(doc: str, argv=None, *, quick: str, json: str | None = None):
+def start_benchmark(doc: str, argv=None, *, quick: str, json: str | None = None,
+                    flags: tuple[tuple[str, str], ...] = ()):
     """The arguments every small benchmark takes, parsed, and pysharp imported.
 
     ``--quick`` (help ``quick``: what it shrinks) and, when ``json`` names what is written,
-    ``--json PATH``. Prints where pysharp came from when it is not the source tree's.
-    Returns (args, pysharp).
+    ``--json PATH``; ``flags``: a benchmark's own on/off options, (name, help) each.
+    Prints where pysharp came from when it is not the source tree's. Returns (args, pysharp).
     """
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=quick)
+    for name, text in flags:
+        parser.add_argument(name, action="store_true", help=text)
     if json:
         parser.add_argument("--json", metavar="PATH", help=f"write the {json} here")
     args = parser.parse_args(argv)

@@ -9,8 +9,10 @@ Rows, float64:
   ``backend="cuda"`` took: the fused tiles or the generic engine (``Trajectory.meta``).
   Where it took the tiles and CuPy is installed, ``backend="cupy"`` too (the same tile
   kernels compiled by NVRTC), its final iterates first checked bit-identical to cuda's.
-  Where the tiles ran, a row with sharpness every steps / 10 too: the tiles in segments
-  between the engine's Lanczos solves ("pysharp cuda") against the generic engine.
+  With ``--tracked``, where the tiles ran, a row with sharpness every steps / 10 too (a
+  sixteenth of the batch): the tiles in segments between the engine's Lanczos solves
+  ("pysharp cuda") against the generic engine. Off by default: the Lanczos solves take
+  minutes, which gpu_check.sh's benchmark stage does not have.
 - Kernels (loss+grad, HVP) at B = 2^18 rows, host arrays in and out for both pysharp and
   JAX (the transfers are part of the call a user makes).
 - Batched spherical sharpness of 2^16 BN-linreg points against JAX ``vmap(hessian)`` +
@@ -64,7 +66,7 @@ def gpu_size(key: str, quick: bool) -> tuple[int, int]:
     return (max(B // 16, 1024), max(steps // 5, 20)) if quick else (B, steps)
 
 
-def trajectory_rows(ps, jax, quick: bool, checks: list) -> dict:
+def trajectory_rows(ps, jax, quick: bool, checks: list, tracked: bool = False) -> dict:
     cupy = ps.backends()["cupy"]["available"]
     rows = {}
     for key, model, jname, _, _, lr, wd, norm in trajectory_workloads(ps, quick=False):
@@ -110,8 +112,8 @@ def trajectory_rows(ps, jax, quick: bool, checks: list) -> dict:
                     rates["jax gpu"] = B * steps / best_time(lambda: jrun(W0, steps), 1)
             rows[row] = rates
             print_row(row, rates)
-            if path == "tiles" and name == "direct":
-                sharp = (f"{key.split(' B')[0]} B{max(B // 4, 1)} T{steps} "
+            if tracked and path == "tiles" and name == "direct":
+                sharp = (f"{key.split(' B')[0]} B{max(B // 16, 1)} T{steps} "
                          f"sharpness/{max(steps // 10, 1)} (tiles)")
                 rows[sharp] = tracked_rates(ps, model, W0, lr, wd, steps, extra, checks, sharp)
                 print_row(sharp, rows[sharp])
@@ -120,7 +122,7 @@ def trajectory_rows(ps, jax, quick: bool, checks: list) -> dict:
 
 def tracked_rates(ps, model, W0, lr, wd, steps: int, extra: dict, checks: list,
                   row: str) -> dict:
-    """A run with sharpness every steps // 10 (records there too) of a quarter of W0's rows
+    """A run with sharpness every steps // 10 (records there too) of a sixteenth of W0's rows
     (the Lanczos solves would take most of a short GPU visit at full size): the tiles in
     segments between the engine's Lanczos solves against the generic engine, both
     backend="cuda" (the engine by the backend without its tiles); their sharpness first
@@ -147,7 +149,7 @@ def tracked_rates(ps, model, W0, lr, wd, steps: int, extra: dict, checks: list,
     ref = ps.run_gd_wd(model, sub, lr, wd, CHECK_STEPS, backend="cpp", **short).sharpness
     rates = {}
     if record_check(checks, row, "cuda tiles sharpness vs cpp", rel_dev(got.T, ref.T), 1e-8):
-        W0 = W0[:max(len(W0) // 4, 1)]
+        W0 = W0[:max(len(W0) // 16, 1)]
         B = len(W0)
         rates["pysharp cuda"] = B * steps / best_time(lambda: run(W0, steps, True), 1)
         rates["pysharp cuda engine"] = B * steps / best_time(lambda: run(W0, steps, False), 1)
@@ -228,7 +230,9 @@ def print_row(row: str, rates: dict) -> None:
 
 
 def main(argv=None) -> int:
-    args, ps = start_benchmark(__doc__, argv, quick="batches / 16, steps / 5", json="figures")
+    args, ps = start_benchmark(__doc__, argv, quick="batches / 16, steps / 5", json="figures",
+                               flags=(("--tracked", "also runs with sharpness tracking, the "
+                                       "tiles against the generic engine (minutes)"),))
     report = ps.backends()["cuda"]
     if not report["available"]:
         print(f"no CUDA backend: {report['reason']}")
@@ -242,7 +246,8 @@ def main(argv=None) -> int:
     checks: list = []
     out = {"device": info, "quick": args.quick, "host_cores": os.cpu_count()}
     out["rows"] = {}
-    for part in (trajectory_rows, kernel_rows, sharpness_rows):
+    out["rows"].update(trajectory_rows(ps, jax, args.quick, checks, args.tracked))
+    for part in (kernel_rows, sharpness_rows):
         out["rows"].update(part(ps, jax, args.quick, checks))
     lin = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)  # the d40 workload's model
     flops = Problem(lin).flops_per_step

@@ -16,6 +16,8 @@
 #   extra     the long placement tests, then the CPU suite         (a second call)
 #   cupy      backend="cupy"'s device tests (needs CuPy; NVRTC compiles at first use)
 #   all       ceilings, build, bench, tests (the default)
+# "bench --tracked" adds runs with sharpness tracking (the tiles in segments between the
+# engine's Lanczos solves, against the generic engine): minutes more, for a visit of its own.
 # One device call may run 10 minutes and a lease holds 15 in all.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1

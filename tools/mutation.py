@@ -87,6 +87,7 @@ TESTS: dict[str, list[str]] = {
                                 "tests/csrc/test_lanes.py", "tests/test_validation.py"],
     # without a GPU only its host-side arithmetic and checks can kill a mutant
     "pysharp/_backends/_cupy.py": ["tests/backends/test_cupy.py"],
+    "pysharp/_backends/_tiles.py": ["tests/backends/test_tiles.py"],
 }
 
 #: hand C++ mutants: (header, exact original text, mutated text, what it breaks)
