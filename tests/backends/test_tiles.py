@@ -86,12 +86,14 @@ def test_tile_records_with_sharpness_are_the_engines(name, steps, every, max_ite
 
 def test_tile_sharpness_runs_freeze_diverging_trajectories_as_the_engine():
     """A row undefined at its start, one whose update overflows within the first segment,
-    one past it, and one whose Lanczos fails at a sharpness step: flagged at the engine's
-    steps, their records NaN from there, the other rows' as in the engine."""
+    one past it, one that the tile flags at a sharpness step where the Lanczos succeeded,
+    and one whose Lanczos fails at a sharpness step: flagged at the engine's steps, their
+    records NaN from there, the other rows' as in the engine."""
     model = ps.Toy3D(c=10.0)
-    W0 = np.random.default_rng(3).standard_normal((6, 3))
-    W0[1] = 0.0                                   # undefined at step 0
-    lr, wd = np.linspace(0.05, 0.2, 6), np.full(6, 1e-3)
+    W0 = np.random.default_rng(3).standard_normal((7, 3))
+    W0[1] = 0.0                                   # undefined at step 0 (the Lanczos fails)
+    W0[6] *= 1e160  # ||w||^2 overflows: the Lanczos at step 0 converges, the tile flags it
+    lr, wd = np.linspace(0.05, 0.2, 7), np.full(7, 1e-3)
     lr[2], wd[2] = 1e200, 1.0                     # ||w||^2 overflows after step 0
     lr[3], wd[3] = 1e-3, -3e4                     # w grows 31-fold a step: at 103
     config = _config(3, 300, 10, 50)
@@ -99,8 +101,9 @@ def test_tile_sharpness_runs_freeze_diverging_trajectories_as_the_engine():
     hyper = {"lr": lr, "wd": wd}
     ref = core.run(W0, hyper, config.to_core())
     got = tile_run(model, config, W0, hyper, _core, core)
-    assert ref["diverged"].tolist() == [0, 1, 1, 1, 0, 0]
-    assert ref["diverged_step"].tolist()[:4] == [-1, 0, 1, 103]  # 103: mid-segment
+    assert ref["diverged"].tolist() == [0, 1, 1, 1, 0, 0, 1]
+    assert ref["diverged_step"].tolist() == [-1, 0, 1, 103, -1, -1, 0]  # 103: mid-segment
+    assert ref["sharpness_converged"][0, 6] == 0 and np.isnan(ref["sharpness"][0, 6])
     _assert_engines_records(got, ref)
     # A core whose Lanczos fails for row 4 at step 100: flagged there, w kept from step 100.
     failing = _FailingLanczos(core, row=4, at=100)

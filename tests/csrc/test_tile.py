@@ -197,12 +197,15 @@ def test_tiles_record_top_grad_against_the_models_gradient(name):
     V = rng.standard_normal((B, model.dim))
     V /= np.linalg.norm(V, axis=1, keepdims=True)
     lr, wd = np.full(B, 0.05), np.full(B, 1e-3)
+    lr[0], wd[0] = 1e200, 1.0  # ||w||^2 overflows after step 0: record 1 never reached
     out = run(W0, lr, wd, 7, 7, v1=V)
     w7 = run(W0, lr, wd, 7, 7)[0]
-    for k, W in enumerate((W0, w7)):
-        want = np.linalg.norm(W, axis=1) * np.sum(V * model.grad(W, backend="cpp"), axis=1)
-        np.testing.assert_allclose(out[7][k], want, rtol=1e-12,
+    for k, W in enumerate((W0[1:], w7[1:])):
+        want = np.linalg.norm(W, axis=1) * np.sum(V[1:] * model.grad(W, backend="cpp"), axis=1)
+        np.testing.assert_allclose(out[7][k, 1:], want, rtol=1e-12,
                                    atol=1e-12 * np.max(np.abs(want)))
+    assert np.isfinite(out[7][0, 0]) and np.isnan(out[7][1, 0])  # NaN as the loss, not read
+    np.testing.assert_array_equal(np.isnan(out[7]), np.isnan(out[1]))
     assert run(W0, lr, wd, 7, 7)[7].shape == (0, B)
     with pytest.raises(ValueError, match="v1"):
         run(W0, lr, wd, 7, 7, v1=V[:, :-1])
@@ -557,9 +560,12 @@ def test_device_bn_mc_tiles_match_the_engine_the_emulation_and_their_placement(t
 @pytest.mark.parametrize("name", ["toy3d", "bn_linreg", "bn_mc", "bn_mc D800"])
 def test_device_tiles_track_sharpness_as_the_engine(name):
     """backend="cuda" with sharpness every 25 steps takes the tiles in segments between the
-    device Lanczos solves; every record within 1e-10 of the CPU engine's (before EoS)."""
+    device Lanczos solves; every record within 1e-10 of the CPU engine's, before EoS entry
+    (after it, top_grad's sign at a switch of the top eigenvector is a tie that rounding
+    decides: 4e-2 apart in the emulation with Toy3D's learning rates 10x these)."""
+    lr_max = 0.2
     if name == "toy3d":
-        model = ps.Toy3D(c=10.0)
+        model, lr_max = ps.Toy3D(c=10.0), 0.002  # EoS ratios up to 0.5
     elif name == "bn_linreg":
         model = ps.BNLinearRegression.synthetic(d=40, n=20, seed=0)
     else:
@@ -567,13 +573,13 @@ def test_device_tiles_track_sharpness_as_the_engine(name):
         model = ps.BNMatrixCompletion.synthetic(size=size, true_rank=2, rank=rank, seed=0)
     B = 300
     W0 = np.random.default_rng(14).standard_normal((B, model.dim))
-    lr, wd = np.linspace(0.02, 0.2, B), np.full(B, 1e-3)
+    lr, wd = np.linspace(lr_max / 10, lr_max, B), np.full(B, 1e-3)
     kw = dict(record_every=5, sharpness_every=25, first_trajectory=3)
     if name == "bn_linreg":
         kw["reduced"] = False
     dev = ps.run_gd_wd(model, W0, lr, wd, 100, backend="cuda", **kw)
     ref = ps.run_gd_wd(model, W0, lr, wd, 100, backend="cpp", **kw)
-    assert dev.meta["tiles"] and not ref.meta["tiles"]
+    assert dev.meta["tiles"] and not ref.meta["tiles"] and np.nanmax(ref.eos_ratio) < 1
     for key in ("w", "loss", "norm2", "grad_norm", "top_grad", "sharpness", "eos_ratio"):
         assert rel_err(getattr(dev, key), getattr(ref, key)) < 1e-10, key
     np.testing.assert_array_equal(dev.sharpness_converged, ref.sharpness_converged)
