@@ -19,7 +19,7 @@
 #include "pysharp/tile/bn_mc.hpp"
 #include "pysharp/tile/bn_mc_warp.hpp"
 #include "pysharp/tile/toy3d.hpp"
-#include "tile_shapes.hpp"
+#include "tile_bindings.hpp"
 
 namespace py = pybind11;
 
@@ -30,10 +30,6 @@ template <class T>
 using carray = py::array_t<T, py::array::c_style | py::array::forcecast>;
 using tile::EmuWarp;
 
-void check(bool cond, const std::string& what) {
-  if (!cond) throw std::invalid_argument(what);
-}
-
 // The (d, n) shapes the BN linear regression tile is compiled for here: the benchmark's
 // two and one with both dimensions off the multiples of 8 (padding of d and of n).
 using Shapes = std::tuple<Shape<40, 20>, Shape<100, 200>, Shape<13, 11>>;
@@ -41,9 +37,9 @@ using Shapes = std::tuple<Shape<40, 20>, Shape<100, 200>, Shape<13, 11>>;
 // Calls f(Shape<d, n>{}) for the compiled shape equal to (d, n), or refuses.
 template <class F>
 void with_compiled_shape(int d, int n, F&& f) {
-  check(with_shape<Shapes>(d, n, std::forward<F>(f)),
-        "no tile compiled for d = " + std::to_string(d) + ", n = " + std::to_string(n) +
-            " (see pysharp._core._TILE_BN_LINREG_SHAPES)");
+  require(with_shape<Shapes>(d, n, std::forward<F>(f)),
+          "no tile compiled for d = " + std::to_string(d) + ", n = " + std::to_string(n) +
+              " (see pysharp._core._TILE_BN_LINREG_SHAPES)");
 }
 
 // The model's data in tile layout (owned), as BNLinearRegressionCore computes ||Xc||_F^2.
@@ -53,8 +49,8 @@ struct PackedBNLinReg {
   int n, d;
   PackedBNLinReg(const carray<double>& Xc, const carray<double>& u_, double scale)
       : n(static_cast<int>(Xc.shape(0))), d(static_cast<int>(Xc.shape(1))) {
-    check(Xc.ndim() == 2 && u_.ndim() == 1 && u_.shape(0) == Xc.shape(0),
-          "Xc must be (n, d) and u (n,)");
+    require(Xc.ndim() == 2 && u_.ndim() == 1 && u_.shape(0) == Xc.shape(0),
+            "Xc must be (n, d) and u (n,)");
     xc.resize(static_cast<std::size_t>(tile::round_up8(n)) * tile::round_up8(d));
     u.resize(tile::round_up8(n));
     tile::pack_bn_linreg(Xc.data(), u_.data(), n, d, xc.data(), u.data());
@@ -68,9 +64,9 @@ struct PackedBNLinReg {
 // D = A B + C through the fragments of mma.m8n8k4 (tile/warp.hpp's layout).
 carray<double> mma_m8n8k4(const carray<double>& A, const carray<double>& B,
                           const carray<double>& C) {
-  check(A.ndim() == 2 && A.shape(0) == 8 && A.shape(1) == 4, "A must be (8, 4)");
-  check(B.ndim() == 2 && B.shape(0) == 4 && B.shape(1) == 8, "B must be (4, 8)");
-  check(C.ndim() == 2 && C.shape(0) == 8 && C.shape(1) == 8, "C must be (8, 8)");
+  require(A.ndim() == 2 && A.shape(0) == 8 && A.shape(1) == 4, "A must be (8, 4)");
+  require(B.ndim() == 2 && B.shape(0) == 4 && B.shape(1) == 8, "B must be (4, 8)");
+  require(C.ndim() == 2 && C.shape(0) == 8 && C.shape(1) == 8, "C must be (8, 8)");
   EmuWarp::reg<double> a, b, c0, c1;
   for (int l = 0; l < tile::kWarpLanes; ++l) {
     const int group = l >> 2, quad = l & 3;
@@ -93,7 +89,7 @@ carray<double> mma_m8n8k4(const carray<double>& A, const carray<double>& B,
 py::tuple bn_linreg_loss_grad(const carray<double>& Xc, const carray<double>& u, double scale,
                               const carray<double>& W) {
   const PackedBNLinReg p(Xc, u, scale);
-  check(W.ndim() == 2 && W.shape(1) == p.d, "W must be (B, d)");
+  require(W.ndim() == 2 && W.shape(1) == p.d, "W must be (B, d)");
   const py::ssize_t Bn = W.shape(0);
   carray<double> loss(Bn), G({Bn, static_cast<py::ssize_t>(p.d)});
   carray<std::uint8_t> ok(Bn);
@@ -149,11 +145,11 @@ struct RunOutputs {
         top_grad({v1_ ? records(steps, every) : 0, W0.shape(0)}),
         diverged(W0.shape(0)), diverged_step(W0.shape(0)), v1(std::move(v1_)) {
     const py::ssize_t Bn = W0.shape(0);
-    check(W0.ndim() == 2 && lr.ndim() == 1 && wd.ndim() == 1 && lr.shape(0) == Bn &&
-              wd.shape(0) == Bn,
-          "W0 must be (B, D), lr and wd (B,)");
-    check(!v1 || (v1->ndim() == 2 && v1->shape(0) == Bn && v1->shape(1) == W0.shape(1)),
-          "v1 must be (B, D), as W0");
+    require(W0.ndim() == 2 && lr.ndim() == 1 && wd.ndim() == 1 && lr.shape(0) == Bn &&
+                wd.shape(0) == Bn,
+            "W0 must be (B, D), lr and wd (B,)");
+    require(!v1 || (v1->ndim() == 2 && v1->shape(0) == Bn && v1->shape(1) == W0.shape(1)),
+            "v1 must be (B, D), as W0");
     io = {W0.data(),           lr.data(),           wd.data(),
           w_final.mutable_data(), loss.mutable_data(), norm2.mutable_data(),
           eff_lr.mutable_data(),  grad_norm.mutable_data(),
@@ -167,7 +163,7 @@ struct RunOutputs {
 
   // Records at steps 0, every, ... <= steps; checked before any array is shaped by it.
   static py::ssize_t records(long long steps, long long every) {
-    check(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
+    require(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
     return static_cast<py::ssize_t>(steps / every + 1);
   }
 };
@@ -181,23 +177,24 @@ py::tuple bn_linreg_gd_wd(const carray<double>& Xc, const carray<double>& u, dou
                           std::optional<carray<long long>> placement,
                           std::optional<carray<double>> v1) {
   const PackedBNLinReg p(Xc, u, scale);
-  check(W0.ndim() == 2 && W0.shape(1) == p.d, "W0 must be (B, d)");
+  require(W0.ndim() == 2 && W0.shape(1) == p.d, "W0 must be (B, d)");
   RunOutputs out(W0, lr, wd, steps, record_every, std::move(v1));
   const long long Bn = W0.shape(0);
   std::vector<long long> slots;
   if (placement) {
-    check(placement->ndim() == 1 && placement->size() % 8 == 0,
-          "placement must be 1-D, its length a multiple of 8");
+    require(placement->ndim() == 1 && placement->size() % 8 == 0,
+            "placement must be 1-D, its length a multiple of 8");
     slots.assign(placement->data(), placement->data() + placement->size());
   } else {
     for (long long b = 0; b < (Bn + 7) / 8 * 8; ++b) slots.push_back(b < Bn ? b : -1);
   }
   std::vector<int> seen(Bn, 0);
   for (long long s : slots) {
-    check(s >= -1 && s < Bn, "placement holds an index out of range");
+    require(s >= -1 && s < Bn, "placement holds an index out of range");
     if (s >= 0) ++seen[s];
   }
-  for (long long b = 0; b < Bn; ++b) check(seen[b] == 1, "placement must hold every trajectory once");
+  for (long long b = 0; b < Bn; ++b)
+    require(seen[b] == 1, "placement must hold every trajectory once");
   with_compiled_shape(p.d, p.n, [&](auto s) {
     using Tile = tile::BNLinRegTile<EmuWarp, decltype(s)::d, decltype(s)::n>;
     const Tile t{p.data};
@@ -215,7 +212,7 @@ py::tuple bn_linreg_gd_wd(const carray<double>& Xc, const carray<double>& u, dou
 py::tuple toy3d_gd_wd(double c, const carray<double>& W0, const carray<double>& lr,
                       const carray<double>& wd, long long steps, long long record_every,
                       std::optional<carray<double>> v1) {
-  check(W0.ndim() == 2 && W0.shape(1) == 3, "W0 must be (B, 3)");
+  require(W0.ndim() == 2 && W0.shape(1) == 3, "W0 must be (B, 3)");
   RunOutputs out(W0, lr, wd, steps, record_every, std::move(v1));
   const Toy3D<double> m{c};
   for (long long b = 0; b < W0.shape(0); ++b) tile::toy3d_gd_wd_thread(m, b, out.io);
@@ -233,14 +230,10 @@ constexpr long long kEmulatedBlockSmem = 232448;
 BNMatrixCompletion<double> bn_mc_model(const carray<int>& rows, const carray<int>& cols,
                                        const carray<double>& u, double scale, int m1, int m2,
                                        int r, const carray<double>& W0) {
-  check(rows.ndim() == 1 && cols.ndim() == 1 && u.ndim() == 1 && rows.size() == u.size() &&
-            cols.size() == u.size() && u.size() >= 2 && m1 >= 1 && m2 >= 1 && r >= 1,
-        "rows, cols and u must be (N,), N >= 2, and m1, m2, r >= 1");
-  check(tile::bn_mc_observations_inside(rows.data(), cols.data(), rows.size(), m1, m2),
-       "an observation lies outside the (m1, m2) matrix");
+  check_bn_mc_observations(rows, cols, u, m1, m2, r);
   const BNMatrixCompletion<double> m{rows.data(), cols.data(), u.data(), scale,
                                      static_cast<int>(u.size()), m1, m2, r};
-  check(W0.ndim() == 2 && W0.shape(1) == m.dim(), "W0 must be (B, (m1 + m2) r)");
+  require(W0.ndim() == 2 && W0.shape(1) == m.dim(), "W0 must be (B, (m1 + m2) r)");
   return m;
 }
 
@@ -251,9 +244,9 @@ py::tuple bn_mc_gd_wd(const carray<int>& rows, const carray<int>& cols, const ca
                       const carray<double>& lr, const carray<double>& wd, long long steps,
                       long long record_every, std::optional<carray<double>> v1) {
   const BNMatrixCompletion<double> m = bn_mc_model(rows, cols, u, scale, m1, m2, r, W0);
-  check(tile::bn_mc_tile_fits(m.dim(), m.N, kEmulatedBlockSmem),
-        "the model is too large for the BN matrix completion tile (2 D + N > " +
-            std::to_string(tile::kBnMcMaxThreadDoubles - 1) + ")");
+  require(tile::bn_mc_tile_fits(m.dim(), m.N, kEmulatedBlockSmem),
+          "the model is too large for the BN matrix completion tile (2 D + N > " +
+              std::to_string(tile::kBnMcMaxThreadDoubles - 1) + ")");
   RunOutputs out(W0, lr, wd, steps, record_every, std::move(v1));
   // NaN, not 0, where the kernel finds uninitialised shared memory: a slot read before it
   // is written shows in the results here too.
@@ -271,9 +264,9 @@ py::tuple bn_mc_warp_gd_wd(const carray<int>& rows, const carray<int>& cols,
                            const carray<double>& wd, long long steps, long long record_every,
                            std::optional<carray<double>> v1) {
   const BNMatrixCompletion<double> m = bn_mc_model(rows, cols, u, scale, m1, m2, r, W0);
-  check(tile::bn_mc_warp_tile_fits(m.dim(), m.N, kEmulatedBlockSmem),
-        "the model is too large for the BN matrix completion warp tile (2 D + N + 1 doubles "
-        "over a block's shared memory)");
+  require(tile::bn_mc_warp_tile_fits(m.dim(), m.N, kEmulatedBlockSmem),
+          "the model is too large for the BN matrix completion warp tile (2 D + N + 1 doubles "
+          "over a block's shared memory)");
   RunOutputs out(W0, lr, wd, steps, record_every, std::move(v1));
   const tile::BNMcWarpTerms terms(m);
   const tile::BNMcWarpTile<EmuWarp> t{
@@ -286,11 +279,11 @@ py::tuple bn_mc_warp_gd_wd(const carray<int>& rows, const carray<int>& cols,
 // The warp tile's gradient terms: (pass_start, obs, other) of tile::BNMcWarpTerms.
 py::tuple bn_mc_warp_terms(const carray<int>& rows, const carray<int>& cols, int m1, int m2,
                            int r) {
-  check(rows.ndim() == 1 && cols.ndim() == 1 && rows.size() == cols.size() && m1 >= 1 &&
-            m2 >= 1 && r >= 1,
-        "rows and cols must be (N,), and m1, m2, r >= 1");
-  check(tile::bn_mc_observations_inside(rows.data(), cols.data(), rows.size(), m1, m2),
-        "an observation lies outside the (m1, m2) matrix");
+  require(rows.ndim() == 1 && cols.ndim() == 1 && rows.size() == cols.size() && m1 >= 1 &&
+              m2 >= 1 && r >= 1,
+          "rows and cols must be (N,), and m1, m2, r >= 1");
+  require(tile::bn_mc_observations_inside(rows.data(), cols.data(), rows.size(), m1, m2),
+          "an observation lies outside the (m1, m2) matrix");
   const tile::BNMcWarpTerms t(BNMatrixCompletion<double>{
       rows.data(), cols.data(), nullptr, 0.0, static_cast<int>(rows.size()), m1, m2, r});
   auto out = [](const std::vector<int>& v) { return carray<int>(v.size(), v.data()); };

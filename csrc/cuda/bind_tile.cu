@@ -11,7 +11,7 @@
 
 #include "cuda/executor.cuh"
 #include "cuda/tile_kernels.cuh"
-#include "tile_shapes.hpp"
+#include "tile_bindings.hpp"
 
 namespace pysharp::cuda_module {
 namespace {
@@ -170,12 +170,7 @@ struct DeviceBNMc {
   }
   static DeviceBuffer<int> checked(const carray<int>& rows, const carray<int>& cols,
                                    const carray<double>& u, int m1, int m2, int r) {
-    require(rows.ndim() == 1 && cols.ndim() == 1 && u.ndim() == 1 &&
-                rows.size() == u.size() && cols.size() == u.size() && u.size() >= 2 &&
-                m1 >= 1 && m2 >= 1 && r >= 1,
-            "rows, cols and u must be (N,), N >= 2, and m1, m2, r >= 1");
-    require(tile::bn_mc_observations_inside(rows.data(), cols.data(), rows.size(), m1, m2),
-            "an observation lies outside the (m1, m2) matrix");
+    module::check_bn_mc_observations(rows, cols, u, m1, m2, r);
     return DeviceBuffer<int>::from(rows);
   }
 };
