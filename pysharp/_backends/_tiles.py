@@ -31,12 +31,9 @@ _RECORDS = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad")
 
 def applies(config: EngineConfig, dtype) -> bool:
     """Whether a tile can run ``config``: plain GD+WD in float64, the direct update, no
-    snapshots, jitter or top-k (what a tile does not record); sharpness tracking where
-    every sharpness step is a record step (``sharpness_every`` a multiple of
-    ``record_every``), so that the segments' records fall on the run's."""
+    snapshots, jitter or top-k (what a tile does not record); sharpness tracking or not."""
     return (config.method == Method.GD_WD and np.dtype(dtype) == np.float64
-            and not (config.theta_every or config.jitter or config.top_k or config.reduced)
-            and config.sharpness_every % config.record_every == 0)
+            and not (config.theta_every or config.jitter or config.top_k or config.reduced))
 
 
 def tile_run(model, config: EngineConfig, W0: np.ndarray, hyper: dict[str, np.ndarray],
@@ -66,13 +63,19 @@ def tile_run(model, config: EngineConfig, W0: np.ndarray, hyper: dict[str, np.nd
             "diverged_step": step}
 
 
+_OUTPUTS = ("w", "loss", "norm2", "diverged", "step", "eff_lr", "grad_norm", "top_grad")
+
+
 def _segmented(kernel, core, config: EngineConfig, W0: np.ndarray,
                hyper: dict[str, np.ndarray], first_trajectory: int) -> dict[str, np.ndarray]:
     """A tile run with sharpness every ``config.sharpness_every`` steps (see the module's
-    docstring): segment j starts at step t = j every from the iterate w_t, after the
-    Lanczos at w_t. Its records at t + k record_every < t + every are the run's (the one at
-    t + every is the next segment's first, after that step's Lanczos); the last segment's
-    are all kept. Only the trajectories still running enter a segment."""
+    docstring). Segment j covers the steps from t = j every to the next sharpness step
+    (exclusive; the last segment to ``steps``, inclusive) and starts with the Lanczos at
+    w_t. A tile call records at its own steps 0, record_every, ..., so the segment's records
+    (the multiples of record_every in it) come from a call that starts on the first of them;
+    where t is not one, a call before it takes the rows there and records only step t (whose
+    ||w||^2 and effective LR the sharpness record needs). Only the trajectories still
+    running enter a call."""
     B, D = W0.shape
     T, every, rec_every = config.steps, config.sharpness_every, config.record_every
     n_sharp = T // every + 1
@@ -84,11 +87,24 @@ def _segmented(kernel, core, config: EngineConfig, W0: np.ndarray,
     diverged, diverged_step = np.zeros(B, np.uint8), np.full(B, -1, np.int64)
     lr, wd = np.asarray(hyper["lr"], np.float64), np.asarray(hyper["wd"], np.float64)
     options = config.lanczos.to_core() | {"k": 1}
+
+    def call(rows, start: int, steps: int, record_every: int, top_grad: bool):
+        """The tile on ``rows`` from step ``start``: its outputs by name, and the rows still
+        running after it (w and the divergence flags updated)."""
+        out = dict(zip(_OUTPUTS, kernel(w[rows], lr[rows], wd[rows], steps, record_every,
+                                        v1=v1[rows] if top_grad else None)))
+        w[rows] = out["w"]
+        stopped = out["diverged"].astype(bool)
+        diverged[rows[stopped]] = 1
+        diverged_step[rows[stopped]] = start + out["step"][stopped]
+        return out, rows[~stopped]
+
     live = np.arange(B)
     for j in range(n_sharp):
         if live.size == 0:
             break
-        t = j * every
+        t, final = j * every, j == n_sharp - 1
+        end = T if final else t + every
         evals, evecs, _, _, conv, ok = core.lanczos(
             w[live], options, v1[live] if j else None,
             streams=(first_trajectory + live).astype(np.uint64), counter=t)
@@ -101,26 +117,29 @@ def _segmented(kernel, core, config: EngineConfig, W0: np.ndarray,
         if run.size == 0:
             break
         v1[run] = vec[solved]
-        final = j == n_sharp - 1
-        steps = T - t if final else every
-        out = dict(zip(("w", "loss", "norm2", "diverged", "step", "eff_lr", "grad_norm",
-                        "top_grad"),
-                       kernel(w[run], lr[run], wd[run], steps, rec_every, v1=v1[run])))
-        kept = steps // rec_every + 1 if final else steps // rec_every
-        first = t // rec_every
-        for name in _RECORDS:
-            rec[name][first:first + kept, run] = out[name][:kept]
-        # S(w_t) = ||w_t||^2 lambda_1 and eff_lr S, from the segment's record at t; a row
-        # the tile flags at t (an undefined loss there) keeps NaN and "not converged".
-        at_t = np.isfinite(out["norm2"][0])
-        sharpness[j, run] = np.where(at_t, lam * out["norm2"][0], np.nan)
-        eos_ratio[j, run] = out["eff_lr"][0] * sharpness[j, run]
-        converged[j, run] = np.where(at_t, conv, 0)
-        w[run] = out["w"]
-        stopped = out["diverged"].astype(bool)
-        diverged[run[stopped]] = 1
-        diverged_step[run[stopped]] = t + out["step"][stopped]
-        live = run[~stopped]
+        first_rec = -(-t // rec_every) * rec_every  # the segment's first record step
+        at_t = None  # the outputs of the call that recorded step t
+        live = run
+        if first_rec > t:  # to the first record step, or through the segment
+            at_t, live = call(run, t, min(first_rec, end) - t, min(first_rec, end) - t + 1,
+                              False)
+        if live.size and (first_rec <= end if final else first_rec < end):
+            entered = live
+            out, live = call(entered, first_rec, end - first_rec, rec_every, True)
+            # the records before end; the last segment's through end
+            kept = (end - first_rec) // rec_every + 1 if final else \
+                (end - first_rec - 1) // rec_every + 1
+            r0 = first_rec // rec_every
+            for name in _RECORDS:
+                rec[name][r0:r0 + kept, entered] = out[name][:kept]
+            at_t = out if at_t is None else at_t
+        # S(w_t) = ||w_t||^2 lambda_1 and eff_lr S, from the record of step t; a row the
+        # tile flags at t (an undefined loss there) keeps NaN and "not converged".
+        norm2_t, eff_t = at_t["norm2"][0], at_t["eff_lr"][0]
+        defined = np.isfinite(norm2_t)
+        sharpness[j, run] = np.where(defined, lam * norm2_t, np.nan)
+        eos_ratio[j, run] = eff_t * sharpness[j, run]
+        converged[j, run] = np.where(defined, conv, 0)
     return {**rec, "sharpness": sharpness, "eos_ratio": eos_ratio,
             "sharpness_converged": converged, "theta": np.zeros((0, B, D)), "w": w,
             "diverged": diverged, "diverged_step": diverged_step}

@@ -61,18 +61,21 @@ def test_tile_records_are_the_engines(name):
     _assert_engines_records(got, ref)
 
 
-# (steps, sharpness_every, Lanczos max_iter): the last segment short or of no step; a
+# (steps, record_every, sharpness_every, Lanczos max_iter): the last segment short or of no
+# step; sharpness steps off the records (25 and 7 against 10; 30 against 4, 203 steps); a
 # Krylov space of 3, where the eigenvalue a solve returns depends on its start (the random
 # one keyed by trajectory and step, then the warm one), so that a start other than the
 # engine's shows.
-@pytest.mark.parametrize("steps, every, max_iter", [(200, 50, None), (190, 30, None),
-                                                    (200, 20, 3)])
+@pytest.mark.parametrize("steps, rec_every, every, max_iter", [
+    (200, 10, 50, None), (190, 10, 30, None), (200, 10, 20, 3), (200, 10, 25, None),
+    (200, 10, 7, None), (203, 4, 30, None)])
 @pytest.mark.parametrize("name", ["toy3d", "bn_linreg", "bn_mc", "bn_mc D800"])
-def test_tile_records_with_sharpness_are_the_engines(name, steps, every, max_iter):
+def test_tile_records_with_sharpness_are_the_engines(name, steps, rec_every, every,
+                                                     max_iter):
     model, W0, hyper = _case(name)
     if max_iter and model.dim <= max_iter:
         pytest.skip("a Krylov space of 3 is all of Toy3D's")
-    config = _config(model.dim, steps, 10, every, max_iter)
+    config = _config(model.dim, steps, rec_every, every, max_iter)
     core = model._core(np.dtype(np.float64), "cpp")
     got = tile_run(model, config, W0, hyper, _core, core, first_trajectory=5)
     ref = core.run(W0, hyper, config.to_core(), 5)
@@ -84,7 +87,11 @@ def test_tile_records_with_sharpness_are_the_engines(name, steps, every, max_ite
             np.abs(ref["sharpness"]))
 
 
-def test_tile_sharpness_runs_freeze_diverging_trajectories_as_the_engine():
+# record_every, sharpness_every: 103 in a call that records, in one that only takes rows to
+# the next sharpness step (records every 40), and after such a call's one step (records at
+# multiples of 7)
+@pytest.mark.parametrize("rec_every, every", [(10, 50), (40, 30), (7, 30)])
+def test_tile_sharpness_runs_freeze_diverging_trajectories_as_the_engine(rec_every, every):
     """A row undefined at its start, one whose update overflows within the first segment,
     one past it, one that the tile flags at a sharpness step where the Lanczos succeeded,
     and one whose Lanczos fails at a sharpness step: flagged at the engine's steps, their
@@ -96,7 +103,7 @@ def test_tile_sharpness_runs_freeze_diverging_trajectories_as_the_engine():
     lr, wd = np.linspace(0.05, 0.2, 7), np.full(7, 1e-3)
     lr[2], wd[2] = 1e200, 1.0                     # ||w||^2 overflows after step 0
     lr[3], wd[3] = 1e-3, -3e4                     # w grows 31-fold a step: at 103
-    config = _config(3, 300, 10, 50)
+    config = _config(3, 300, rec_every, every)
     core = model._core(np.dtype(np.float64), "cpp")
     hyper = {"lr": lr, "wd": wd}
     ref = core.run(W0, hyper, config.to_core())
@@ -105,6 +112,8 @@ def test_tile_sharpness_runs_freeze_diverging_trajectories_as_the_engine():
     assert ref["diverged_step"].tolist() == [-1, 0, 1, 103, -1, -1, 0]  # 103: mid-segment
     assert ref["sharpness_converged"][0, 6] == 0 and np.isnan(ref["sharpness"][0, 6])
     _assert_engines_records(got, ref)
+    if (rec_every, every) != (10, 50):
+        return
     # A core whose Lanczos fails for row 4 at step 100: flagged there, w kept from step 100.
     failing = _FailingLanczos(core, row=4, at=100)
     got = tile_run(model, config, W0, hyper, _core, failing)
@@ -133,8 +142,9 @@ class _FailingLanczos:
 def test_what_a_tile_does_not_record_is_left_to_the_engine():
     D = 3
     assert applies(_config(D), np.float64)
-    assert applies(_config(D, sharpness_every=30), np.float64)  # a record step each
-    for change in ({"sharpness_every": 15}, {"theta_every": 5}, {"jitter": 1e-3},
+    assert applies(_config(D, sharpness_every=30), np.float64)
+    assert applies(_config(D, sharpness_every=15), np.float64)  # off the record steps too
+    for change in ({"theta_every": 5}, {"jitter": 1e-3},
                    {"top_k": 2}, {"reduced": True}, {"method": Method.PGD}):
         assert not applies(dataclasses.replace(_config(D), **change), np.float64), change
     assert not applies(_config(D), np.float32)
@@ -227,9 +237,9 @@ def test_a_backend_with_tiles_takes_them_where_they_apply(monkeypatch):
     tracked = ps.run_gd_wd(model, W0, hyper["lr"], hyper["wd"], 200, record_every=10,
                            sharpness_every=50, backend="cpp", first_trajectory=2)
     assert tracked.meta["tiles"] and np.isfinite(tracked.sharpness).all()
-    off_grid = ps.run_gd_wd(model, W0, hyper["lr"], hyper["wd"], 200, record_every=10,
-                            sharpness_every=25, backend="cpp")
-    assert not off_grid.meta["tiles"]
+    snapshots = ps.run_gd_wd(model, W0, hyper["lr"], hyper["wd"], 200, record_every=10,
+                             sharpness_every=25, theta_every=50, backend="cpp")
+    assert not snapshots.meta["tiles"]
     monkeypatch.setitem(BACKENDS, "cpp", dataclasses.replace(BACKENDS["cpp"], tiles=None))
     engine = ps.run_gd_wd(model, W0, hyper["lr"], hyper["wd"], 200, record_every=10,
                           sharpness_every=50, backend="cpp", first_trajectory=2)
