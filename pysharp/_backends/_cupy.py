@@ -420,8 +420,9 @@ BN_LINREG_TILE_MAX_D, BN_LINREG_TILE_MAX_N = 128, 200
 def bn_linreg_tile_fits(d: int, n: int, block_smem_optin: int, capability: int) -> bool:
     """Whether BN linear regression with d coordinates and n samples runs on its tile on a
     device of compute ``capability`` (e.g. 90) whose blocks may opt in to
-    ``block_smem_optin`` bytes: FP64 mma (8.0+), (d, n) in the spill-free box, and the
-    tile's shared memory. NVRTC compiles the kernel for the model's own shape."""
+    ``block_smem_optin`` bytes: FP64 mma (8.0+), (d, n) in the box (its corners compile
+    without spills; tests/backends/test_nvrtc.py), and the tile's shared memory. NVRTC
+    compiles the kernel for the model's own shape."""
     return (capability >= 80 and 1 <= d <= BN_LINREG_TILE_MAX_D
             and 2 <= n <= BN_LINREG_TILE_MAX_N
             and bn_linreg_tile_smem_bytes(d, n) <= block_smem_optin)

@@ -98,12 +98,19 @@ def test_the_cupy_backends_tile_unit_compiles(arch):
         assert low.startswith("_Z") and low.encode() in out.cubin
 
 
+# The box's corners that an H100's or H200's 227 KB of shared memory per block reaches: d
+# 128 up to n 160, n 200 up to d 104 (the shared memory of (120, 200) is 249 KB: it never
+# runs), and the smallest d. ptxas near 255 registers is chaotic: shapes inside the box may
+# spill a few bytes (8 B at (112, 192) today; (120, 176) spilled 24 B before top_grad came),
+# which costs speed, not results.
 @pytest.mark.parametrize("d, n", [pytest.param(13, 11), *(
-    pytest.param(d, n, marks=pytest.mark.slow) for d, n in ((128, 128), (120, 200), (1, 200)))])
+    pytest.param(d, n, marks=pytest.mark.slow)
+    for d, n in ((128, 128), (128, 160), (104, 200), (1, 200)))])
 def test_a_bn_linreg_tile_of_any_shape_in_the_box_compiles_without_spills(d, n):
     # backend="cupy" compiles the tile for the model's own (d, n); the box's corners
     # (_cupy.BN_LINREG_TILE_MAX_D/N) must compile with no stack frame and no spill
     assert d <= _cupy.BN_LINREG_TILE_MAX_D and n <= _cupy.BN_LINREG_TILE_MAX_N
+    assert _cupy.bn_linreg_tile_smem_bytes(d, n) <= 232448
     source, names, _ = _cupy.unit(_cupy.bn_linreg_unit(d, n))
     out = _nvrtc.compile_cuda(source, arch="sm_90", name="tile.cu",
                               name_expressions=list(names.values()), include_dirs=INCLUDE,

@@ -85,11 +85,13 @@ struct BNLinRegTile {
   };
 
   // park: this warp's kParkDoubles of (shared) memory, unused if kParkW is false; w is
-  // the same on return. v1 (B, D), or null: e.vg = v1[row] . g, row the lane's trajectory
+  // the same on return. dot: also e.vg = v1[row] . g, v1 (B, D), row the lane's trajectory
   // (taken here, while w is parked: with w, G and the reads of v1 live at once, d 100
-  // n 200 spilled).
+  // n 200 spilled). A flag and v1 as given, not a pointer chosen per step, and the row
+  // through P::here: a chosen pointer, or an index the compiler hoists out of the step
+  // loop, stays in registers through Z's peak, and shapes near 255 registers spilled.
   PYSHARP_TILE_HD void evaluate(R (&w)[DB][2], Eval& e, volatile double* park,
-                                const double* v1 = nullptr,
+                                bool dot = false, const double* v1 = nullptr,
                                 const reg<long long>& row = reg<long long>(0)) const {
     const I l = P::lane();
     const I group = l >> 2, quad = l & 3;
@@ -182,10 +184,10 @@ struct BNLinRegTile {
         PYSHARP_UNROLL
         for (int b = 0; b < DB; ++b)
           P::mma(e.g[b][0], e.g[b][1], z[s][i], P::load(data.xc, col + (8 * s + i) * DP + 8 * b));
-    if (v1) {
+    if (dot) {
       // One 64-bit index, each coordinate a constant offset from it (an index selected per
       // coordinate, as for_each_coord gives, cost a register pair each and spilled).
-      const reg<long long> at = row * static_cast<long long>(D) + P::widen(2 * quad);
+      const reg<long long> at = P::here(row) * static_cast<long long>(D) + P::widen(2 * quad);
       R vg = R(0.0);
       PYSHARP_UNROLL
       for (int b = 0; b < DB; ++b)
@@ -232,7 +234,7 @@ struct BNLinRegTile {
     long long next_record = 0, r = 0;
     Eval e;
     for (long long t = 0; t <= io.steps; ++t) {
-      evaluate(w, e, park, t == next_record ? io.v1 : nullptr, t0);
+      evaluate(w, e, park, io.top_grad && t == next_record, io.v1, t0);
       const M bad = live & !e.ok;
       div_step = where(bad, reg<long long>(t), div_step);
       live = live & e.ok;

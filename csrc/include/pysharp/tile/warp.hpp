@@ -10,7 +10,8 @@
 // A policy P provides P::reg<T> (one T per lane), lane(), shfl_xor, mma and the
 // memory access of a lane-dependent index (load/store/load_if), parking a register in
 // memory (park/unpark), a warp vote (any), widen (int to long long), a barrier for
-// the warp's shared memory (sync) and the warp's scalar code (leader, first). The free
+// the warp's shared memory (sync), the warp's scalar code (leader, first) and a value
+// the compiler may not hoist out of a loop (here). The free
 // functions below (where, root, recip, finite) are overloaded for both kinds of register.
 //
 // Fragment layout of mma.m8n8k4 with f64 operands (PTX ISA, "Matrix fragments for
@@ -227,6 +228,12 @@ struct EmuWarp {
   // The lanes' shared-memory writes before it are seen by every lane after it. The
   // emulation runs one lane after another: nothing to do.
   static void sync() {}
+  // x, as a value the compiler cannot compute earlier than here (on the device: what
+  // depends on it cannot be hoisted out of the loop around it and kept in registers).
+  template <class T>
+  static T here(const T& x) {
+    return x;
+  }
   // Whether this lane runs the warp's scalar code (records of warp-uniform values): the
   // emulation runs such code once, for the whole warp.
   static bool leader() { return true; }
@@ -282,6 +289,10 @@ struct DeviceWarp {
     return m ? p[index] : T(0);
   }
   __device__ __forceinline__ static void sync() { __syncwarp(); }
+  __device__ __forceinline__ static long long here(long long x) {
+    asm volatile("mov.b64 %0, %0;" : "+l"(x));
+    return x;
+  }
   __device__ __forceinline__ static bool leader() { return (threadIdx.x & 31) == 0; }
   template <class T>
   __device__ __forceinline__ static T first(T x) {
