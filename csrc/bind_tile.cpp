@@ -138,18 +138,17 @@ struct RunOutputs {
   RunOutputs(const carray<double>& W0, const carray<double>& lr, const carray<double>& wd,
              long long steps, long long every, std::optional<carray<double>> v1_)
       : w_final({W0.shape(0), W0.shape(1)}),
-        loss({records(steps, every), W0.shape(0)}),
-        norm2({records(steps, every), W0.shape(0)}),
-        eff_lr({records(steps, every), W0.shape(0)}),
-        grad_norm({records(steps, every), W0.shape(0)}),
-        top_grad({v1_ ? records(steps, every) : 0, W0.shape(0)}),
+        loss({tile_records(steps, every), W0.shape(0)}),
+        norm2({tile_records(steps, every), W0.shape(0)}),
+        eff_lr({tile_records(steps, every), W0.shape(0)}),
+        grad_norm({tile_records(steps, every), W0.shape(0)}),
+        top_grad({v1_ ? tile_records(steps, every) : 0, W0.shape(0)}),
         diverged(W0.shape(0)), diverged_step(W0.shape(0)), v1(std::move(v1_)) {
     const py::ssize_t Bn = W0.shape(0);
     require(W0.ndim() == 2 && lr.ndim() == 1 && wd.ndim() == 1 && lr.shape(0) == Bn &&
                 wd.shape(0) == Bn,
             "W0 must be (B, D), lr and wd (B,)");
-    require(!v1 || (v1->ndim() == 2 && v1->shape(0) == Bn && v1->shape(1) == W0.shape(1)),
-            "v1 must be (B, D), as W0");
+    check_v1(v1, Bn, W0.shape(1));
     io = {W0.data(),           lr.data(),           wd.data(),
           w_final.mutable_data(), loss.mutable_data(), norm2.mutable_data(),
           eff_lr.mutable_data(),  grad_norm.mutable_data(),
@@ -159,12 +158,6 @@ struct RunOutputs {
   py::tuple result() const {
     return py::make_tuple(w_final, loss, norm2, diverged, diverged_step, eff_lr, grad_norm,
                           top_grad);
-  }
-
-  // Records at steps 0, every, ... <= steps; checked before any array is shaped by it.
-  static py::ssize_t records(long long steps, long long every) {
-    require(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
-    return static_cast<py::ssize_t>(steps / every + 1);
   }
 };
 

@@ -1,10 +1,12 @@
 // What both tile bindings share, bind_tile.cpp (the CPU emulation) and cuda/bind_tile.cu
 // (the device kernels): the (d, n) shapes a module compiles the BN linear regression tile
-// for, as a type list, and the checks of BN matrix completion's observations.
+// for, as a type list, and the checks of a GD+WD run's arguments and of BN matrix
+// completion's observations.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
+#include <optional>
 #include <tuple>
 
 #include "module_options.hpp"
@@ -36,6 +38,21 @@ pybind11::list shape_list() {
   pybind11::list out;
   std::apply([&](auto... s) { (out.append(pybind11::make_tuple(s.d, s.n)), ...); }, Shapes{});
   return out;
+}
+
+// The records of a GD+WD tile run, at steps 0, every, ... <= steps (a dimension of its
+// record arrays); checked before any array is shaped by it.
+inline pybind11::ssize_t tile_records(long long steps, long long every) {
+  require(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
+  return static_cast<pybind11::ssize_t>(steps / every + 1);
+}
+
+// v1 of a tile run that records top_grad, where given: (B, D), as W0. Reals: a NumPy
+// array (pybind11).
+template <class Reals>
+void check_v1(const std::optional<Reals>& v1, long long B, long long D) {
+  require(!v1 || (v1->ndim() == 2 && v1->shape(0) == B && v1->shape(1) == D),
+          "v1 must be (B, D), as W0");
 }
 
 // BN matrix completion's observations as the tiles take them: rows, cols and u (N,),

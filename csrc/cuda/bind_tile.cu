@@ -16,10 +16,14 @@
 namespace pysharp::cuda_module {
 namespace {
 
+using module::tile_records;
+
 // The host outputs of a GD+WD tile run and their device mirrors.
 // With v1 (B, D), top_grad is (R, B); without, (0, B).
 struct TileRun {
-  long long B, steps, every, D;
+  py::ssize_t B;  // B and D: array dimensions, of tile_records' type
+  long long steps, every;
+  py::ssize_t D;
   carray<double> w_final, loss, norm2, eff_lr, grad_norm, top_grad;
   carray<std::uint8_t> diverged;
   carray<long long> diverged_step;
@@ -32,10 +36,10 @@ struct TileRun {
           long long steps_, long long every_, const std::optional<carray<double>>& v1)
       : B(W0.ndim() == 2 ? W0.shape(0) : 0), steps(steps_), every(every_),
         D(W0.ndim() == 2 ? W0.shape(1) : 0),
-        w_final({B, D}), loss({records(steps_, every_), B}),
-        norm2({records(steps_, every_), B}), eff_lr({records(steps_, every_), B}),
-        grad_norm({records(steps_, every_), B}),
-        top_grad({v1 ? records(steps_, every_) : 0, B}), diverged(B), diverged_step(B),
+        w_final({B, D}), loss({tile_records(steps_, every_), B}),
+        norm2({tile_records(steps_, every_), B}), eff_lr({tile_records(steps_, every_), B}),
+        grad_norm({tile_records(steps_, every_), B}),
+        top_grad({v1 ? tile_records(steps_, every_) : 0, B}), diverged(B), diverged_step(B),
         w0(DeviceBuffer<double>::from(W0)), lr(DeviceBuffer<double>::from(lr_)),
         wd(DeviceBuffer<double>::from(wd_)), w_final_d(B * D), loss_d(loss.size()),
         norm2_d(norm2.size()), eff_lr_d(eff_lr.size()), grad_norm_d(grad_norm.size()),
@@ -46,15 +50,8 @@ struct TileRun {
   }
   static DeviceBuffer<double> checked_v1(const std::optional<carray<double>>& v1, long long B,
                                          long long D) {
-    if (!v1) return DeviceBuffer<double>();
-    require(v1->ndim() == 2 && v1->shape(0) == B && v1->shape(1) == D,
-            "v1 must be (B, D), as W0");
-    return DeviceBuffer<double>::from(*v1);
-  }
-  // Records at steps 0, every, ... <= steps; checked before any array is shaped by it.
-  static long long records(long long steps, long long every) {
-    require(steps >= 0 && every >= 1, "steps must be >= 0 and record_every >= 1");
-    return steps / every + 1;
+    module::check_v1(v1, B, D);
+    return v1 ? DeviceBuffer<double>::from(*v1) : DeviceBuffer<double>();
   }
   tile::GdWdTileIO io() const {
     return {w0.get(),         lr.get(),      wd.get(),         w_final_d.get(),

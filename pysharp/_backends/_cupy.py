@@ -191,6 +191,15 @@ class _Fields:
                 raise ValueError(f"{self.what} has an unknown field '{key}'")
 
 
+def _uint64(value, name: str) -> int:
+    """``value`` as an int that a uint64 field holds (a random key: seed, counter), else
+    ValueError naming it."""
+    value = operator.index(value)
+    if not 0 <= value < 2 ** 64:
+        raise ValueError(f"{name} must be in [0, 2^64)")
+    return value
+
+
 def lanczos_options(options: dict, D: int) -> np.void:
     """The LanczosOptions struct from the dict of ``pysharp._engine.LanczosOptions.to_core()``.
 
@@ -209,8 +218,7 @@ def lanczos_options(options: dict, D: int) -> np.void:
         raise ValueError("k must be in [1, D]")
     if not k <= max_iter <= min(D, LANCZOS_MAX_ITER):
         raise ValueError(f"max_iter must be in [k, min(D, {LANCZOS_MAX_ITER})]")
-    if not 0 <= seed < 2 ** 64:
-        raise ValueError("seed must be in [0, 2^64)")
+    seed = _uint64(seed, "seed")
     return _pack("LanczosOptions", k=k, max_iter=max_iter, min_iter=min_iter, tol=tol,
                  smallest=bool(smallest), seed=seed)
 
@@ -246,8 +254,7 @@ def engine_config(config: dict, D: int) -> np.void:
                          "k = 1, LA")
     if not (top_k == 0 or 2 <= top_k <= lanczos["max_iter"]):
         raise ValueError("top_k must be 0 (off) or in [2, lanczos max_iter]")
-    if not 0 <= seed < 2 ** 64:
-        raise ValueError("seed must be in [0, 2^64)")
+    seed = _uint64(seed, "seed")
     if reduced:
         raise BackendUnavailable(
             "BN linear regression's reduced engine (reduced=True) does not run on "
@@ -708,10 +715,7 @@ class _CupyCore:
         W = self._rows(W)
         B, D = W.shape[0], self.dim
         o = lanczos_options(options, D)
-        counter = operator.index(counter)
-        if not 0 <= counter < 2 ** 64:
-            raise ValueError("counter must be in [0, 2^64)")
-        o["counter"] = counter
+        o["counter"] = _uint64(counter, "counter")
         if start is not None:
             start = self._rows(start, "start")
             if start.shape[0] != B:
