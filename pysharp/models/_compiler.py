@@ -4,24 +4,38 @@ A loaded model (:func:`pysharp.models.load_model`) is a C++ header compiled
 against the headers shipped inside the package (:func:`include_dir`) with the
 compiler and flags that built ``pysharp._core`` (recorded by the build in
 ``_build_flags.json``; ``pysharp info`` shows them), so its arithmetic is the
-core's own. The module is cached per user:
+core's own. The module is cached per user, and the cache checks what it loads:
 
 - the key hashes the header and every file it includes with quotes, pysharp's
   headers, pysharp's version, the compiler (path, size, mtime), the flags, the
-  model name, the dtype and the Python ABI; a cached module is loaded only
-  when the key recorded beside it equals the one computed now;
+  model name, the dtype and the Python ABI; it names the entry;
+- beside the module, the entry records the key's material, the module's SHA-256
+  and every file the compiler read (its own list, ``-MMD -MF``: headers found
+  with angle brackets in ``include_dirs`` or through a macro too, pysharp's and
+  pybind11's; not the system's, which come with the compiler, nor Python's, fixed
+  by the ABI in the key) with their SHA-256.
+  A cached module is loaded only when all of them match now; any other entry
+  (a changed include, a truncated, flipped or replaced module) is compiled
+  again, under a new module name, so a process that loaded the old one keeps it;
 - the cache folder (``PYSHARP_CACHE_DIR``, else ``$XDG_CACHE_HOME/pysharp``
-  or ``~/.cache/pysharp``) is created 0700 and refused when another user can
-  write to it, since loading a module runs its code;
+  or ``~/.cache/pysharp``) is 0700 and its files 0600 whatever the umask, and a
+  folder, record or module that another user owns or can write to is refused
+  with an error naming it, since loading a module runs its code;
 - two processes compiling the same model at once (a process pool, Dask
   workers) take a file lock: one compiles, the other loads its result;
-- a failed or interrupted compile leaves nothing behind but the lock file.
+- a failed compile leaves nothing behind but the lock file; the scratch folder
+  of a killed one is removed the next time the cache is used (its process is
+  dead, or it is over an hour old);
+- a cache that cannot be written (read-only, not ours to write) still serves
+  the modules it holds, and compiling a new one says where the cache is and
+  how to move it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import hashlib
 import importlib.util
@@ -51,6 +65,11 @@ class ModelCompileError(RuntimeError):
 _PACKAGE = Path(__file__).resolve().parent.parent
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 _MODEL_RE = re.compile(r"^\s*PYSHARP_MODEL\(\s*([A-Za-z_]\w*)", re.MULTILINE)
+#: Scratch files and folders are named ``<stem>.scratch-<host>-<pid>-<random>``.
+_SCRATCH_RE = re.compile(r"\.scratch-([0-9a-f]{8})-(\d+)-")
+#: A scratch folder this old belongs to a compile that died (a compile takes seconds).
+_STALE_AFTER_S = 3600.0
+_EXT = sysconfig.get_config_var("EXT_SUFFIX")
 
 
 def include_dir() -> Path:
@@ -139,7 +158,8 @@ def cache_dir() -> Path:
     Raises
     ------
     PermissionError
-        When the folder belongs to another user or others can write to it.
+        When the folder belongs to another user or others can write to it, or it
+        cannot be created; the message names it and says how to move it.
     """
     root = os.environ.get("PYSHARP_CACHE_DIR")
     if root:
@@ -147,18 +167,117 @@ def cache_dir() -> Path:
     else:
         base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
         path = Path(base) / "pysharp"
-    path = path / "models"
+    path = path.absolute() / "models"
     for folder in (path.parent, path):
         if not folder.exists():
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            folder.chmod(0o700)
-    st = path.stat()
+            with _writing(folder):
+                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+                folder.chmod(0o700)
+    _refuse_unless_private(path, path.stat(), "the model cache",
+                           "Fix its owner and mode (chmod 700) or set PYSHARP_CACHE_DIR to a "
+                           "private folder.")
+    return path
+
+
+def _refuse_unless_private(path: Path, st: os.stat_result, what: str, fix: str) -> None:
+    """PermissionError naming ``path`` when another user owns it or can write to it."""
     if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise PermissionError(
-            f"the model cache {path} belongs to another user or others can write to it; "
-            "loading a module from it would run code they put there. Fix its owner and "
-            "mode (chmod 700) or set PYSHARP_CACHE_DIR to a private folder.")
-    return path
+            f"{what} {path} belongs to another user or others can write to it; loading a "
+            f"module from it would run code they put there. {fix}")
+
+
+@contextlib.contextmanager
+def _writing(cache: Path):
+    """Turns a write refused by the file system (read-only, no permission) into an error
+    naming the cache and how to move it."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise PermissionError(
+            f"the model cache {cache} cannot be written ({exc.strerror}: {exc.filename}), so "
+            "a model not compiled yet cannot be compiled into it. Move the cache by setting "
+            "PYSHARP_CACHE_DIR to a folder of yours that can be written (compiled models go "
+            "to $PYSHARP_CACHE_DIR/models), or make this one writable.") from exc
+
+
+def _host() -> str:
+    return hashlib.sha256(os.uname().nodename.encode()).hexdigest()[:8]
+
+
+def _scratch_prefix(stem: str) -> str:
+    """The name of a scratch file or folder of this process, which :func:`_remove_stale`
+    can tell from those of a compile that died."""
+    return f"{stem}.scratch-{_host()}-{os.getpid()}-"
+
+
+def _scratch_folder(cache: Path, stem: str) -> Path:
+    """A new private (0700) scratch folder in ``cache``."""
+    with _writing(cache):
+        return Path(tempfile.mkdtemp(prefix=_scratch_prefix(stem), dir=cache))
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` of the cache at once (a reader sees the old file or the
+    new one), readable by this user alone whatever the umask; its folder is created 0700.
+
+    Raises
+    ------
+    PermissionError
+        When the cache cannot be written, naming it and how to move it.
+    """
+    folder = path.parent
+    with _writing(folder):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=_scratch_prefix(path.stem), suffix=".tmp",
+                                   dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        pass
+    return True
+
+
+def _remove_stale(cache: Path) -> None:
+    """Removes the scratch folders and files of compiles that died: those of a dead process
+    of this host, and any over an hour old (also those named before scratch names carried
+    their process). Nothing is said when they cannot be removed (a read-only cache)."""
+    host, now = _host(), time.time()
+    for folder in (cache, cache / "jax"):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            found = _SCRATCH_RE.search(entry.name)
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if found is None and not (entry.name.startswith("_pysharp_") and is_dir
+                                          or entry.name.endswith(".tmp")):
+                    continue
+                dead = found is not None and found[1] == host and not _alive(int(found[2]))
+                if dead or now - entry.stat(follow_symlinks=False).st_mtime > _STALE_AFTER_S:
+                    if is_dir:
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        os.unlink(entry.path)
+            except OSError:
+                pass
 
 
 def _sources(header: Path, include_dirs: tuple[Path, ...]) -> list[Path]:
@@ -214,18 +333,55 @@ def _key(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...],
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def _locked(cache: Path, stem: str):
+    path = cache / f"{stem}.lock"
+    with _writing(cache):
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:  # written by an older pysharp under a loose umask
+            with _writing(cache):
+                os.fchmod(fd, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _import(module_name: str, so: Path) -> ModuleType:
+    """Module ``module_name`` from its file ``so`` in the cache, checked first: private,
+    and of the SHA-256 that its record (``<module_name>.json`` beside it) holds.
+
+    Raises
+    ------
+    ModelCompileError
+        When the module or its record is absent, or the module differs from the record.
+    PermissionError
+        When either belongs to another user or others can write to it.
+    """
     if module_name in sys.modules:
         return sys.modules[module_name]
+    record = _record(so.with_name(f"{module_name}.json"))
+    module = None if record is None else _verified(module_name, so, record.get("sha256"))
+    if module is None:
+        raise ModelCompileError(
+            f"{so} is missing, or is not the module its record describes (truncated, damaged "
+            "or replaced): not loaded. Loading the model from its header compiles it again.")
+    return module
+
+
+def _verified(module_name: str, so: Path, digest) -> ModuleType | None:
+    """The module in ``so`` when it is private and has SHA-256 ``digest`` (checked before
+    it is loaded: a damaged module would crash the interpreter, another one run code that
+    is not the model's), else None."""
+    try:
+        with open(so, "rb") as fh:
+            _refuse_unless_private(so, os.fstat(fh.fileno()), "the cached module", _NOT_PRIVATE)
+            if module_name in sys.modules:  # loaded (and checked) by this process already
+                return sys.modules[module_name]
+            if _sha256(fh) != digest:
+                return None
+    except FileNotFoundError:
+        return None
     spec = importlib.util.spec_from_file_location(module_name, so)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -233,15 +389,66 @@ def _import(module_name: str, so: Path) -> ModuleType:
     return module
 
 
-def _cached(module_name: str, so: Path, meta: Path, material: dict) -> ModuleType | None:
-    """The cached module when its recorded key matches ``material``, else None."""
+def _sha256(fh) -> str:
+    h = hashlib.sha256()
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        h.update(block)
+    return h.hexdigest()
+
+
+_NOT_PRIVATE = ("Delete it (pysharp compiles the model again) or set PYSHARP_CACHE_DIR to a "
+                "private folder.")
+
+
+def _record(path: Path) -> dict | None:
+    """The record of a cached module, None when absent or unreadable (an older pysharp's).
+
+    Raises
+    ------
+    PermissionError
+        When it belongs to another user or others can write to it.
+    """
     try:
-        recorded = json.loads(meta.read_text())
-    except (OSError, ValueError):
+        with open(path, "rb") as fh:
+            _refuse_unless_private(path, os.fstat(fh.fileno()), "the model cache's record",
+                                   _NOT_PRIVATE)
+            record = json.loads(fh.read())
+    except FileNotFoundError:
         return None
-    if recorded != material or not so.is_file():
+    except ValueError:
         return None
-    return _import(module_name, so)
+    return record if isinstance(record, dict) else None
+
+
+def _cached(cache: Path, stem: str, material: dict) -> ModuleType | None:
+    """A module of entry ``stem`` whose record holds ``material`` and whose every
+    dependency (the files the compiler read) still has its recorded SHA-256, as has the
+    module itself; else None. The newest record is tried first."""
+    records = []
+    for path in cache.glob(f"{stem}_*.json"):
+        with contextlib.suppress(FileNotFoundError):
+            records.append((path.stat().st_mtime_ns, path))
+    for _, path in sorted(records, reverse=True):
+        record = _record(path)
+        if (record is None or record.get("material") != material
+                or not isinstance(record.get("dependencies"), dict)
+                or _hashes(record["dependencies"]) != record["dependencies"]):
+            continue
+        module_name = path.name[:-len(".json")]
+        return _verified(module_name, cache / (module_name + _EXT), record.get("sha256"))
+    return None
+
+
+def _hashes(paths) -> dict[str, str]:
+    """{path: SHA-256 of its contents (``"missing"`` where it cannot be read)}."""
+    out = {}
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                out[path] = _sha256(fh)
+        except OSError:
+            out[path] = "missing"
+    return out
 
 
 def _say(message: str) -> None:
@@ -317,57 +524,105 @@ def compile_jax_ffi(header: Path, name: str, dtype: str,
 def _compile(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...],
              unit: _Unit) -> ModuleType:
     key, material = _key(header, name, dtype, include_dirs, unit)
-    module_name = f"{unit.prefix}{key}"
+    stem = f"{unit.prefix}{key}"
     cache = cache_dir()
-    so = cache / (module_name + sysconfig.get_config_var("EXT_SUFFIX"))
-    meta = cache / f"{module_name}.json"
-    module = _cached(module_name, so, meta, material)
+    _remove_stale(cache)
+    module = _cached(cache, stem, material)
     if module is not None:
         return module
-    with _locked(cache / f"{module_name}.lock"):
-        module = _cached(module_name, so, meta, material)  # compiled by another process
+    with _locked(cache, stem):
+        module = _cached(cache, stem, material)  # compiled by another process
         if module is not None:
             return module
-        _build(header, name, dtype, include_dirs, unit, module_name, so, cache)
-        fd, tmp = tempfile.mkstemp(dir=cache, suffix=".json.tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(material, fh, sort_keys=True)
-        os.replace(tmp, meta)
-    return _import(module_name, so)
+        module_name, so, dependencies = _build(header, name, dtype, include_dirs, unit, stem,
+                                               cache)
+        with open(so, "rb") as fh:
+            digest = _sha256(fh)
+        write_private(cache / f"{module_name}.json", json.dumps(
+            {"material": material, "sha256": digest, "dependencies": dependencies},
+            sort_keys=True, indent=1).encode())
+        return _verified(module_name, so, digest)
 
 
 def _build(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...], unit: _Unit,
-           module_name: str, so: Path, cache: Path) -> None:
-    """Compiles into a scratch folder of the cache and moves the module into place."""
+           stem: str, cache: Path) -> tuple[str, Path, dict[str, str]]:
+    """Compiles into a scratch folder of the cache and moves the module into place (0600).
+
+    The preprocessor first lists the files the unit reads (``-MM``); the module is named
+    for the entry and a hash of their contents, so that each version of the sources has
+    a module name of its own, the same wherever they are compiled.
+
+    Returns
+    -------
+    module_name : str
+    so : Path
+        The module in the cache.
+    dependencies : dict
+        Every file the compiler read but the generated unit, the system's headers and
+        Python's ({absolute path: SHA-256}); one that changed during the compile is
+        recorded as such, so that the next use compiles again.
+    """
     import pybind11
 
     real = {"float64": "double", "float32": "float"}[dtype]
     cxx = compiler()
     public, bind = _include_dirs()
-    work = Path(tempfile.mkdtemp(prefix=f"{module_name}.", dir=cache))
+    work = _scratch_folder(cache, stem)
     try:
         source = work / "unit.cpp"
-        # The model is named as written in its header: at global scope, or in namespace
-        # pysharp (the built-ins' headers).
-        body = unit.body.format(module=module_name, name=name, real=real)
-        source.write_text(f'#include "{header}"\n#include "{unit.include}"\n'
-                          "namespace pysharp_unit {\nusing namespace ::pysharp;\n"
-                          f"{body}\n}}\n")
+        python = Path(sysconfig.get_paths()["include"])  # fixed by the ABI in the key
         includes = [public, bind, *include_dirs, *unit.include_dirs,
-                    Path(pybind11.get_include()), Path(sysconfig.get_paths()["include"])]
-        argv = [cxx, *build_flags()["flags"], "-shared",
-                *(f"-I{d}" for d in includes), str(source), "-o", str(work / so.name)]
+                    Path(pybind11.get_include()), python]
+        command = [cxx, *build_flags()["flags"], *(f"-I{d}" for d in includes)]
+
+        def run(module_name: str, *args: str) -> list[str]:
+            """Writes the unit for ``module_name``, runs the compiler on it with ``args``, and
+            returns the files it read."""
+            # The model is named as written in its header: at global scope, or in
+            # namespace pysharp (the built-ins' headers).
+            body = unit.body.format(module=module_name, name=name, real=real)
+            source.write_text(f'#include "{header}"\n#include "{unit.include}"\n'
+                              "namespace pysharp_unit {\nusing namespace ::pysharp;\n"
+                              f"{body}\n}}\n")
+            argv = [*command, *args, "-MF", str(work / "unit.d"), "-MT", "unit", str(source)]
+            done = subprocess.run(argv, capture_output=True, text=True)
+            if done.returncode != 0:
+                lines = done.stderr.splitlines()
+                shown = "\n".join(lines[:200])
+                more = f"\n... ({len(lines) - 200} more lines)" if len(lines) > 200 else ""
+                raise ModelCompileError(f"compiling {header} ({name}, {dtype}) failed:\n"
+                                        f"{shown}{more}\ncommand: {shlex.join(argv)}")
+            if not (work / "unit.d").is_file():
+                raise ModelCompileError(
+                    f"{cxx} wrote no list of the files it read (-MF): pysharp needs a "
+                    "GCC-compatible compiler (g++, clang++) to cache a model")
+            paths = map(Path, _depfile_paths((work / "unit.d").read_text()))
+            return [str(p) for p in paths if p != source and not p.is_relative_to(python)]
+
+        before = _hashes(run(stem, "-MM"))
+        module_name = f"{stem}_{_digest(before)}"
+        so = cache / (module_name + _EXT)
         _say(f"pysharp: compiling {header.name} ({name}, {dtype}) with "
              f"{Path(cxx).name}, once; cached in {cache}")
         t0 = time.perf_counter()
-        done = subprocess.run(argv, capture_output=True, text=True)
-        if done.returncode != 0:
-            lines = done.stderr.splitlines()
-            shown = "\n".join(lines[:200])
-            more = f"\n... ({len(lines) - 200} more lines)" if len(lines) > 200 else ""
-            raise ModelCompileError(f"compiling {header} ({name}, {dtype}) failed:\n"
-                                    f"{shown}{more}\ncommand: {shlex.join(argv)}")
+        after = _hashes(run(module_name, "-shared", "-MMD", "-o", str(work / so.name)))
+        dependencies = {p: h if before.get(p) == h else "changed during the compile"
+                        for p, h in after.items()}
+        os.chmod(work / so.name, 0o600)
         os.replace(work / so.name, so)
         _say(f"pysharp: compiled {header.name} in {time.perf_counter() - t0:.1f} s")
+        return module_name, so, dependencies
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _digest(hashes: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _depfile_paths(text: str) -> list[str]:
+    """The prerequisites of the make rule a compiler writes with ``-MF`` (``unit: a b \\``
+    lines, a space in a name escaped as ``\\ ``, ``$`` as ``$$``), as absolute paths."""
+    _, _, prerequisites = text.replace("\\\n", " ").partition(":")
+    words = re.findall(r"(?:\\.|[^\s\\])+", prerequisites)
+    return [os.path.abspath(re.sub(r"\\(.)", r"\1", w).replace("$$", "$")) for w in words]

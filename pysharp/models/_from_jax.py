@@ -32,7 +32,7 @@ import numpy as np
 
 from ._check import _jax_x64
 from ._check import check as run_check
-from ._compiler import cache_dir
+from ._compiler import cache_dir, write_private
 from ._loaded import LoadedModel, fields_from_files
 
 #: Primitives translated on values that depend on w (data-only equations may use any
@@ -1101,14 +1101,10 @@ def _as_jax(jnp, v):
 
 
 def _write_header(text: str, struct: str) -> Path:
-    folder = cache_dir() / "jax"
-    folder.mkdir(mode=0o700, exist_ok=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:20]
-    path = folder / f"{struct}_{digest}.hpp"
+    path = cache_dir() / "jax" / f"{struct}_{digest}.hpp"
     if not path.is_file() or path.read_text() != text:
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_private(path, text.encode())  # 0600, in a 0700 folder; says if read-only
     return path
 
 
