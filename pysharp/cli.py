@@ -14,6 +14,7 @@ import shlex
 import signal
 import sys
 import textwrap
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -254,9 +255,28 @@ def _print_sweep(ds, seconds: float) -> dict:
     return s
 
 
-def _ignore_sigint() -> None:
-    """Worker processes leave Ctrl-C to the parent, which stops the sweep and says so."""
+#: How often (seconds) a worker checks that the process that started it is alive.
+_ORPHAN_POLL = 0.2
+
+
+def _start_worker(parent: int) -> None:
+    """A worker's initializer: leave Ctrl-C to the parent, which stops the sweep and says so,
+    and exit when the parent is gone.
+
+    A worker of a ``ProcessPoolExecutor`` waits on a pipe whose writing end it holds too,
+    so a parent killed outright (SIGKILL, OOM) would leave it and multiprocessing's
+    resource tracker blocked for good. A daemon thread polls ``os.getppid()``, which
+    changes when the parent dies (the worker is re-parented), and ends the worker at once
+    (``os._exit``: its chunk's result would have nowhere to go).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_ORPHAN_POLL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pysharp-orphan-watch", daemon=True).start()
 
 
 def _executor(args):
@@ -280,7 +300,7 @@ def _executor(args):
         saved = os.environ.get("OMP_NUM_THREADS")
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.workers))
         pool = ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_ignore_sigint)
+                                   initializer=_start_worker, initargs=(os.getpid(),))
 
         def close(interrupted: bool = False):
             if interrupted:  # the running chunks' results would be dropped anyway

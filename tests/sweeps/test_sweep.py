@@ -520,3 +520,82 @@ def test_open_sweep_refuses_a_directory_that_is_not_a_store(tmp_path):
     (tmp_path / "notes.txt").write_text("not a store")
     with pytest.raises(ValueError, match="is not a Zarr store"):
         ps.open_sweep(tmp_path)
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...); None: gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _children(pid: int) -> dict[int, str]:
+    """pid -> command line of every process whose parent is ``pid``."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (_proc_stat(int(entry)) or [None, None])[1] == str(pid):
+            try:
+                out[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes().decode(
+                    errors="replace").replace("\0", " ")
+            except OSError:
+                pass
+    return out
+
+
+def _alive(pid: int) -> bool:
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")  # a zombie has exited
+
+
+_LONG_SWEEP = """
+[model]
+name = "toy3d"
+[grid]
+lr = { geomspace = [0.01, 0.05, 256] }
+wd = [1e-3]
+[run]
+steps = 100000
+sharpness_every = 0
+chunk_size = 4
+[output]
+store = "long.zarr"
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc (Linux)")
+def test_sigkill_of_the_cli_parent_ends_its_workers_and_the_resource_tracker(tmp_path):
+    """``kill -9`` of ``pysharp sweep --workers 2`` mid-run: its two workers (blocked on the
+    pool's pipe, whose writing end they hold too) and multiprocessing's resource tracker
+    (which waits for every holder of its pipe) must be gone within seconds, not linger."""
+    pytest.importorskip("zarr")
+    (tmp_path / "long.toml").write_text(_LONG_SWEEP)
+    proc = subprocess.Popen([sys.executable, "-m", "pysharp", "sweep", "long.toml", "--workers",
+                             "2", "--no-progress"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    children: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 120
+        done = tmp_path / "long.zarr" / "_pysharp_done"
+        while time.monotonic() < deadline and proc.poll() is None:  # both workers at work
+            children = _children(proc.pid)
+            if (sum("spawn_main" in c for c in children.values()) == 2
+                    and any("resource_tracker" in c for c in children.values())
+                    and done.is_dir() and any(done.glob("[0-9]*.json"))):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        assert len(children) == 3, children
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(map(_alive, children)):
+            time.sleep(0.05)
+        left = {pid: cmd for pid, cmd in children.items() if _alive(pid)}
+        assert not left, f"alive 10 s after their parent was killed: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in children:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
