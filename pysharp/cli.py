@@ -33,7 +33,7 @@ from .sweeps._compute import METHOD_DIMS, end_sharpness
 from .sweeps._config import load_config, model_parameters, whole_number
 from .sweeps._plot import selection_text
 from .sweeps._spec import factory_parameters
-from .sweeps._sweep import SweepInterrupted
+from .sweeps._sweep import SweepDiskFull, SweepInterrupted
 
 #: The demo's single run: the paper's BN linear regression setting.
 _DEMO = {"model": "bn_linear_regression", "d": 40, "n": 20, "lr": 0.5, "wd": 2e-4,
@@ -87,7 +87,13 @@ def _model_title(name: str, params: dict) -> str:
 
 
 def _interrupted(command: str, stop, again: str) -> int:
-    """Say what an interrupted sweep kept and how to continue; the exit status 130."""
+    """Say what an interrupted sweep (or one stopped by a full disk) kept and how to continue;
+    the exit status: 130 (interrupted), 1 (disk full)."""
+    if isinstance(stop, SweepDiskFull):
+        print(f"\npysharp {command}: the disk holding {stop.store} is full: {stop.done} of "
+              f"{stop.n_chunks} chunks saved there; free some space, then run `{again}` to "
+              "compute only the missing ones", file=sys.stderr)
+        return 1
     if stop.store is None:
         print(f"\npysharp {command}: interrupted after {stop.done} of {stop.n_chunks} chunks; "
               "without a store nothing was kept", file=sys.stderr)
@@ -335,7 +341,7 @@ def _sweep(args) -> int:
         t0 = time.perf_counter()
         ds = ps.sweep(**kwargs, executor=executor, progress=not args.no_progress)
         seconds = time.perf_counter() - t0
-    except SweepInterrupted as stop:
+    except (SweepInterrupted, SweepDiskFull) as stop:
         interrupted = True
         again = " ".join(["pysharp"] + [shlex.quote(a) for a in args.argv]
                          + ([] if args.resume else ["--resume"]))
@@ -678,6 +684,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\npysharp {args.command}: interrupted", file=sys.stderr)
         return 130
+    except SweepDiskFull as exc:  # a store on a full disk: what was kept, no traceback
+        print(f"pysharp {args.command}: {exc}", file=sys.stderr)
+        return 1
     except (ImportError, ValueError, MemoryError) as exc:  # bad argument, missing extra,
         print(f"pysharp {args.command}: error: {exc}", file=sys.stderr)  # too large: no traceback
         return 2

@@ -10,6 +10,7 @@ layout of results and ``_store`` for what makes a store safe to resume.
 from ..models._registry import REGISTRY as MODELS
 from ._plot import plot
 from ._store import StoreMismatch
-from ._sweep import SweepInterrupted, open_sweep, sweep
+from ._sweep import SweepDiskFull, SweepInterrupted, open_sweep, sweep
 
-__all__ = ["sweep", "open_sweep", "StoreMismatch", "SweepInterrupted", "MODELS", "plot"]
+__all__ = ["sweep", "open_sweep", "StoreMismatch", "SweepInterrupted", "SweepDiskFull", "MODELS",
+           "plot"]

@@ -23,8 +23,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import operator
 import os
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -63,19 +65,140 @@ def block_shape(shape: tuple[int, ...], chunk_size: int) -> tuple[int, ...]:
     return tuple(shape)  # no axes
 
 
-def chunk_bounds(shape: tuple[int, ...], chunk_size: int) -> list[tuple[int, int]]:
+class ChunkBounds(Sequence):
     """[start, stop) in the flat grid of every chunk, in C order over the blocks.
 
     The blocks of :func:`block_shape` tile the grid; the last block along the cut
-    axis may be short.
+    axis may be short. A sequence computed on demand: chunk k's bounds are a few
+    integer operations, so a sweep of 1e7 chunks holds no list of them (as tuples
+    of Python ints that list alone would take 1.85 GB).
     """
-    block = np.array(block_shape(shape, chunk_size))
-    dims = np.array(shape)
-    counts = -(-dims // block)
-    corners = np.indices(counts).reshape(len(shape), -1).T * block  # (n_chunks, ndim)
-    starts = np.ravel_multi_index(corners.T, shape)
-    sizes = np.prod(np.minimum(block, dims - corners), axis=1)
-    return [(int(a), int(a + s)) for a, s in zip(starts, sizes)]
+
+    def __init__(self, shape: tuple[int, ...], chunk_size: int) -> None:
+        self.shape = tuple(int(n) for n in shape)
+        self.block = block_shape(self.shape, chunk_size)
+        self.counts = tuple(-(-n // b) for n, b in zip(self.shape, self.block))
+        self._n = math.prod(self.counts)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def region(self, k: int) -> tuple[slice, ...]:
+        """Chunk k's block of the grid, as slices of the grid axes."""
+        if not 0 <= k < self._n:
+            raise IndexError(f"chunk {k} of {self._n}")
+        corner = []
+        for count in reversed(self.counts):
+            k, i = divmod(k, count)
+            corner.append(i)
+        return tuple(slice(i * b, min((i + 1) * b, n))
+                     for i, b, n in zip(reversed(corner), self.block, self.shape))
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(self._n))]
+        k = operator.index(k)
+        region = self.region(k + self._n if k < 0 else k)
+        start = 0
+        for s, n in zip(region, self.shape):  # C order: the flat index of the corner
+            start = start * n + s.start
+        return start, start + math.prod(s.stop - s.start for s in region)
+
+    def trajectories(self, ks) -> int:
+        """The trajectories of the chunks ``ks`` (1-D integer array), together."""
+        total = 0
+        block, shape = np.array(self.block), np.array(self.shape)
+        for part in np.array_split(np.asarray(ks, dtype=np.int64), 1 + len(ks) // 2**20):
+            if part.size:
+                corner = np.stack(np.unravel_index(part, self.counts), axis=1) * block
+                total += int(np.prod(np.minimum(block, shape - corner), axis=1).sum())
+        return total
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, ChunkBounds):
+            return (self.shape, self.block) == (other.shape, other.block)
+        if isinstance(other, (list, tuple)):
+            return len(other) == self._n and all(a == tuple(b) for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ChunkBounds(shape={self.shape}, block={self.block}: {self._n} chunks)"
+
+
+def chunk_bounds(shape: tuple[int, ...], chunk_size: int) -> ChunkBounds:
+    """[start, stop) in the flat grid of every chunk, in C order over the blocks
+    (a :class:`ChunkBounds`: computed on demand, not held as a list)."""
+    return ChunkBounds(shape, chunk_size)
+
+
+def _dir_bytes(entries: int, name_len: int, block: int) -> int:
+    """Bytes of a folder holding ``entries`` names of up to ``name_len`` characters: ext4's
+    8 bytes plus the name (rounded to 4) per entry, "." and "..", in whole blocks, and
+    twice that past one block (an indexed folder's leaf blocks may be half empty)."""
+    need = 24 + entries * (8 + -(-name_len // 4) * 4)
+    return block if need <= block else 2 * -(-need // block) * block
+
+
+def disk_estimate(out_layout: dict, shape: tuple[int, ...], chunk_size: int, block: int,
+                  coord_sizes=()) -> tuple[int, int, int]:
+    """What a sweep's store takes on disk, at most: (bytes, files and folders, chunks).
+
+    Counted from the store's layout rather than its data alone: each sweep chunk
+    writes one Zarr chunk file per array, under nested folders
+    ``<array>/c/<i0>/<i1>/...`` (Zarr format 3's default chunk keys, one folder per
+    distinct prefix), and one marker; every file and folder takes whole blocks of the
+    file system (``block``: ``os.statvfs``'s ``f_frsize``). A chunk's file holds at most
+    its uncompressed bytes (compressed, or not written where it equals the fill value,
+    it holds less). A sweep of 2e6 one-trajectory chunks thus needs about 20 blocks per
+    chunk (~170 GB at 4 KiB), not the 582 MB of its numbers.
+
+    Parameters
+    ----------
+    out_layout : dict
+        name -> (shape after the trajectory axis, dtype), see ``_compute.layout``.
+    shape : tuple of int
+        The grid's shape.
+    chunk_size : int
+        Upper bound on the trajectories per chunk.
+    block : int
+        The file system's allocation unit in bytes.
+    coord_sizes : iterable of int
+        The lengths of the coordinate arrays (the grid and record axes).
+    """
+    def blocks(nbytes: int) -> int:
+        return max(1, -(-nbytes // block)) * block
+
+    bounds = ChunkBounds(shape, chunk_size)
+    n_chunks = len(bounds)
+    per_traj_block = math.prod(bounds.block)
+    total = files = 0
+    for tail, dtype in out_layout.values():
+        tail = tuple(tail)
+        counts = bounds.counts + tuple(1 if n else 0 for n in tail)
+        chunk_bytes = per_traj_block * math.prod(tail) * np.dtype(dtype).itemsize
+        n_files = math.prod(counts)
+        total += n_files * blocks(chunk_bytes + 64)  # + a codec's frame header
+        dirs = [(1, counts[0])]  # "c" and each level's folders, with their entries
+        for level in range(1, len(counts)):
+            dirs.append((math.prod(counts[:level]), counts[level]))
+        for n_dirs, entries in dirs:
+            total += n_dirs * _dir_bytes(entries, len(str(max(entries - 1, 0))), block)
+        files += n_files + sum(n for n, _ in dirs)
+        total += 2 * block  # the array's folder and its zarr.json
+        files += 2
+    marker = 160 + sum(len(name) + 72 for name in out_layout)  # + the source's name
+    total += n_chunks * blocks(marker) + _dir_bytes(n_chunks + 1, len(f"{n_chunks}.json"), block)
+    files += n_chunks + 2
+    coord_sizes = list(coord_sizes)
+    for size in coord_sizes:  # folder, zarr.json, c/, c/0
+        total += 3 * block + blocks(8 * size)
+        files += 4
+    nodes = len(out_layout) + len(coord_sizes) + 2
+    total += block + blocks(2048 * nodes + 2 * 25 * sum(coord_sizes))  # root and its zarr.json
+    files += 2
+    return total, files, n_chunks
 
 
 _MISSING = object()
@@ -141,9 +264,8 @@ class SweepStore:
         self.path = Path(path)
         self.grid_shape = tuple(len(coords[d]) for d in grid_dims)
         self.n_traj = math.prod(self.grid_shape)
-        self.block = block_shape(self.grid_shape, chunk_size)
-        self._counts = tuple(-(-n // b) for n, b in zip(self.grid_shape, self.block))
         self._bounds = chunk_bounds(self.grid_shape, chunk_size)
+        self.block = self._bounds.block
         self._done = self.path / _DONE
         self.dtypes = {name: dtype for name, (_, dtype, _) in variables.items()}
         if not create:
@@ -226,26 +348,26 @@ class SweepStore:
         """[start, stop) of chunk k in the flat grid."""
         return self._bounds[k]
 
-    def _region(self, k: int) -> tuple[slice, ...]:
-        """Chunk k's block of the grid, as slices of the grid axes."""
-        corner = np.unravel_index(k, self._counts)
-        return tuple(slice(int(i) * b, min((int(i) + 1) * b, n))
-                     for i, b, n in zip(corner, self.block, self.grid_shape))
-
     def _marker(self, k: int) -> Path:
         return self._done / f"{k}.json"
 
-    def marked(self) -> list[int]:
-        """Chunks whose completion marker exists (their data not yet verified)."""
-        if not self._done.is_dir():
-            return []
-        return sorted(int(p.stem) for p in self._done.glob("*.json") if p.stem.isdigit()
-                      and int(p.stem) < self.n_chunks)
+    def marked(self) -> Iterator[int]:
+        """Chunks whose completion marker exists (their data not yet verified), in no
+        particular order; read one directory entry at a time."""
+        try:
+            entries = os.scandir(self._done)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        with entries:
+            for entry in entries:
+                stem, dot, suffix = entry.name.partition(".")
+                if suffix == "json" and stem.isdigit() and int(stem) < self.n_chunks:
+                    yield int(stem)
 
     def write(self, k: int, result: dict[str, np.ndarray]) -> None:
         """Store chunk k's arrays (leading axis: its trajectories), then mark it complete."""
         start, stop = self.bounds(k)
-        region = self._region(k)
+        region = self._bounds.region(k)
         block = tuple(s.stop - s.start for s in region)
         if set(result) != set(self.arrays):
             raise RuntimeError(f"chunk {k} returned {sorted(result)}, "
@@ -260,8 +382,11 @@ class SweepStore:
             sums[name] = _digest(data)
         marker = {"chunk": k, "start": start, "stop": stop, "sha256": sums}
         tmp = self._marker(k).with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(marker))
-        os.replace(tmp, self._marker(k))
+        try:
+            tmp.write_text(json.dumps(marker))
+            os.replace(tmp, self._marker(k))
+        finally:  # a full disk: no half-written marker is left behind
+            tmp.unlink(missing_ok=True)
 
     def read(self, k: int, *, forget: bool = True) -> dict[str, np.ndarray] | None:
         """Chunk k's arrays (leading axis: its trajectories) if its marker exists and every
@@ -272,7 +397,7 @@ class SweepStore:
         try:
             marker = json.loads(self._marker(k).read_text())
             start, stop = self.bounds(k)
-            region = self._region(k)
+            region = self._bounds.region(k)
             out = {}
             for name, arr in self.arrays.items():
                 block = np.asarray(arr[region])

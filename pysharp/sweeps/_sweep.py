@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -33,7 +34,7 @@ from ._compute import (
     layout,
     summary_doc,
 )
-from ._store import FORMAT, SweepStore, block_shape, chunk_bounds
+from ._store import FORMAT, SweepStore, block_shape, chunk_bounds, disk_estimate
 
 
 def _need(module: str):
@@ -328,13 +329,17 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         not fit in the memory available.
     ValueError
         Naming the argument, before any work: among others when ``record_every >
-        steps``, and when the store's estimated size (its arrays' shapes and dtypes,
-        uncompressed) exceeds the free space on its disk (both numbers named).
+        steps``, and when the store's estimated size on disk (its files and folders in
+        whole blocks of the file system, the data uncompressed) exceeds the free space
+        there, or its files the free inodes (both numbers named).
     StoreMismatch
         When ``store`` holds a different sweep.
     SweepInterrupted
         On Ctrl-C (a ``KeyboardInterrupt``): how many chunks were finished, and kept
         in ``store``, of how many.
+    SweepDiskFull
+        When the store's disk fills all the same (an ``OSError``, ENOSPC): likewise
+        how many chunks were kept; the same call resumes once space is freed.
 
     Notes
     -----
@@ -412,9 +417,11 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
     shape = tuple(len(grid[d]) for d in dims)
     n_traj = math.prod(shape)
     room_for = check_memory(out_layout, shape, chunk_size, in_memory=store is None)
+    coords = coordinates(grid, settings)
     if store is not None:
-        check_disk(out_layout, shape, store)
-    bounds = chunk_bounds(shape, chunk_size)
+        check_disk(out_layout, shape, store, chunk_size=chunk_size,
+                   coord_sizes=[len(v) for v in coords.values()])
+    bounds = chunk_bounds(shape, chunk_size)  # computed on demand: no list of 1e7 tuples
     n_chunks = len(bounds)
     identity = json.loads(json.dumps({
         "model": _spec.describe(spec), "grid": {d: grid[d].tolist() for d in dims},
@@ -424,66 +431,80 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
     attrs = dataset_attrs(identity, settings)
 
     data: dict[str, np.ndarray] = {}
-    done: set[int] = set()
+    done = np.zeros(n_chunks, dtype=bool)  # the per-chunk bookkeeping: _PER_CHUNK bytes each
     db = None
     if store is None:
         data = {name: np.empty((n_traj, *tail), dtype=dtype)
                 for name, (tail, dtype) in out_layout.items()}
     else:
         _need("zarr")
-        with _sigint_deferred():
-            db = SweepStore(store, identity, variables(out_layout, docs, settings),
-                            coordinates(grid, settings),
-                            dims, chunk_size, attrs)
+        try:
+            with _sigint_deferred():
+                db = SweepStore(store, identity, variables(out_layout, docs, settings), coords,
+                                dims, chunk_size, attrs)
+        except OSError as exc:
+            if not _disk_full(exc):
+                raise
+            raise SweepDiskFull(0, n_chunks, store) from exc
         for k in db.marked():
             with _sigint_deferred():
                 if db.read(k) is not None:  # verified, then dropped
-                    done.add(k)
-    reused = len(done)
-    todo = [k for k in range(n_chunks) if k not in done]
-    bar = _Progress(progress, n_traj, sum(bounds[k][1] - bounds[k][0] for k in done))
+                    done[k] = True
+    reused = int(done.sum())
+    todo = np.flatnonzero(~done)
+    reused_traj = bounds.trajectories(np.flatnonzero(done))
+    bar = _Progress(progress, n_traj, reused_traj)
 
     def finished(k: int, result: dict) -> None:
         with _sigint_deferred():  # a chunk is kept and counted whole, or not at all
+            start, stop = bounds[k]
             if db is not None:
                 db.write(k, result)
             else:
-                start, stop = bounds[k]
                 for name, arr in data.items():
                     arr[start:stop] = result[name]
-            done.add(k)
-            bar.update(bounds[k][1] - bounds[k][0])
+            done[k] = True
+            bar.update(stop - start)
 
     failed: dict[int, BaseException] = {}
     pending: dict = {}
     try:
         if executor is None:
-            for k in todo:
+            for k in map(int, todo):
                 finished(k, compute_chunk(spec, grid, settings, *bounds[k]))
         else:
             # at most `window` results wait in this process at once
             window = len(todo) if room_for is None else max(1, min(len(todo), room_for))
-            queue = list(reversed(todo))
-            while queue or pending:
-                while queue and len(pending) < window:
-                    k = queue.pop()
+            queue = map(int, todo)
+            k = next(queue, None)
+            while k is not None or pending:
+                while k is not None and len(pending) < window:
                     pending[executor.submit(compute_chunk, spec, grid, settings, *bounds[k])] = k
+                    k = next(queue, None)
                 ready, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in ready:
-                    k = pending.pop(fut)
+                    j = pending.pop(fut)
                     try:
-                        finished(k, fut.result())
+                        result = fut.result()
                     except Exception as exc:  # noqa: BLE001 - others still finish and are kept
-                        failed[k] = exc
+                        failed[j] = exc
+                        continue
+                    finished(j, result)  # a full disk stops the sweep: below
     except KeyboardInterrupt:
         for fut in pending:
             fut.cancel()
-        raise SweepInterrupted(len(done), n_chunks, store, reused) from None
+        raise SweepInterrupted(int(done.sum()), n_chunks, store, reused) from None
+    except OSError as exc:
+        if db is None or not _disk_full(exc):
+            raise
+        for fut in pending:
+            fut.cancel()
+        raise SweepDiskFull(int(done.sum()), n_chunks, store, reused) from exc
     finally:
         bar.close()
     if failed:
         k, exc = min(failed.items())
-        kept = f"; the {len(done)} finished chunks are in {store}" if db else ""
+        kept = f"; the {int(done.sum())} finished chunks are in {store}" if db else ""
         raise RuntimeError(f"{len(failed)} of {n_chunks} chunks failed (first: chunk {k}, "
                            f"trajectories {bounds[k][0]}..{bounds[k][1] - 1}: {exc!r}){kept}; "
                            "re-run the same call to compute only what is missing") from exc
@@ -493,8 +514,25 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
     else:
         ds = to_dataset(xr, data, grid, settings, attrs, docs)
     ds.attrs.update(chunks_computed=len(todo), chunks_reused=reused,
-                    trajectories_computed=sum(bounds[k][1] - bounds[k][0] for k in todo))
+                    trajectories_computed=n_traj - reused_traj)
     return ds
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says the disk or the user's quota is full."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _kept(done: int, n_chunks: int, store, then: str = "") -> str:
+    """What a stopped sweep kept, and how to continue (after ``then``)."""
+    return (f"{done} of {n_chunks} chunks saved to {store}; {then}the same call (same "
+            "arguments and store) computes only the missing ones")
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -523,13 +561,41 @@ class SweepInterrupted(KeyboardInterrupt):
         if self.store is None:
             return (f"interrupted after {self.done} of {self.n_chunks} chunks; without a store "
                     "nothing was kept")
-        return (f"interrupted: {self.done} of {self.n_chunks} chunks saved to {self.store}; "
-                "the same call (same arguments and store) computes only the missing ones")
+        return f"interrupted: {_kept(self.done, self.n_chunks, self.store)}"
+
+
+class SweepDiskFull(OSError):
+    """A sweep stopped because its store's disk (or the user's quota) is full; says what
+    was kept.
+
+    An ``OSError`` with ``errno.ENOSPC``. The chunk being written when the disk filled
+    has no marker, so it counts as missing and is computed again.
+
+    Attributes
+    ----------
+    done, n_chunks, store, reused
+        As for :class:`SweepInterrupted`.
+    """
+
+    def __init__(self, done: int, n_chunks: int, store, reused: int = 0) -> None:
+        self.done, self.n_chunks, self.store, self.reused = done, n_chunks, store, reused
+        super().__init__(errno.ENOSPC, self.message())
+
+    def message(self) -> str:
+        """One line: what was saved and how to continue."""
+        kept = _kept(self.done, self.n_chunks, self.store, "free some space, then ")
+        return f"the disk holding {self.store} is full: {kept}"
+
+    def __str__(self) -> str:
+        return self.message()
 
 
 #: Memory needed while one chunk runs, in units of the chunk's outputs: the engine's
 #: record buffers, the transposed copies ``summarise`` makes, and the result in transit.
 _CHUNK_WORK = 3
+#: Bytes a sweep holds per chunk besides its results: the chunk's done flag and its index
+#: in the list of chunks to compute (the chunks' bounds are computed on demand).
+_PER_CHUNK = 9
 #: Fraction of the available memory a sweep may plan to use.
 _SAFETY = 0.5
 
@@ -542,7 +608,7 @@ def _bytes(n: float) -> str:
     raise AssertionError  # unreachable
 
 
-def _read_int(path: str) -> int | None:
+def _read_int(path) -> int | None:
     try:
         text = Path(path).read_text().split()[0]
     except (OSError, IndexError):
@@ -550,12 +616,54 @@ def _read_int(path: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def available_memory() -> int | None:
+def cgroup_room(cgroup: str | Path = "/proc/self/cgroup",
+                root: str | Path = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process may still use under the memory limits of its cgroup (None: no
+    limit found).
+
+    ``cgroup`` (``/proc/self/cgroup``) names the process's own cgroup: for cgroup v2
+    the line ``0::<path>``, whose limit is ``memory.max`` less ``memory.current`` in
+    ``<root>/<path>`` (or ``<root>/unified/<path>``); for v1 the line of the
+    ``memory`` controller, ``memory.limit_in_bytes`` less ``memory.usage_in_bytes`` in
+    ``<root>/memory/<path>``. A limit set on an ancestor binds too, so every folder
+    from the cgroup's up to the root is read, and the root's own files (a container
+    sees its cgroup there); the smallest room wins.
+    """
+    root = Path(root)
+    places = []
+    try:
+        lines = Path(cgroup).read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:
+            bases, files = [root, root / "unified"], ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            bases, files = [root / "memory"], ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        own = Path(path.strip().lstrip("/"))
+        places += [(base / folder, files) for base in bases for folder in (own, *own.parents)]
+    places += [(root, ("memory.max", "memory.current")),
+               (root / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes"))]
+    rooms = []
+    for folder, (limit, usage) in dict.fromkeys(places):
+        cap, used = _read_int(folder / limit), _read_int(folder / usage)
+        if cap is not None and used is not None and cap < 1 << 60:  # v1's "no limit": ~2**63
+            rooms.append(max(0, cap - used))
+    return min(rooms) if rooms else None
+
+
+def available_memory(cgroup: str | Path = "/proc/self/cgroup",
+                     root: str | Path = "/sys/fs/cgroup") -> int | None:
     """Bytes this process can still allocate (None: unknown).
 
     The smallest of the system's available memory (psutil if installed, else
     ``MemAvailable`` of /proc/meminfo, else ``sysconf``'s free pages) and the
-    room left under a cgroup (container) memory limit.
+    room left under the memory limits of the process's own cgroup and its ancestors
+    (:func:`cgroup_room`, which takes ``cgroup`` and ``root``).
     """
     found = []
     try:
@@ -571,12 +679,9 @@ def available_memory() -> int | None:
                 found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
             except (ValueError, OSError, AttributeError):
                 pass
-    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        cap, used = _read_int(limit), _read_int(usage)
-        if cap is not None and used is not None and cap < 1 << 60:
-            found.append(max(0, cap - used))
+    room = cgroup_room(cgroup, root)
+    if room is not None:
+        found.append(room)
     return min(found) if found else None
 
 
@@ -605,26 +710,34 @@ def check_memory(out_layout: dict, shape: tuple[int, ...], chunk_size: int, *,
     Raises
     ------
     MemoryError
-        Naming the size needed, the memory available and what to change. Nothing
-        is allocated before the check.
+        Naming the size needed, the memory available and what to change. Counted:
+        the results (in memory), the per-chunk bookkeeping (``_PER_CHUNK`` bytes a
+        chunk) and the chunks at work. Nothing is allocated before the check.
     """
     per_traj = sum(math.prod(tail) * np.dtype(dtype).itemsize
                    for tail, dtype in out_layout.values())
     n_traj = math.prod(shape)
+    n_chunks = len(chunk_bounds(shape, chunk_size))
     chunk = _CHUNK_WORK * math.prod(block_shape(shape, chunk_size)) * per_traj
-    total = n_traj * per_traj if in_memory else 0
+    book = _PER_CHUNK * n_chunks
+    total = (n_traj * per_traj if in_memory else 0) + book
     if available is None:
         available = available_memory()
     if available is None:
         return None
     room = _SAFETY * available
+    if total + chunk > room and book > max(chunk, total - book):  # the chunks' count is at fault
+        raise MemoryError(
+            f"the sweep's {n_chunks} chunks need {_bytes(book)} of bookkeeping "
+            f"({_PER_CHUNK} B a chunk), more than {_SAFETY:.0%} of the {_bytes(available)} "
+            "available with the rest: raise chunk_size (fewer, larger chunks) or shrink the grid")
     if in_memory and total + chunk > room:
         raise MemoryError(
-            f"the sweep's results need {_bytes(total)} in memory ({n_traj} trajectories x "
-            f"{_bytes(per_traj)}), more than {_SAFETY:.0%} of the {_bytes(available)} available: "
-            "pass store='sweep.zarr' to stream the chunks to disk (the Dataset returned is then "
-            "lazy, read from the store on demand), or record less often (record_every, "
-            "sharpness_every)")
+            f"the sweep's results need {_bytes(total - book)} in memory ({n_traj} trajectories "
+            f"x {_bytes(per_traj)}), more than {_SAFETY:.0%} of the {_bytes(available)} "
+            "available: pass store='sweep.zarr' to stream the chunks to disk (the Dataset "
+            "returned is then lazy, read from the store on demand), or record less often "
+            "(record_every, sharpness_every)")
     if chunk > room - total:
         raise MemoryError(
             f"one chunk of up to {math.prod(block_shape(shape, chunk_size))} trajectories needs "
@@ -634,24 +747,24 @@ def check_memory(out_layout: dict, shape: tuple[int, ...], chunk_size: int, *,
     return int((room - total) // chunk)
 
 
-def store_bytes(out_layout: dict, shape: tuple[int, ...]) -> int:
-    """Bytes of a sweep's results on the grid ``shape``, uncompressed (``out_layout`` as in
-    :func:`check_memory`): an upper estimate of its store's size on disk."""
-    per_traj = sum(math.prod(tail) * np.dtype(dtype).itemsize
-                   for tail, dtype in out_layout.values())
-    return math.prod(shape) * per_traj
-
-
-def _dir_bytes(path: Path) -> int:
-    """Bytes of the files under ``path`` (0 when it does not exist)."""
-    if not path.is_dir():
+def _markers(store: Path) -> int:
+    """How many completion markers a store holds (0: none, or no store)."""
+    try:
+        with os.scandir(store / "_pysharp_done") as entries:
+            return sum(1 for e in entries if e.name.endswith(".json") and e.name[:-5].isdigit())
+    except OSError:
         return 0
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def check_disk(out_layout: dict, shape: tuple[int, ...], store, *,
-               free: int | None = None) -> None:
+def check_disk(out_layout: dict, shape: tuple[int, ...], store, *, chunk_size: int,
+               coord_sizes=(), free: int | None = None, block: int | None = None,
+               inodes: int | None = None) -> None:
     """Refuse, before any work, a store that would not fit on its disk.
+
+    The store's size is estimated from its layout (:func:`~._store.disk_estimate`):
+    every chunk writes a file per output and a marker under nested folders, each
+    taking whole blocks of the file system, so a sweep of many small chunks needs far
+    more than its numbers' bytes.
 
     Parameters
     ----------
@@ -661,31 +774,57 @@ def check_disk(out_layout: dict, shape: tuple[int, ...], store, *,
         The grid's shape.
     store : str or Path
         The store's directory (need not exist yet: its nearest existing parent is
-        measured).
-    free : int, optional
-        Bytes free on that disk (default: ``shutil.disk_usage``).
+        measured). Resumed, only its chunks without a marker are counted.
+    chunk_size : int
+        Upper bound on the trajectories per chunk.
+    coord_sizes : iterable of int
+        The lengths of the coordinate arrays.
+    free, block, inodes : int, optional
+        Bytes free on that disk (default: ``shutil.disk_usage``), its allocation unit
+        (``os.statvfs``'s ``f_frsize``) and its free inodes (``f_favail``; None: no
+        limit, as on file systems that report none).
 
     Raises
     ------
     ValueError
-        Naming the store's estimated size (uncompressed, less what the store
-        already holds) and the free space, when the first exceeds the second.
+        Naming the estimated size and the free space (or the files and the free
+        inodes) when the first exceeds the second.
     """
     import shutil
 
     path = Path(store).absolute()
-    need = store_bytes(out_layout, shape) - _dir_bytes(path)
+    where = path
+    while not where.exists() and where != where.parent:
+        where = where.parent
     if free is None:
-        where = path
-        while not where.exists() and where != where.parent:
-            where = where.parent
         free = shutil.disk_usage(where).free
+    if block is None or inodes is None:
+        try:
+            st = os.statvfs(where)
+        except (OSError, AttributeError):  # no statvfs (Windows): 4 KiB blocks, no inodes
+            st = None
+        if block is None:
+            block = (st.f_frsize or st.f_bsize) if st is not None else 4096
+        if inodes is None and st is not None and st.f_files:
+            inodes = st.f_favail
+    need, files, n_chunks = disk_estimate(out_layout, shape, chunk_size, block, coord_sizes)
+    left = n_chunks - min(_markers(path), n_chunks)
+    if left < n_chunks:  # resumed: its metadata and finished chunks are on disk already
+        need, files = need * left // n_chunks, files * left // n_chunks
+    what = (f"{math.prod(shape)} trajectories in {n_chunks} chunks"
+            + (f", {left} still to write" if left < n_chunks else ""))
+    advice = ("raise chunk_size (each chunk writes a file per output, however small), record "
+              "less often (record_every, sharpness_every), shrink the grid, or choose a store "
+              "on a larger disk")
     if need > free:
         raise ValueError(
-            f"store {store}: the sweep's results need about {_bytes(need)} on disk "
-            f"({math.prod(shape)} trajectories, uncompressed), but only {_bytes(free)} are free "
-            "there: record less often (record_every, sharpness_every), shrink the grid, or "
-            "choose a store on a larger disk")
+            f"store {store}: the sweep's results need about {_bytes(need)} on disk ({what}: "
+            f"{files} files and folders of whole {block}-byte blocks, the data "
+            f"uncompressed), but only {_bytes(free)} are free there: {advice}")
+    if inodes is not None and files > inodes:
+        raise ValueError(
+            f"store {store}: the sweep needs about {files} files and folders ({what}), but "
+            f"only {inodes} more can be made on that disk (free inodes): {advice}")
 
 
 def variables(out_layout: dict, docs: dict | None = None, settings: Settings | None = None
@@ -782,9 +921,11 @@ def open_sweep(store: str | Path):
     db = SweepStore(path, identity, variables(out_layout, None, settings),
                     coordinates(grid, settings), settings.dims, identity["chunk_size"], attrs,
                     create=False)
-    marked = set(db.marked())
+    marked = np.zeros(db.n_chunks, dtype=bool)
+    for k in db.marked():
+        marked[k] = True
     missing = [k for k in range(db.n_chunks)
-               if k not in marked or db.read(k, forget=False) is None]
+               if not marked[k] or db.read(k, forget=False) is None]
     if missing:
         raise ValueError(f"{path}: {len(missing)} of {db.n_chunks} chunks are missing or failed "
                          f"their checksum (first: {missing[:5]}); re-run the sweep to complete it")

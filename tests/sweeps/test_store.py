@@ -7,20 +7,29 @@ outputs computed by hand for the memory estimate.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
+import json
 import math
+import os
 import re
+import subprocess
+import sys
+import textwrap
 import threading
 import tracemalloc
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pysharp as ps
 from pysharp.sweeps import _sweep
-from pysharp.sweeps._store import block_shape, chunk_bounds
+from pysharp.sweeps._compute import Settings
+from pysharp.sweeps._store import SweepStore, block_shape, chunk_bounds, disk_estimate
 
 xr = pytest.importorskip("xarray")
 zarr = pytest.importorskip("zarr")
@@ -119,7 +128,8 @@ def test_check_memory_thresholds():
     shape, chunk_size = (4, 3, 2, 1), 5
     per = 11 * 8 + 1
     assert block_shape(shape, chunk_size) == (1, 2, 2, 1)  # 2 wd rows of 2 seeds: 4 <= 5
-    total, work = 24 * per, _sweep._CHUNK_WORK * 4 * per
+    book = 8 * _sweep._PER_CHUNK  # 4 lr x 2 blocks of wd rows: 8 chunks' bookkeeping
+    total, work = 24 * per + book, _sweep._CHUNK_WORK * 4 * per
     need = (total + work) / _sweep._SAFETY
     assert _sweep.check_memory(out, shape, chunk_size, in_memory=True,
                                available=math.ceil(need)) == 1
@@ -128,7 +138,7 @@ def test_check_memory_thresholds():
                             available=math.floor(need) - 1)
     # streamed to a store only the chunks count: ten of them may wait at once
     assert _sweep.check_memory(out, shape, chunk_size, in_memory=False,
-                               available=math.ceil(10 * work / _sweep._SAFETY)) == 10
+                               available=math.ceil((10 * work + book) / _sweep._SAFETY)) == 10
     with pytest.raises(MemoryError, match="lower chunk_size"):
         _sweep.check_memory(out, shape, chunk_size, in_memory=False,
                             available=math.floor(work / _sweep._SAFETY) - 1)
@@ -184,7 +194,6 @@ def test_chunks_are_contiguous_grid_blocks(shape, chunk_size):
 
 
 def test_a_store_larger_than_the_free_disk_is_refused_before_any_work(tmp_path, monkeypatch):
-    """Oracle: the byte count of the outputs by hand (8-byte floats on the record axes)."""
     import shutil
     from collections import namedtuple
 
@@ -195,11 +204,64 @@ def test_a_store_larger_than_the_free_disk_is_refused_before_any_work(tmp_path, 
         ps.sweep("toy3d", lr=[0.1, 0.2], wd=1e-3, steps=1000, record_every=1,
                  store=store, progress=False)
     assert not store.exists()  # refused before the store was made
-    layout = {"loss": ((1001,), "float64"), "flag": ((), "bool")}
-    assert _sweep.store_bytes(layout, (3, 2)) == 6 * (1001 * 8 + 1)
-    _sweep.check_disk(layout, (3, 2), store, free=6 * (1001 * 8 + 1))  # exactly fits
-    with pytest.raises(ValueError, match="46.9 KiB on disk"):
-        _sweep.check_disk(layout, (3, 2), store, free=1000)
+
+
+def _disk_used(path) -> int:
+    """What ``du`` counts: the blocks of every file and folder under ``path``."""
+    return sum(os.lstat(os.path.join(root, name)).st_blocks * 512
+               for root, dirs, files in os.walk(path) for name in dirs + files)
+
+
+def _store_layout(ds) -> tuple[dict, tuple[int, ...], list[int]]:
+    """(outputs, grid shape, coordinate lengths) of a sweep, from its recorded identity."""
+    identity = json.loads(ds.attrs["pysharp_sweep"])
+    outputs = {k: (tuple(tail), dtype) for k, (tail, dtype) in identity["outputs"].items()}
+    return outputs, tuple(ds.sizes[d] for d in DIMS), [ds.sizes[c] for c in ds.coords]
+
+
+def test_the_disk_estimate_counts_every_file_and_folder_a_chunk_writes(tmp_path, monkeypatch):
+    """Oracle: the blocks a real store of one-trajectory chunks takes, measured (``du``).
+
+    Each chunk writes a file per output and a marker under nested folders, each in whole
+    blocks: 60 chunks of a toy run take megabytes where their numbers take kilobytes. The
+    estimate must be an upper bound close to it, so a 2e6-chunk sweep is estimated at its
+    true ~hundred gigabytes (the issue measured 174 GB), not the 582 MB of its numbers.
+    """
+    store = tmp_path / "s.zarr"
+    kw = dict(lr=np.geomspace(0.05, 1, 60), wd=1e-3, steps=40, record_every=10,
+              sharpness_every=20, chunk_size=1, progress=False)
+    ds = ps.sweep("toy3d", store=store, **kw)
+    used = _disk_used(store) + os.lstat(store).st_blocks * 512
+    # just too little room for the same store: refused up front, naming chunks and files
+    import shutil
+    from collections import namedtuple
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * used, 0, used * 9 // 10))
+    with pytest.raises(ValueError, match=r"60 chunks: \d+ files and folders .* raise chunk_size"):
+        ps.sweep("toy3d", store=tmp_path / "next.zarr", **kw)
+    assert not (tmp_path / "next.zarr").exists()
+    outputs, shape, coords = _store_layout(ds)
+    block = os.statvfs(tmp_path).f_frsize
+    estimate, files, n_chunks = disk_estimate(outputs, shape, 1, block, coords)
+    numbers = sum(v.nbytes for v in ds.data_vars.values())
+    assert n_chunks == 60 and used > 20 * numbers  # the overhead is the store's size
+    assert used <= estimate <= 1.35 * used
+    assert sum(1 for _ in store.rglob("*")) <= files
+    _sweep.check_disk(outputs, shape, tmp_path / "next.zarr", chunk_size=1, coord_sizes=coords,
+                      free=estimate, block=block)
+    with pytest.raises(ValueError, match=r"only 100 more can be made .* \(free inodes\)"):
+        _sweep.check_disk(outputs, shape, tmp_path / "next.zarr", chunk_size=1,
+                          coord_sizes=coords, free=estimate, block=block, inodes=100)
+    # resumed with all but 6 chunks done, a tenth of it is still to write
+    for marker in list((store / "_pysharp_done").glob("[0-9]*.json"))[:6]:
+        marker.unlink()
+    _sweep.check_disk(outputs, shape, store, chunk_size=1, coord_sizes=coords,
+                      free=estimate // 10 + 1, block=block)
+    # the same run on 2e6 learning rates: per chunk what the 60 took, within the bound
+    big = (2_000_000,) + shape[1:]
+    estimate2, _, _ = disk_estimate(outputs, big, 1, block, [2_000_000] + coords[1:])
+    assert 2e6 / 60 * used <= estimate2 <= 1.4 * 2e6 / 60 * used
+    assert estimate2 > 100 * numbers / 60 * 2e6  # its numbers: what was estimated before
 
 
 def test_record_every_beyond_steps_is_refused():
@@ -258,3 +320,191 @@ def test_an_interrupted_sweep_keeps_its_finished_chunks_and_says_so(tmp_path, mo
     monkeypatch.setattr(_sweep, "compute_chunk", real)
     again = ps.sweep("toy3d", **kw)
     assert again.attrs["chunks_reused"] == 2 and again.attrs["chunks_computed"] == 1
+
+
+# -- a full disk --------------------------------------------------------------------------
+
+def _third_write_fills_the_disk(monkeypatch):
+    """SweepStore.write raises ENOSPC at its third call, as a full disk does midway."""
+    real, calls = SweepStore.write, []
+
+    def write(self, k, result):
+        calls.append(k)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, k, result)
+
+    monkeypatch.setattr(SweepStore, "write", write)
+    return real
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_full_disk_says_what_was_saved_and_the_same_call_resumes(tmp_path, monkeypatch,
+                                                                   workers):
+    """ENOSPC while the third chunk is written, in this process or from an executor's
+    results: SweepDiskFull (an OSError) says two chunks were saved and how to resume, as
+    Ctrl-C does; the same call then computes only the rest, equal to an uninterrupted run."""
+    store = tmp_path / "s.zarr"
+    kw = dict(lr=[0.1, 0.2, 0.3, 0.4], wd=[1e-3, 2e-3], steps=50, sharpness_every=10,
+              chunk_size=2, store=store, progress=False)
+    real = _third_write_fills_the_disk(monkeypatch)
+    with ThreadPoolExecutor(workers) if workers else contextlib.nullcontext() as pool:
+        with pytest.raises(ps.sweeps.SweepDiskFull) as full:
+            ps.sweep("toy3d", executor=pool, **kw)
+    assert isinstance(full.value, OSError) and full.value.errno == errno.ENOSPC
+    assert (full.value.done, full.value.n_chunks, full.value.store) == (2, 4, store)
+    assert isinstance(full.value.__cause__, OSError)
+    assert "is full: 2 of 4 chunks saved to" in str(full.value)
+    assert "free some space, then the same call" in str(full.value)
+    assert len(list((store / "_pysharp_done").glob("[0-9]*.json"))) == 2
+    assert not list((store / "_pysharp_done").glob("*.tmp*"))
+    monkeypatch.setattr(SweepStore, "write", real)
+    again = ps.sweep("toy3d", **kw)
+    assert again.attrs["chunks_reused"] == 2 and again.attrs["chunks_computed"] == 2
+    kw.pop("store")
+    xr.testing.assert_equal(again.compute(), ps.sweep("toy3d", **kw))
+
+
+def test_the_cli_on_a_full_disk_prints_what_was_saved_not_a_traceback(tmp_path, monkeypatch,
+                                                                      capsys):
+    from pysharp.cli import main
+
+    (tmp_path / "t.toml").write_text(textwrap.dedent("""
+        [model]
+        name = "toy3d"
+        [grid]
+        lr = [0.1, 0.2, 0.3, 0.4]
+        wd = [1e-3, 2e-3]
+        [run]
+        steps = 50
+        sharpness_every = 10
+        chunk_size = 2
+    """))
+    monkeypatch.chdir(tmp_path)
+    _third_write_fills_the_disk(monkeypatch)
+    assert main(["sweep", "t.toml", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "the disk holding t.zarr is full: 2 of 4 chunks saved there" in err
+    assert "run `pysharp sweep t.toml --no-progress --resume`" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+_FILLS_A_TMPFS = """
+import subprocess, sys
+import numpy as np
+import pysharp as ps
+from pysharp.sweeps import _sweep
+
+mount = sys.argv[1]
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", mount], check=True)
+_sweep.check_disk = lambda *args, **kwargs: None  # else refused up front, rightly
+kw = dict(lr=np.geomspace(0.05, 1, 12), wd=[1e-3], steps=50, sharpness_every=10,
+          chunk_size=1, progress=False)
+try:
+    ps.sweep("toy3d", store=mount + "/s.zarr", **kw)
+except ps.sweeps.SweepDiskFull as full:
+    print("full", full.done, full.n_chunks)
+subprocess.run(["mount", "-o", "remount,size=64m", mount], check=True)
+ds = ps.sweep("toy3d", store=mount + "/s.zarr", **kw)
+print("resumed", ds.attrs["chunks_reused"], ds.attrs["chunks_computed"])
+same = ps.sweep("toy3d", **kw)
+print("equal", all(np.array_equal(ds[v].values, same[v].values, equal_nan=True)
+                   for v in same.data_vars))
+"""
+
+
+def test_a_real_full_disk_mid_run_then_resumed(tmp_path):
+    """A 300 kB tmpfs (in a user and mount namespace of its own, where the system allows
+    one) fills while chunks are written: Zarr's ENOSPC becomes SweepDiskFull, and with the
+    space grown the same call finishes bit-equal to a run in memory."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no user and mount namespaces here (unshare -rm)")
+    (tmp_path / "mnt").mkdir()
+    (tmp_path / "run.py").write_text(_FILLS_A_TMPFS)
+    done = subprocess.run(["unshare", "-rm", sys.executable, "run.py", str(tmp_path / "mnt")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.split("\n")
+    full = next(line.split() for line in lines if line.startswith("full"))
+    assert 0 < int(full[1]) < int(full[2]) == 12
+    assert f"resumed {full[1]} {12 - int(full[1])}" in lines
+    assert "equal True" in lines
+
+
+# -- memory -------------------------------------------------------------------------------
+
+def test_chunk_bounds_are_computed_on_demand_not_held(tmp_path):
+    """2e5 chunks: no list of 2e5 tuples (37 MB; 1.85 GB at 1e7 chunks), in chunk_bounds or
+    in a store over that grid; the values are those of the enumeration."""
+    shape = (50_000, 1, 4, 1)
+    tracemalloc.start()
+    try:
+        bounds = chunk_bounds(shape, 1)
+        assert len(bounds) == 200_000
+        assert bounds[123_457] == (123_457, 123_458) and bounds[-1] == (199_999, 200_000)
+        settings = Settings(steps=10, record_every=10, sharpness_every=0, jitter=0.0,
+                            eos_tol=0.05, backend="cpp")
+        grid = {"lr": np.linspace(0.01, 0.5, 50_000), "wd": [1e-3], "seed": np.arange(4),
+                "init_norm": [1.0]}
+        out = {"final_loss": ((), "float64")}
+        SweepStore(tmp_path / "s.zarr", {"test": 1}, _sweep.variables(out, None, settings),
+                   _sweep.coordinates(grid, settings), DIMS, 1, {})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20
+    assert bounds.trajectories(np.array([0, 5, 199_999])) == 3
+    small = chunk_bounds((3, 2, 2, 2), 5)
+    assert list(small) == [(0, 4), (4, 8), (8, 12), (12, 16), (16, 20), (20, 24)]
+
+
+def test_check_memory_counts_the_per_chunk_bookkeeping():
+    """1e7 chunks of one tiny trajectory each: their bookkeeping (_PER_CHUNK bytes a chunk,
+    90 MB) is refused with 100 MB available (50 MB usable), and fits with 400 MB."""
+    out = {"final_loss": ((), "float64")}
+    shape = (10**7, 1, 1, 1)
+    with pytest.raises(MemoryError, match=r"10000000 chunks need 85.8 MiB of bookkeeping"):
+        _sweep.check_memory(out, shape, 1, in_memory=False, available=100 * 10**6)
+    assert _sweep.check_memory(out, shape, 1, in_memory=False, available=400 * 10**6) > 1
+
+
+def _fake_cgroups(tmp_path, own: str, files: dict[str, str]) -> tuple[Path, Path]:
+    """A /proc/self/cgroup naming ``own`` and a /sys/fs/cgroup tree holding ``files``."""
+    proc = tmp_path / "cgroup"
+    proc.write_text(own)
+    root = tmp_path / "sys"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return proc, root
+
+
+@pytest.mark.parametrize("own, files, room", [
+    # cgroup v2: the process's own cgroup, 1 GB of which 400 MB used
+    ("0::/user.slice/job-1.scope\n",
+     {"user.slice/job-1.scope/memory.max": "1000000000\n",
+      "user.slice/job-1.scope/memory.current": "400000000\n",
+      "memory.max": "max\n", "memory.current": "9000000000\n"}, 600_000_000),
+    # v2, the limit on an ancestor (the slice) binds
+    ("0::/user.slice/job-1.scope\n",
+     {"user.slice/memory.max": "2000000000\n", "user.slice/memory.current": "1900000000\n",
+      "user.slice/job-1.scope/memory.max": "max\n",
+      "user.slice/job-1.scope/memory.current": "300000000\n"}, 100_000_000),
+    # cgroup v1: the memory controller's line, under <root>/memory
+    ("12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n0::/\n",
+     {"memory/docker/abc/memory.limit_in_bytes": "500000000\n",
+      "memory/docker/abc/memory.usage_in_bytes": "200000000\n",
+      "memory/memory.limit_in_bytes": "9223372036854771712\n",
+      "memory/memory.usage_in_bytes": "5000000000\n"}, 300_000_000),
+])
+def test_available_memory_reads_the_process_own_cgroup(tmp_path, own, files, room):
+    """Oracle: the limit less the usage written into a fake cgroup tree; the root's files
+    alone (what was read before) hold no limit in any of these."""
+    proc, root = _fake_cgroups(tmp_path, own, files)
+    assert _sweep.cgroup_room(proc, root) == room
+    assert _sweep.available_memory(proc, root) == room  # far below this machine's memory
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "cgroup").write_text("0::/\n")  # the same tree read from its root only
+    assert _sweep.cgroup_room(bare / "cgroup", root) is None
+
