@@ -13,6 +13,7 @@ import math
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -580,10 +581,22 @@ def test_mc_synthetic_arguments():
     (True, TypeError, "c must be a real number"),
     (None, TypeError, "c must be a real number"),
     (1 + 2j, TypeError, "c must be a real number"),
+    (1e308, ValueError, r"c = 2\^1023\.2 .* above 2\^1000: the float64 loss.* overflow"),
+    (2.0 ** 1000 * (1 + 1e-9), ValueError, r"c = .* above 2\^1000"),
 ])
 def test_toy_bad_c(c, exc, msg):
     with pytest.raises(exc, match=msg):
         Toy3D(c)
+
+
+def test_toy_c_bounds():
+    """c up to 2^1000 is taken (its derivatives stay finite); in float32 up to 2^100."""
+    w = np.array([1.0, 0.3, 0.5])
+    model = Toy3D(2.0 ** 1000)
+    assert np.all(np.isfinite(model.third(w, w))) and np.all(np.isfinite(model.hessian(w)))
+    with pytest.raises(ValueError, match=r"c = 2\^1000\.0 .* above 2\^100: the float32 loss"):
+        model.loss(w.astype(np.float32))
+    assert np.isfinite(Toy3D(2.0 ** 100).loss(w.astype(np.float32)))
 
 
 def test_random_point_arguments(case):
@@ -596,6 +609,16 @@ def test_random_point_arguments(case):
 # ======================================================================================
 # No crash, no silent NaN
 # ======================================================================================
+def test_loaded_model_refuses_empty_data():
+    """A loaded model's loss over no data is NaN (phase retrieval: mean over n = 0) or a
+    false "undefined there": data with an axis of length 0 is refused, naming it."""
+    header = Path(__file__).resolve().parents[1] / "examples" / "models" / "phase_retrieval.hpp"
+    with pytest.raises(ValueError, match=r"X is empty \(shape \(0, 8\)\): axis 0 \(n\)"):
+        ps.models.load_model(header, X=np.zeros((0, 8)), y=np.zeros(0), c=1.0)
+    with pytest.raises(ValueError, match=r"X is empty \(shape \(4, 0\)\): axis 1 \(d\)"):
+        ps.models.load_model(header, X=np.zeros((4, 0)), y=np.zeros(4), c=1.0)
+
+
 _BATTERY = textwrap.dedent(r'''
     import numpy as np
     from pysharp.models import BNLinearRegression, BNMatrixCompletion, Toy3D

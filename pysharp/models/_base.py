@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,6 +46,74 @@ def bn_training_data(X, y) -> tuple[np.ndarray, np.ndarray]:
     if X.shape[1] < 1:
         raise ValueError("X must have at least one column")
     return X, y
+
+
+#: 2^E bounds on a datum a model's loss is proportional to (the BN models' 2 var(targets),
+#: Toy3D's c, the squared targets of BNTwoLayerNet): inside [2^-E, 2^E] the loss and its
+#: derivatives at a unit-norm w stay at least 2^24 inside the dtype's normal range.
+_SAFE_DATA_EXP = {np.dtype(np.float64): 1000, np.dtype(np.float32): 100}
+
+
+def unit_scaled(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """(a / 2^e, e) with max |a / 2^e| in [0.5, 1) (e = 0 for an all-zero a).
+
+    Exact (a power of two changes no mantissa) but for entries 2^-1074 times smaller
+    than the largest, which become 0. Data the models normalise away (X under BN)
+    reach the kernels like this, so that no sum of squares over- or underflows.
+    """
+    peak = float(np.max(np.abs(a), initial=0.0))
+    e = int(np.frexp(peak)[1]) if peak > 0 else 0
+    with np.errstate(under="ignore"):
+        return (np.ldexp(a, -e) if e else a), e
+
+
+def check_data_range(log2_value: float, dtype, what: str, remedy: str, *,
+                     lower: bool = True) -> None:
+    """ValueError unless 2^-E <= value <= 2^E (E = _SAFE_DATA_EXP[dtype]; no lower bound
+    unless ``lower``), for a datum ``what`` (its name in the message) of log2 ``log2_value``
+    that the loss grows with."""
+    dtype = np.dtype(dtype)
+    E = _SAFE_DATA_EXP[dtype]
+    if -E <= log2_value <= E or (not lower and log2_value < E):
+        return
+    big = log2_value > E
+    raise ValueError(
+        f"{what} = 2^{log2_value:.1f} (about 1e{log2_value * np.log10(2):+.0f}) is "
+        f"{'above' if big else 'below'} 2^{E if big else -E}: the {dtype.name} loss, which "
+        f"grows with it, and its derivatives would {'overflow' if big else 'underflow'}"
+        f"; {remedy}")
+
+
+@dataclasses.dataclass(frozen=True)
+class BNTargets:
+    """What a BN model keeps of its targets t (n,), exact at any scale of t."""
+
+    u: np.ndarray  #: (t - mean t) / ||t - mean t||, (n,)
+    scale: float   #: 2 var(t), the loss's factor
+    mean: float
+    std: float
+
+
+def bn_targets(t: np.ndarray, name: str) -> BNTargets:
+    """The statistics of non-constant targets ``t``, computed on t / 2^e (so neither the
+    centred norm nor the variance over- or underflows) and scaled back exactly. A ValueError
+    naming ``t`` where 2 var(t) is outside [2^-1000, 2^1000]: the loss 2 var(t) (1 - cos)
+    and its derivatives would leave float64's range."""
+    ts, e = unit_scaled(t)
+    var = float(ts.var())
+    check_data_range(float(np.log2(2 * var)) + 2 * e, np.float64, f"2 var({name})",
+                     f"multiply {name} by a constant (the loss scales as its square)")
+    tc = ts - ts.mean()
+    return BNTargets(tc / np.linalg.norm(tc), float(np.ldexp(2 * var, 2 * e)),
+                     float(np.ldexp(ts.mean(), e)), float(np.ldexp(np.sqrt(var), e)))
+
+
+def check_scale_fits(scale: float, dtype, name: str) -> None:
+    """The float32 kernels hold 2 var(``name``) = ``scale`` (checked for float64 when the
+    model was built) in float32: refuse it where it would leave that range."""
+    if np.dtype(dtype) != np.float64:
+        check_data_range(float(np.log2(scale)), dtype, f"2 var({name})",
+                         f"evaluate in float64 (pass float64 w) or rescale {name}")
 
 
 def _scale_rows(x: np.ndarray, k: np.ndarray) -> np.ndarray:

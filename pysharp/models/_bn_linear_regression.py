@@ -7,7 +7,13 @@ import numpy as np
 from .._engine.loader import core
 from .._engine.validation import as_positive_int
 from ..reference import BNLinearRegressionReference
-from ._base import ScaleInvariantModel, bn_training_data
+from ._base import (
+    ScaleInvariantModel,
+    bn_targets,
+    bn_training_data,
+    check_scale_fits,
+    unit_scaled,
+)
 from ._registry import ModelEntry, Summary, register
 
 
@@ -30,6 +36,13 @@ class BNLinearRegression(ScaleInvariantModel):
     -----
     ``dim`` is d. The loss is undefined where Xc w = 0 (for n <= d that is
     only w = 0 in general position); such a w raises ValueError.
+
+    Data of any scale: L does not depend on the scale of X, so the kernels see
+    X / 2^k with entries of order one (exact: a power of two changes no
+    mantissa), and y's statistics are taken on y / 2^l and scaled back. L
+    scales as var(y): y is refused (ValueError) where 2 var(y) is outside
+    [2^-1000, 2^1000], beyond which the loss and its derivatives would over- or
+    underflow.
     """
 
     _declared_as = ("bn_linear_regression.hpp", "BNLinearRegression")
@@ -42,15 +55,18 @@ class BNLinearRegression(ScaleInvariantModel):
         X, y = bn_training_data(X, y)
         if np.ptp(y) == 0:
             raise ValueError("y is constant: std(y) = 0, so the BN prediction is undefined")
-        Xc = X - X.mean(axis=0)
+        # X / 2^k: L is invariant to X's scale, and no sum of squares of Xc can over- or
+        # underflow. Xc, the kernels' data, and every X-space result are taken from it.
+        Xs, self._x_exp = unit_scaled(X)
+        Xc = Xs - Xs.mean(axis=0)
         if not np.any(Xc):
             raise ValueError("all rows of X are equal: the centred data Xc is zero")
-        yc = y - y.mean()
+        targets = bn_targets(y, "y")
         self.X, self.y = X, y
         self.X.flags.writeable = self.y.flags.writeable = False
-        self._Xc = Xc
-        self._u = yc / np.linalg.norm(yc)
-        self._scale = 2.0 * float(y.var())
+        self._Xs, self._Xc = Xs, Xc
+        self._u, self._scale = targets.u, targets.scale
+        self._y_mean, self._y_std = targets.mean, targets.std
 
     @property
     def dim(self) -> int:
@@ -68,6 +84,7 @@ class BNLinearRegression(ScaleInvariantModel):
 
     def _make_core(self, suffix, module):
         dtype = np.float64 if suffix == "_f64" else np.float32
+        check_scale_fits(self._scale, dtype, "y")
         cls = getattr(module, "BNLinearRegression" + suffix)
         # The engine's exact reduced update works in the singular basis of Xc.
         U, sigma, Vt = np.linalg.svd(self._Xc, full_matrices=False)
@@ -84,7 +101,7 @@ class BNLinearRegression(ScaleInvariantModel):
                       extra=float(np.sum(self._Xc ** 2)))
 
     def _reference(self):
-        return BNLinearRegressionReference(self.X, self.y)
+        return BNLinearRegressionReference(self._Xs, self.y)  # invariant to X's scale
 
     def spec(self) -> dict:
         return {"model": "bn_linear_regression", "X": self.X, "y": self.y}
@@ -93,7 +110,9 @@ class BNLinearRegression(ScaleInvariantModel):
         """wt* = pinv(Xc) (y - mean y), shape (d,): the minimum-norm interpolant on centred
         data, whose direction the sharpness-reduction flow converges to
         (:func:`pysharp.theory.min_norm_interpolant`)."""
-        return np.linalg.pinv(self._Xc) @ (self.y - self.y.mean())
+        w = np.linalg.pinv(self._Xc) @ (self.y - self._y_mean)
+        with np.errstate(over="ignore", under="ignore"):
+            return np.ldexp(w, -self._x_exp)  # Xc is the data's over 2^k
 
     def effective_predictor(self, w) -> tuple[np.ndarray, np.ndarray]:
         """The affine predictor x -> wt . x + bt that the BN network computes.
@@ -106,12 +125,18 @@ class BNLinearRegression(ScaleInvariantModel):
             mean(y) - wt . mean_rows(X).
         """
         W, single = self._batch(w)
-        W = self._unit_scale(W)[0]  # wt and bt depend on the direction only
+        wt, bt = self._predictor(self._unit_scale(W)[0])  # they depend on the direction only
+        with np.errstate(over="ignore", under="ignore"):
+            wt = np.ldexp(wt, -self._x_exp)
+        return self._shape(wt, single), self._shape(bt, single)
+
+    def _predictor(self, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(wt, bt) of ``effective_predictor`` on the data's X / 2^k (wt 2^k times the
+        data's own, bt the same) for checked rows W."""
         sigma = np.linalg.norm(W @ self._Xc.T.astype(W.dtype), axis=1) / np.sqrt(self.n)
         self._checked(sigma != 0)
-        wt = (self.y.std() / sigma)[:, None] * W
-        bt = self.y.mean() - wt @ self.X.mean(axis=0)
-        return self._shape(wt, single), self._shape(bt, single)
+        wt = (self._y_std / sigma)[:, None] * W
+        return wt, self._y_mean - wt @ self._Xs.mean(axis=0)
 
     @classmethod
     def synthetic(cls, d: int = 40, n: int = 20, seed: int = 0,
@@ -217,8 +242,10 @@ class BNLinearRegression(ScaleInvariantModel):
         A, GX, ok = core().bn_linreg_jacobians(self._core(W.dtype), Ws)
         self._checked(ok)
         A = self._scaled_back(A, e, 1)  # p is homogeneous of degree 0: a scales as 1/||w||
-        wt, bt = self.effective_predictor(W)
-        p = wt @ self.X.T.astype(W.dtype) + np.asarray(bt)[..., None]
+        with np.errstate(over="ignore", under="ignore"):
+            GX = np.ldexp(GX, -self._x_exp)  # the core's inputs are X / 2^k
+        wt, bt = self._predictor(Ws)
+        p = wt @ self._Xs.T.astype(W.dtype) + bt[..., None]
         return self._shape(p, single), self._shape(A, single), self._shape(GX, single)
 
 

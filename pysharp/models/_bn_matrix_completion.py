@@ -7,7 +7,7 @@ import numpy as np
 from .._backends import BACKENDS, resolve
 from .._engine.validation import as_batch, as_float_array, as_positive_int
 from ..reference import BNMatrixCompletionReference
-from ._base import ScaleInvariantModel
+from ._base import ScaleInvariantModel, bn_targets, check_scale_fits
 from ._registry import ModelEntry, Summary, register
 
 
@@ -65,6 +65,13 @@ class BNMatrixCompletion(ScaleInvariantModel):
         Factorisation rank r.
     test : (rows, cols, values), optional
         Held-out entries for ``test_loss``.
+
+    Notes
+    -----
+    L scales as var(values); its statistics are taken exactly at any scale of
+    the values, which are refused (ValueError) where 2 var(values) is outside
+    [2^-1000, 2^1000], beyond which the loss and its derivatives would over- or
+    underflow.
     """
 
     _declared_as = ("bn_matrix_completion.hpp", "BNMatrixCompletion")
@@ -97,9 +104,9 @@ class BNMatrixCompletion(ScaleInvariantModel):
             self.test = _entries(*test, self.shape, "test ")
             if self.test[2].size == 0:
                 raise ValueError("test must hold at least one entry")
-        vc = self.values - self.values.mean()
-        self._u = vc / np.linalg.norm(vc)
-        self._scale = 2.0 * float(self.values.var())
+        targets = bn_targets(self.values, "values")
+        self._u, self._scale = targets.u, targets.scale
+        self._values_mean, self._values_std = targets.mean, targets.std
 
     @property
     def dim(self) -> int:
@@ -112,6 +119,7 @@ class BNMatrixCompletion(ScaleInvariantModel):
 
     def _make_core(self, suffix, module):
         dtype = np.float64 if suffix == "_f64" else np.float32
+        check_scale_fits(self._scale, dtype, "values")
         cls = getattr(module, "BNMatrixCompletion" + suffix)
         return cls(self.rows, self.cols, self._u.astype(dtype), self._scale,
                    self.shape[0], self.shape[1], self.rank)
@@ -165,8 +173,7 @@ class BNMatrixCompletion(ScaleInvariantModel):
         W = self._unit_scale(W)[0]  # scale invariant
         rows, cols, values = self.test
         loss, ok = self._core(W.dtype, backend).test_loss(
-            W, rows, cols, values.astype(W.dtype), float(self.values.mean()),
-            float(self.values.std()))
+            W, rows, cols, values.astype(W.dtype), self._values_mean, self._values_std)
         self._checked(ok)
         return self._shape(loss, single)
 

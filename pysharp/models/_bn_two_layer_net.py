@@ -4,10 +4,20 @@ import numpy as np
 
 from .._engine.validation import as_positive_int, as_real
 from ..reference import BNTwoLayerNetReference
-from ._base import ScaleInvariantModel, bn_training_data
+from ._base import ScaleInvariantModel, bn_training_data, check_data_range, unit_scaled
 from ._registry import ModelEntry, Summary, register
 
 _ACTIVATIONS = {"tanh": 0, "relu": 1}
+_Y_REMEDY = "rescale y (the network's outputs are of order one)"
+
+
+def _log2_peak(y: np.ndarray) -> float:
+    """log2 max |y| (-inf for y = 0)."""
+    peak = float(np.max(np.abs(y)))
+    if peak == 0:
+        return -np.inf
+    m, e = np.frexp(peak)
+    return float(np.log2(m)) + int(e)
 
 
 class BNTwoLayerNet(ScaleInvariantModel):
@@ -40,6 +50,11 @@ class BNTwoLayerNet(ScaleInvariantModel):
     samples (std 0, so BatchNorm divides by zero), in particular where a row of
     W is zero; such a w raises ValueError. With relu, derivatives at a kink
     (zhat_ij = 0) are those of the right-hand branch's complement (act' = 0 at 0).
+
+    Data of any scale: L does not depend on the scale of X, so the kernels see
+    X / 2^k with entries of order one (exact: a power of two changes no
+    mantissa). y is not normalised: it is refused (ValueError) where max |y|^2
+    is above 2^1000, beyond which the loss (f - y)^2 would overflow.
     """
 
     _declared_as = ("bn_two_layer_net.hpp", "BNTwoLayerNet")
@@ -56,12 +71,15 @@ class BNTwoLayerNet(ScaleInvariantModel):
                              f"got {activation!r}")
         self.width = as_positive_int(width, "width")
         self.activation = activation
-        Xc = X - X.mean(axis=0)
+        Xs, _ = unit_scaled(X)  # L is invariant to X's scale: no sum of squares overflows
+        Xc = Xs - Xs.mean(axis=0)
         if not np.any(Xc):
             raise ValueError("all rows of X are equal: every hidden unit is constant")
+        self._y_log2 = _log2_peak(y)
+        check_data_range(2 * self._y_log2, np.float64, "max |y|^2", _Y_REMEDY, lower=False)
         self.X, self.y = X, y
         self.X.flags.writeable = self.y.flags.writeable = False
-        self._Xc = Xc
+        self._Xs, self._Xc = Xs, Xc
 
     @property
     def dim(self) -> int:
@@ -74,12 +92,13 @@ class BNTwoLayerNet(ScaleInvariantModel):
 
     def _make_core(self, suffix, module):
         dtype = np.float64 if suffix == "_f64" else np.float32
+        check_data_range(2 * self._y_log2, dtype, "max |y|^2", _Y_REMEDY, lower=False)
         return getattr(module, "BNTwoLayerNet" + suffix)(
             self._Xc.astype(dtype), self.y.astype(dtype), self.width,
             _ACTIVATIONS[self.activation])
 
     def _reference(self):
-        return BNTwoLayerNetReference(self.X, self.y, self.width, self.activation)
+        return BNTwoLayerNetReference(self._Xs, self.y, self.width, self.activation)
 
     def spec(self) -> dict:
         return {"model": "bn_two_layer_net", "X": self.X, "y": self.y, "width": self.width,

@@ -80,6 +80,10 @@ def _validated(fields: list[dict], data: dict[str, Any], header: Path) -> dict[s
         if a.ndim != len(axes):
             shape = ", ".join(axes)
             raise ValueError(f"{name} must have {len(axes)} axes ({shape}), got shape {a.shape}")
+        if a.size == 0:  # a loss over no data is NaN, or a false "undefined there"
+            axis = a.shape.index(0)
+            raise ValueError(f"{name} is empty (shape {a.shape}): axis {axis} ({axes[axis]}) has "
+                             "length 0; a model's data must hold at least one entry")
         for axis, (extent, length) in enumerate(zip(axes, a.shape)):
             if extent in extents and extents[extent][0] != length:
                 value, source = extents[extent]

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from .._engine.validation import as_real
 from ..reference import Toy3DReference
-from ._base import ScaleInvariantModel
+from ._base import ScaleInvariantModel, check_data_range
 from ._registry import ModelEntry, register
 
 
@@ -18,7 +20,8 @@ class Toy3D(ScaleInvariantModel):
     Parameters
     ----------
     c : float, >= 0
-        Strength of the sharpness variation along Gamma.
+        Strength of the sharpness variation along Gamma; at most 2^1000 (the
+        loss grows like c, and its derivatives would overflow beyond).
     """
 
     _declared_as = ("toy3d.hpp", "Toy3D")
@@ -28,12 +31,19 @@ class Toy3D(ScaleInvariantModel):
     def __init__(self, c: float = 10.0) -> None:
         super().__init__()
         self.c = as_real(c, "c", minimum=0.0)
+        self._check_c(np.float64)
 
     @property
     def dim(self) -> int:
         return 3
 
+    def _check_c(self, dtype) -> None:
+        if self.c > 0:
+            check_data_range(float(np.log2(self.c)), dtype, "c", "choose a smaller c",
+                             lower=False)
+
     def _make_core(self, suffix, module):
+        self._check_c(np.float64 if suffix == "_f64" else np.float32)
         return getattr(module, "Toy3D" + suffix)(self.c)
 
     def _tile_kernel(self, module):

@@ -10,14 +10,23 @@ two), and a model's registered sweep summaries apply only where they are defined
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import get_case, rel_err, tol
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 import pysharp as ps
 import pysharp._core as _core
 from pysharp.models import BNLinearRegression, BNMatrixCompletion, Toy3D
-from pysharp.reference import BNMatrixCompletionReference, Toy3DReference
+from pysharp.reference import (
+    BNLinearRegressionReference,
+    BNMatrixCompletionReference,
+    BNTwoLayerNetReference,
+    Toy3DReference,
+)
 
 B = 5  # batch size of the identity checks
 
@@ -877,3 +886,188 @@ def test_bn_linreg_undefined_threshold_uses_all_of_w(frac, defined):
     else:
         with pytest.raises(ValueError, match="undefined"):
             m.loss_and_grad(w[None])
+
+
+# ======================================================================================
+# Data at any scale (issue 43, item 4)
+# ======================================================================================
+# BN normalises X away, and the BN models' losses scale as the square of their targets'
+# scale: a model given X * 10^p (and y * 10^q) must equal the NumPy oracle on well-scaled
+# data (X / 2^k, y / 2^l, an exact division) times 2^(2l), or refuse the data with a
+# ValueError naming it where that product leaves float64's range. Never a false reason
+# ("Xc @ w is zero"), never NaN or inf.
+DATA_SCALES = settings(max_examples=60, deadline=None, derandomize=True,
+                       suppress_health_check=[HealthCheck.too_slow])
+_LOG2_10 = float(np.log2(10.0))
+
+
+def _well_scaled(a, p):
+    """(a / 2^k, k), k the power of two nearest 10^p: exact, and of a's original size."""
+    k = int(round(p * _LOG2_10))
+    return np.ldexp(a, -k), k
+
+
+def _scaled(x, p):
+    with np.errstate(under="ignore", over="ignore"):
+        return x * 10.0 ** p
+
+
+def _like_oracle(model, ref, k2, B=3, seed=0, rtol=1e-10):
+    """model's loss, grad, hvp and third at random unit points equal ref's times 2^k2."""
+    rng = np.random.default_rng(seed)
+    W = unit_rows(rng.standard_normal((B, model.dim)))
+    V = rng.standard_normal((B, model.dim))
+    want = {"loss": ref.loss(W), "grad": ref.grad(W), "hvp": ref.hvp(W, V),
+            "third": ref.third(W, V)}
+    L, G = model.loss_and_grad(W)
+    got = {"loss": L, "grad": G, "hvp": model.hvp(W, V), "third": model.third(W, V)}
+    for name in want:
+        assert np.all(np.isfinite(got[name])), name
+        assert rel_err(got[name], np.ldexp(want[name], k2)) < rtol, name
+
+
+def _refused(exc, name):
+    msg = str(exc)
+    assert re.search(rf"\b{name}\b", msg) and "zero" not in msg and "equal" not in msg, msg
+
+
+def _scale_exponent(t):
+    """log2 of 2 var(t), for a t that 2 var(t) might over- or underflow."""
+    e = int(np.frexp(np.max(np.abs(t)))[1])
+    return float(np.log2(2 * np.ldexp(t, -e).var())) + 2 * e
+
+
+@DATA_SCALES
+@given(px=st.integers(-300, 300), py=st.integers(-300, 300))
+@example(px=300, py=0).via("issue 43: 'Xc @ w is zero'")
+@example(px=-300, py=0).via("issue 43")
+@example(px=-310, py=0).via("issue 43: subnormal X")
+@example(px=-318, py=0).via("subnormal X, few digits left")
+@example(px=200, py=0).via("issue 43: loss inf, gradient NaN")
+@example(px=0, py=-310).via("issue 43: NaN loss")
+@example(px=0, py=-160).via("2 var(y) subnormal")
+@example(px=0, py=150).via("2 var(y) near 1e300")
+@example(px=0, py=200).via("2 var(y) overflows")
+@example(px=-300, py=140)
+def test_bn_linreg_data_at_any_scale(px, py):
+    base = get_case("bn_linreg_small").model
+    Xp, yp = _scaled(base.X, px), _scaled(base.y, py)
+    Xs, _ = _well_scaled(Xp, px)
+    ys, ky = _well_scaled(yp, py)
+    log2_scale = _scale_exponent(yp)
+    try:
+        model = BNLinearRegression(Xp, yp)
+    except ValueError as exc:
+        assert not -990 < log2_scale < 990, f"refused 2 var(y) = 2^{log2_scale:.0f}: {exc}"
+        _refused(exc, "y")
+        return
+    assert -1022 < log2_scale < 1024, "accepted a 2 var(y) that float64 cannot hold"
+    _like_oracle(model, BNLinearRegressionReference(Xs, ys), 2 * ky)
+    # The affine predictor: wt = std(y) w / sigma(w) scales as 2^(ky - kx), bt as 2^ky.
+    kx = int(round(px * _LOG2_10))
+    w = unit_rows(np.random.default_rng(1).standard_normal((2, model.dim)))
+    Xc = Xs - Xs.mean(axis=0)
+    wt = ys.std() * w / (np.linalg.norm(w @ Xc.T, axis=1, keepdims=True) / np.sqrt(base.n))
+    bt = ys.mean() - wt @ Xs.mean(axis=0)
+    with np.errstate(over="ignore", under="ignore"):
+        wt_want, bt_want = np.ldexp(wt, ky - kx), np.ldexp(bt, ky)
+    got_wt, got_bt = model.effective_predictor(w)
+    if np.all(np.abs(wt_want) < 1e300) and np.max(np.abs(wt_want)) > 1e-290:
+        assert rel_err(got_wt, wt_want) < 1e-10
+    if np.max(np.abs(bt_want)) > 1e-290:
+        assert rel_err(got_bt, bt_want) < 1e-10
+    _, A, _ = model.per_sample_jacobians(w)  # grad_w p_i scales as 2^ky
+    _, A_ref, _ = BNLinearRegression(Xs, ys).per_sample_jacobians(w)
+    if np.max(np.abs(A_ref)) * 2.0 ** min(ky, 900) > 1e-290:
+        assert rel_err(A, np.ldexp(A_ref, ky)) < 1e-10
+
+
+@pytest.mark.parametrize("px", [300, -300, -310, 200])
+def test_bn_linreg_float32_kernels_on_badly_scaled_x(px):
+    """float32 kernels see the rescaled X: X * 1e300 casts to float32 without overflow."""
+    base = get_case("bn_linreg_small").model
+    model = BNLinearRegression(_scaled(base.X, px), base.y)
+    w = unit_rows(np.random.default_rng(2).standard_normal((3, model.dim)))
+    assert rel_err(model.loss(w.astype(np.float32)), base.loss(w)) < 1e-4
+    assert rel_err(model.grad(w.astype(np.float32)), base.grad(w)) < 1e-4
+
+
+def test_bn_linreg_targets_beyond_float32_are_refused_in_float32():
+    base = get_case("bn_linreg_small").model
+    model = BNLinearRegression(base.X, base.y * 1e30)  # 2 var(y) ~ 1e60: float64 only
+    w = unit_rows(np.random.default_rng(3).standard_normal((2, model.dim)))
+    assert rel_err(model.loss(w), base.loss(w) * 1e60) < 1e-12
+    with pytest.raises(ValueError, match=r"y.*float32"):
+        model.loss(w.astype(np.float32))
+
+
+@DATA_SCALES
+@given(pv=st.integers(-300, 300))
+@example(pv=300).via("overflowed to a bare OverflowError")
+@example(pv=-160).via("2 var(values) subnormal: silently inaccurate")
+@example(pv=-300).via("NaN loss")
+@example(pv=-310)
+@example(pv=150)
+def test_bn_mc_values_at_any_scale(pv):
+    base = get_case("bn_mc").model
+    vp = _scaled(base.values, pv)
+    test = (base.test[0], base.test[1], _scaled(base.test[2], pv))
+    vs, kv = _well_scaled(vp, pv)
+    log2_scale = _scale_exponent(vp)
+    try:
+        model = BNMatrixCompletion(base.rows, base.cols, vp, base.shape, base.rank, test=test)
+    except ValueError as exc:
+        assert not -990 < log2_scale < 990, f"refused 2 var = 2^{log2_scale:.0f}: {exc}"
+        _refused(exc, "values")
+        return
+    assert -1022 < log2_scale < 1024, "accepted a 2 var(values) that float64 cannot hold"
+    ref = BNMatrixCompletionReference(base.rows, base.cols, vs, base.shape, base.rank)
+    _like_oracle(model, ref, 2 * kv)
+    w = unit_rows(np.random.default_rng(4).standard_normal((2, model.dim)))
+    want = ref.test_loss(w, test[0], test[1], np.ldexp(test[2], -kv))
+    assert rel_err(model.test_loss(w), np.ldexp(want, 2 * kv)) < 1e-10
+
+
+@DATA_SCALES
+@given(px=st.integers(-300, 300), py=st.integers(-300, 300),
+       activation=st.sampled_from(["tanh", "relu"]))
+@example(px=300, py=0, activation="tanh").via("false 'X @ W_j is constant'")
+@example(px=-300, py=0, activation="relu")
+@example(px=-310, py=0, activation="tanh").via("subnormal X")
+@example(px=200, py=0, activation="tanh")
+@example(px=0, py=160, activation="tanh").via("loss inf: (f - y)^2 overflows")
+@example(px=0, py=-310, activation="relu")
+def test_bn_two_layer_net_data_at_any_scale(px, py, activation):
+    """BN makes the net invariant to the scale of X; y is not normalised, so the loss
+    follows y's own scale: the oracle takes X / 2^k and y as it is."""
+    base = get_case("bn_two_layer_net").model
+    Xp, yp = _scaled(base.X, px), _scaled(base.y, py)
+    Xs, _ = _well_scaled(Xp, px)
+    try:
+        model = ps.BNTwoLayerNet(Xp, yp, base.width, activation)
+    except ValueError as exc:
+        assert np.max(np.abs(yp)) > 1e145, f"refused y of max {np.max(np.abs(yp))}: {exc}"
+        _refused(exc, "y")
+        return
+    assert np.max(np.abs(yp)) < 1e154, "accepted a y whose squared residuals overflow"
+    ref = BNTwoLayerNetReference(Xs, yp, base.width, activation)
+    _like_oracle(model, ref, 0, rtol=1e-9)
+    w = unit_rows(np.random.default_rng(5).standard_normal((2, model.dim)))
+    assert rel_err(model.predict(w), ref.predictions(w)) < 1e-12
+
+
+@DATA_SCALES
+@given(pc=st.integers(-300, 308))
+@example(pc=308).via("gradient -inf, HVP NaN")
+@example(pc=-310).via("subnormal c")
+def test_toy3d_c_at_any_scale(pc):
+    """Toy3D's one datum is c: the loss grows like c, so past a bound c is refused by name."""
+    c = _scaled(1.0, pc)
+    try:
+        model = Toy3D(c)
+    except ValueError as exc:
+        assert c > 1e300, f"refused c = {c}: {exc}"
+        _refused(exc, "c")
+        return
+    assert c < 1e305
+    _like_oracle(model, Toy3DReference(c), 0)
