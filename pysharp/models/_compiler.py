@@ -335,8 +335,8 @@ def _key(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...],
 @contextlib.contextmanager
 def _locked(cache: Path, stem: str):
     path = cache / f"{stem}.lock"
-    with _writing(cache):
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+    with _writing(cache):  # open for writing: flock on NFS is a write lock
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         if os.fstat(fd).st_mode & 0o077:  # written by an older pysharp under a loose umask
             with _writing(cache):
