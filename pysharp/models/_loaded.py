@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _compiler
 from ._base import ScaleInvariantModel
 from ._compiler import ModelCompileError, compile_model, model_names
 from ._registry import ModelEntry, register
@@ -125,8 +126,12 @@ class _Compiled:
     _cores: dict
 
     def _load(self, header, fields: dict[str, Any], dtype, model_name: str | None,
-              include_dirs) -> None:
-        self.header, self.model_name = _resolve(header, model_name)
+              include_dirs, modules: dict | None = None) -> None:
+        self._pinned = dict(modules or {})
+        if self._pinned and model_name is not None:  # the header as it was: not read again
+            self.header, self.model_name = Path(header).expanduser().resolve(), model_name
+        else:
+            self.header, self.model_name = _resolve(header, model_name)
         self.include_dirs = tuple(Path(d).expanduser().resolve() for d in include_dirs)
         self.dtype = _DTYPES[_dtype_name(dtype)]
         self._modules: dict[np.dtype, Any] = {}
@@ -145,9 +150,41 @@ class _Compiled:
     def _module(self, dtype: np.dtype):
         dtype = np.dtype(dtype)
         if dtype not in self._modules:
-            self._modules[dtype] = compile_model(self.header, self.model_name, dtype.name,
-                                                 self.include_dirs)
+            if dtype.name in self._pinned:
+                self._modules[dtype] = self._pinned_module(dtype)
+            else:
+                self._modules[dtype] = compile_model(self.header, self.model_name, dtype.name,
+                                                     self.include_dirs)
         return self._modules[dtype]
+
+    def compiled_modules(self) -> dict[str, dict[str, str]]:
+        """The compiled modules this model runs, by dtype name (float64, the engine's,
+        always among them): ``{"module": name, "file": path}``.
+
+        The name identifies the model's source: the compile cache names a module by a
+        hash over the header, every file the compiler read for it, the compiler and its
+        flags. A model built with ``modules=`` these loads the very same modules from
+        ``file`` (what a sweep's workers do), whatever the header says by then.
+        """
+        self._module(np.float64)
+        return {dtype.name: {"module": module.__name__, "file": str(module.__file__)}
+                for dtype, module in sorted(self._modules.items(), key=lambda kv: kv[0].name)}
+
+    def _pinned_module(self, dtype: np.dtype):
+        """The module ``modules=`` named for ``dtype``: loaded from its file, or where that
+        file is absent (another machine's cache) compiled from the header, which must
+        then give the same module."""
+        name, file = self._pinned[dtype.name]["module"], Path(self._pinned[dtype.name]["file"])
+        if file.is_file():
+            return _compiler._import(name, file)
+        module = compile_model(self.header, self.model_name, dtype.name, self.include_dirs)
+        if module.__name__ != name:
+            raise ModelCompileError(
+                f"{self.header.name}: this run needs {name}, the module compiled from the "
+                f"header as it was when the run started; it is not at {file}, and the header "
+                f"as it is now compiles to another ({module.__name__}): the header or a file "
+                "it includes has changed since")
+        return module
 
     def _declaration(self) -> tuple[Path, str, tuple[Path, ...]]:
         return self.header, self.model_name, self.include_dirs
@@ -211,9 +248,10 @@ class LoadedModel(_Compiled, ScaleInvariantModel):
     _undefined_reason = "the model's loss_grad reports the loss undefined there"
 
     def __init__(self, header, *, fields: dict[str, Any], dtype="float64",
-                 model_name: str | None = None, include_dirs=()) -> None:
+                 model_name: str | None = None, include_dirs=(),
+                 modules: dict | None = None) -> None:
         super().__init__()
-        self._load(header, fields, dtype, model_name, include_dirs)
+        self._load(header, fields, dtype, model_name, include_dirs, modules)
 
     def _make_core(self, suffix, module):
         """The model's own compiled module's object (``module``, the shared core, has no
@@ -257,9 +295,10 @@ class LoadedSquareLossModel(_Compiled, SquareLossModel):
     has_first_layer = False
 
     def __init__(self, header, *, fields: dict[str, Any], dtype="float64",
-                 model_name: str | None = None, include_dirs=()) -> None:
+                 model_name: str | None = None, include_dirs=(),
+                 modules: dict | None = None) -> None:
         self._cores = {}
-        self._load(header, fields, dtype, model_name, include_dirs)
+        self._load(header, fields, dtype, model_name, include_dirs, modules)
         declared = {f["name"]: list(f["extents"]) for f in self._module(self.dtype).FIELDS}
         X, y = declared["X"], declared["y"]
         if len(X) != 2 or y != X[:1]:

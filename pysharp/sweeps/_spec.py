@@ -9,6 +9,13 @@ synthetic model needs. Two forms are accepted:
 - a model instance (scale-invariant, or a square-loss model for SGD), whose
   ``spec()`` (its data arrays included) is shipped instead; the stored
   metadata then keeps only the arrays' SHA-256.
+
+A model compiled at run time (``load_model``, ``from_jax``; a spec naming a
+header becomes one) is pinned: its spec holds ``modules``, the compiled
+modules it runs (name and file, see ``LoadedModel.compiled_modules``), so
+every worker runs the modules the sweep started with even if the header is
+edited meanwhile, and the stored identity keeps their names, the compile
+cache's key over the header and every file it includes (:func:`source`).
 """
 
 from __future__ import annotations
@@ -30,6 +37,11 @@ def factory_parameters(name: str) -> list[str]:
     return [p for p in inspect.signature(REGISTRY[name].factory).parameters if p != "cls"]
 
 
+def _compiled(name: str) -> bool:
+    """Whether the registered model ``name`` is compiled at run time (a loaded model)."""
+    return hasattr(REGISTRY[name].cls, "compiled_modules")
+
+
 def normalise(model: Any) -> dict:
     """A validated spec dict from a name, a spec dict or a model instance.
 
@@ -41,6 +53,8 @@ def normalise(model: Any) -> dict:
         out = {"name": spec.pop("model"), "data": spec}
         if getattr(model, "truth", None) is not None:  # a synthetic model's ground truth
             out["truth"] = model.truth
+        if hasattr(model, "compiled_modules"):  # pinned: see the module's docstring
+            out["modules"] = model.compiled_modules()
         return out
     if isinstance(model, str):
         model = {"name": model}
@@ -48,9 +62,11 @@ def normalise(model: Any) -> dict:
         raise TypeError("model must be a registered name, a spec dict {'name': ..., ...} "
                         f"or a pysharp model, got {type(model).__name__}")
     spec = dict(model)
-    if isinstance(spec.get("data"), dict) and set(spec) <= {"name", "data", "truth"} \
+    if isinstance(spec.get("data"), dict) and set(spec) <= {"name", "data", "truth", "modules"} \
             and spec.get("name") in REGISTRY:
-        return spec  # already normalised from a model instance (a parsed config)
+        if "modules" in spec or not _compiled(spec["name"]):
+            return spec  # already normalised from a model instance (a parsed config)
+        return normalise(build(spec))
     name = spec.pop("name", None)
     if name not in REGISTRY:
         raise ValueError(f"model: unknown model {name!r}; choose one of {sorted(REGISTRY)}")
@@ -59,6 +75,8 @@ def normalise(model: Any) -> dict:
         if key not in allowed:
             raise ValueError(f"model.{key}: unknown parameter of {name!r}; "
                              f"it takes {allowed}")
+    if _compiled(name):  # built now, from the header as it is now, and pinned
+        return normalise(REGISTRY[name].factory(**spec))
     try:
         json.dumps(spec)
     except TypeError:  # data arrays (a loaded model's fields): ship the instance's spec
@@ -71,7 +89,8 @@ def normalise(model: Any) -> dict:
 def build(spec: dict) -> ScaleInvariantModel | SquareLossModel:
     """The model a spec describes (a fresh instance)."""
     if "data" in spec:
-        model = REGISTRY[spec["name"]].cls(**spec["data"])
+        pinned = {"modules": spec["modules"]} if "modules" in spec else {}
+        model = REGISTRY[spec["name"]].cls(**spec["data"], **pinned)
         if "truth" in spec:
             model.truth = spec["truth"]
         return model
@@ -107,6 +126,17 @@ def describe(spec: dict) -> dict:
         if isinstance(value, np.generic):
             return value.item()
         return value
-    out = safe(spec)
+    out = safe({k: v for k, v in spec.items() if k != "modules"})
+    if "modules" in spec:  # their names (the source's key), not where this machine keeps them
+        out["modules"] = {dtype: m["module"] for dtype, m in spec["modules"].items()}
     json.dumps(out)  # raises early if something is still not plain data
     return out
+
+
+def source(described: dict) -> str | None:
+    """What the chunks of a sweep of the model ``described`` (a :func:`describe`'d spec,
+    as stored in a sweep's identity) must have been computed by: its compiled modules'
+    names, or None for a model that is not compiled at run time. Every chunk's marker
+    records it (``SweepStore``)."""
+    modules = described.get("modules")
+    return None if modules is None else json.dumps(modules, sort_keys=True)

@@ -254,14 +254,20 @@ class SweepStore:
         the identity as JSON.
     create : bool
         False: open an existing store read-only (for :func:`pysharp.open_sweep`).
+    source : str, optional
+        What computed the chunks, when more than the identity's numbers say it (a
+        loaded model's compiled modules, see ``_spec.source``): every marker records
+        it, and a chunk whose marker records another is not finished (``read``), so
+        no store mixes points of two models.
     """
 
     def __init__(self, path, identity: dict, variables: dict, coords: dict,
                  grid_dims: tuple[str, ...], chunk_size: int, attrs: dict,
-                 create: bool = True) -> None:
+                 create: bool = True, source: str | None = None) -> None:
         import zarr
 
         self.path = Path(path)
+        self.source = source
         self.grid_shape = tuple(len(coords[d]) for d in grid_dims)
         self.n_traj = math.prod(self.grid_shape)
         self._bounds = chunk_bounds(self.grid_shape, chunk_size)
@@ -335,6 +341,9 @@ class SweepStore:
         lines = [f"  {key}: stored {_show(a)}, requested {_show(b)}" for key, a, b in diff[:8]]
         if len(diff) > 8:
             lines.append(f"  ... and {len(diff) - 8} more")
+        if any(key.startswith("model.modules") for key, _, _ in diff):
+            lines.append("  (the model's compiled module differs: its header, a file the header "
+                         "includes, the compiler or its flags changed since the store was made)")
         raise StoreMismatch(f"{self.path} holds a different sweep ({', '.join(top)} differ):\n"
                             + "\n".join(lines)
                             + "\nIt is left untouched: use a new store path, or delete this one "
@@ -381,6 +390,8 @@ class SweepStore:
             arr[region] = data.reshape(block + tail)
             sums[name] = _digest(data)
         marker = {"chunk": k, "start": start, "stop": stop, "sha256": sums}
+        if self.source is not None:
+            marker["source"] = self.source
         tmp = self._marker(k).with_suffix(f".tmp{os.getpid()}")
         try:
             tmp.write_text(json.dumps(marker))
@@ -404,6 +415,7 @@ class SweepStore:
                 out[name] = block.reshape((stop - start,) + block.shape[len(region):])
             ok = (set(out) == set(self.dtypes)
                   and (marker["start"], marker["stop"]) == (start, stop)
+                  and marker.get("source") == self.source
                   and all(_digest(out[name].astype(self.dtypes[name], copy=False))
                           == marker["sha256"][name] for name in self.dtypes))
         except Exception:  # noqa: BLE001 - unreadable, truncated or undecodable: recompute

@@ -249,7 +249,10 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         ``"bn_matrix_completion"``, ``"toy3d"``; for ``"sgd"`` also
         ``"linear_regression"`` and ``"two_layer_net"``) or as a spec dict
         ``{"name": ..., **factory_parameters}``; workers rebuild it from the
-        spec. A model instance is shipped as its data (fine for small data).
+        spec. A model instance is shipped as its data (fine for small data); one
+        compiled at run time (``load_model``, ``from_jax``) with its compiled
+        modules, which every worker loads as they are, whatever its header says
+        by then.
     lr, wd : float or 1-D array_like
         Learning rates (> 0) and weight decays (>= 0), lr wd < 1; distinct values.
         ``wd`` is required for ``"gd_wd"`` and ``"scalar_rmsprop"`` and defaults to
@@ -284,8 +287,9 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         chunk is written at once and marked complete with checksums; calling
         again with the same arguments resumes, computing only chunks that are
         missing or fail their checksum. A store made by a different sweep is
-        refused, never overwritten. Only one chunk at a time (per executor
-        worker) is held in memory.
+        refused, never overwritten; for a model compiled at run time that
+        includes its compiled module (its header and every file it includes).
+        Only one chunk at a time (per executor worker) is held in memory.
     executor : concurrent.futures.Executor, optional
         Where chunks run (default: one after another in this process). This
         process writes the store, so workers need no shared file system.
@@ -333,7 +337,8 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         whole blocks of the file system, the data uncompressed) exceeds the free space
         there, or its files the free inodes (both numbers named).
     StoreMismatch
-        When ``store`` holds a different sweep.
+        When ``store`` holds a different sweep, or one of a model compiled from a
+        header (or files it includes) that has changed since.
     SweepInterrupted
         On Ctrl-C (a ``KeyboardInterrupt``): how many chunks were finished, and kept
         in ``store``, of how many.
@@ -441,7 +446,7 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         try:
             with _sigint_deferred():
                 db = SweepStore(store, identity, variables(out_layout, docs, settings), coords,
-                                dims, chunk_size, attrs)
+                                dims, chunk_size, attrs, source=_spec.source(identity["model"]))
         except OSError as exc:
             if not _disk_full(exc):
                 raise
@@ -920,7 +925,7 @@ def open_sweep(store: str | Path):
     out_layout = {name: (tuple(tail), dtype) for name, (tail, dtype) in identity["outputs"].items()}
     db = SweepStore(path, identity, variables(out_layout, None, settings),
                     coordinates(grid, settings), settings.dims, identity["chunk_size"], attrs,
-                    create=False)
+                    create=False, source=_spec.source(identity["model"]))
     marked = np.zeros(db.n_chunks, dtype=bool)
     for k in db.marked():
         marked[k] = True
@@ -928,5 +933,7 @@ def open_sweep(store: str | Path):
                if not marked[k] or db.read(k, forget=False) is None]
     if missing:
         raise ValueError(f"{path}: {len(missing)} of {db.n_chunks} chunks are missing or failed "
-                         f"their checksum (first: {missing[:5]}); re-run the sweep to complete it")
+                         "their checksum" + (" or were computed by another model source"
+                                             if db.source is not None else "")
+                         + f" (first: {missing[:5]}); re-run the sweep to complete it")
     return open_lazy(xr, path)

@@ -12,6 +12,7 @@ import errno
 import itertools
 import json
 import math
+import multiprocessing
 import os
 import re
 import subprocess
@@ -20,7 +21,7 @@ import textwrap
 import threading
 import tracemalloc
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -508,3 +509,113 @@ def test_available_memory_reads_the_process_own_cgroup(tmp_path, own, files, roo
     (bare / "cgroup").write_text("0::/\n")  # the same tree read from its root only
     assert _sweep.cgroup_room(bare / "cgroup", root) is None
 
+
+# -- the model's source -------------------------------------------------------------------
+
+COSINE = """\
+#include <pysharp/model.hpp>
+template <class Real>
+struct Cosine {   // L = k (1 - w_0 / ||w||) with k = c / n: scale-invariant
+  Real c;
+  PYSHARP_HD int dim() const { return 3; }
+  PYSHARP_HD int work_size() const { return 0; }
+  template <class S>
+  PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S*) const {
+    const Real k = c / Real(3);
+    const S r2 = w[0] * w[0] + w[1] * w[1] + w[2] * w[2];
+    const S inv = Real(1) / sqrt_(r2);
+    *loss = k * (Real(1) - w[0] * inv);
+    for (int j = 0; j < 3; ++j) g[j] = k * w[0] * w[j] * inv * inv * inv;
+    g[0] = g[0] - k * inv;
+    return value_of(r2) > Real(0);
+  }
+};
+PYSHARP_MODEL(Cosine, PYSHARP_SCALAR(c))
+"""
+EDITED = ("k = c / Real(3)", "k = Real(2) * c / Real(3)")  # the issue's k = c / n -> 2 c / n
+SOURCE_RUN = dict(wd=[1e-3], steps=100, sharpness_every=20, chunk_size=1, progress=False)
+
+
+@pytest.fixture(scope="module")
+def cosine(tmp_path_factory):
+    """A header compiled by load_model once for these tests, and the model."""
+    if ps.build_info().get("available") is not True:
+        pytest.skip("needs the compiled core")
+    header = tmp_path_factory.mktemp("source") / "cosine.hpp"
+    header.write_text(COSINE)
+    return header, ps.load_model(header, c=1.5)
+
+
+@contextlib.contextmanager
+def _edited(header: Path):
+    """The header with k doubled (as a user edits it), restored afterwards."""
+    text = header.read_text()
+    header.write_text(text.replace(*EDITED))
+    try:
+        yield
+    finally:
+        header.write_text(text)
+
+
+def test_a_store_refuses_a_model_whose_header_changed(cosine, tmp_path):
+    """Killed after two of four chunks, the header edited, the sweep called again: refused
+    (the points would come from two models), naming the module; the store is untouched, and
+    the model it was made with still resumes it, equal to a run in memory."""
+    header, model = cosine
+    store = tmp_path / "s.zarr"
+    lr = [0.1, 0.2, 0.3, 0.4]
+    first = ps.sweep(model, lr=lr, store=store, **SOURCE_RUN)
+    for k in (2, 3):  # killed after two chunks
+        (store / "_pysharp_done" / f"{k}.json").unlink()
+    with _edited(header):
+        edited = ps.load_model(header, c=1.5)
+        w = np.array([0.3, -1.0, 2.0])
+        assert edited.loss(w) == pytest.approx(2 * model.loss(w), rel=1e-15)
+        for again in (edited, {"name": "loaded", "header": str(header), "fields": {"c": 1.5}}):
+            with pytest.raises(ps.sweeps.StoreMismatch) as err:
+                ps.sweep(again, lr=lr, store=store, **SOURCE_RUN)
+            assert "model.modules.float64: stored" in str(err.value)
+            assert "the model's compiled module differs" in str(err.value)
+        assert len(list((store / "_pysharp_done").glob("[0-9]*.json"))) == 2
+        resumed = ps.sweep(model, lr=lr, store=store, **SOURCE_RUN)
+    assert resumed.attrs["chunks_reused"] == 2 and resumed.attrs["chunks_computed"] == 2
+    xr.testing.assert_equal(resumed.compute(), ps.sweep(model, lr=lr, **SOURCE_RUN))
+    recorded = json.loads(first.attrs["pysharp_sweep"])["model"]["modules"]
+    assert recorded == {"float64": model.compiled_modules()["float64"]["module"]}
+
+
+def test_workers_run_the_module_the_sweep_started_with(cosine):
+    """The header edited while a sweep runs: a fresh worker process loads the module the
+    sweep started with from its file, not the header as it is now."""
+    header, model = cosine
+    lr = [0.1, 0.3]
+    here = ps.sweep(model, lr=lr, **SOURCE_RUN)
+    with _edited(header):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            there = ps.sweep(model, lr=lr, executor=pool, **SOURCE_RUN)
+        xr.testing.assert_equal(there, here)
+        # where that file is absent (another machine's cache), the header must compile to it
+        spec = ps.sweeps._spec.normalise(model)
+        spec["modules"]["float64"]["file"] = str(header.parent / "elsewhere.so")
+        with pytest.raises(ps.models.ModelCompileError, match="has changed since"):
+            ps.sweeps._spec.build(spec)
+
+
+def test_open_sweep_refuses_a_chunk_computed_by_another_module(cosine, tmp_path):
+    """Each chunk's marker names the module that computed it: a chunk from another one is
+    not the sweep's (refused by open_sweep, recomputed by the sweep)."""
+    _, model = cosine
+    store = tmp_path / "s.zarr"
+    ps.sweep(model, lr=[0.1, 0.2], store=store, **SOURCE_RUN)
+    ps.open_sweep(store)
+    marker = store / "_pysharp_done" / "1.json"
+    record = json.loads(marker.read_text())
+    record["source"] = json.dumps({"float64": "_pysharp_model_0123456789abcdef01234567"})
+    marker.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"computed by another model source \(first: \[1\]\)"):
+        ps.open_sweep(store)
+    again = ps.sweep(model, lr=[0.1, 0.2], store=store, **SOURCE_RUN)
+    assert again.attrs["chunks_reused"] == 1 and again.attrs["chunks_computed"] == 1
+    ps.open_sweep(store)
+    assert json.loads(json.loads(marker.read_text())["source"]) == {
+        "float64": model.compiled_modules()["float64"]["module"]}
