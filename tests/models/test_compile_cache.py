@@ -230,20 +230,26 @@ def test_a_tampered_module_is_rebuilt_never_loaded(pristine, tmp_path):
 
 # -- what it refuses --------------------------------------------------------------------------
 
+@pytest.mark.parametrize("what", ["module", "record", "folder"])
 @pytest.mark.parametrize("how", ["others can write it", "another user owns it"])
-def test_a_module_another_user_could_have_written_is_refused(pristine, tmp_path, monkeypatch,
-                                                             how):
+def test_a_cache_another_user_could_have_written_is_refused(pristine, tmp_path, monkeypatch,
+                                                            what, how):
+    """Loading a module runs its code: a module, its record (which holds the module's hash)
+    or the cache folder that another user owns or can write to is refused, by name."""
     cache = copy_of(pristine, tmp_path)
     monkeypatch.setenv("PYSHARP_CACHE_DIR", str(cache))
     so = module_in(cache)
+    path = {"module": so, "record": so.with_name(so.name.replace(
+        sysconfig.get_config_var("EXT_SUFFIX"), ".json")), "folder": so.parent}[what]
+    assert path.exists()
     if how == "others can write it":
-        so.chmod(0o602)
+        path.chmod(path.stat().st_mode | 0o002)
     elif os.geteuid() == 0:
-        os.chown(so, 65534, 65534)
+        os.chown(path, 65534, 65534)
     else:
         pytest.skip("giving a file to another user needs root")
-    with pytest.raises(PermissionError, match=re.escape(str(so)) + " belongs to another user or "
-                                              "others can write to it"):
+    with pytest.raises(PermissionError, match=re.escape(str(path)) + " belongs to another "
+                                              "user or others can write to it"):
         ps.load_model(pristine.header, include_dirs=[pristine.inc], c=C)
 
 
