@@ -266,6 +266,22 @@ PYBIND11_MODULE(_core, m) {
 #else
     info["native"] = false;
 #endif
+    // The instruction set the lane blocks were compiled for (the -march of the build).
+#if defined(__AVX512F__)
+    info["simd"] = "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+    info["simd"] = "avx2-fma";
+#elif defined(__AVX__)
+    info["simd"] = "avx";
+#elif defined(__ARM_NEON)
+    info["simd"] = "neon";
+#elif defined(__SSE2__)
+    info["simd"] = "sse2";
+#else
+    info["simd"] = "scalar";
+#endif
+    info["lanes_f64"] = kNativeLanes<double>;
+    info["simd_registers"] = kSimdRegisters;
     info["compiler"] = std::string(__VERSION__);
     return info;
   });
