@@ -172,6 +172,36 @@ def _real_literal(x) -> str:
     return f"Real({text})"
 
 
+#: The largest |n| a constant exponent ``x ** n.0`` is multiplied out for (n copies of x).
+_MAX_INT_POWER = 64
+
+
+def _integer_power(x: str, n: int) -> str:
+    """x ** n (an integer) as a product: defined (with its derivatives) for every x, 0 too
+    where n >= 0, as JAX's integer_pow is."""
+    if n == 0:
+        return "S(Real(1))"
+    p = " * ".join([x] * abs(n))
+    return p if n > 0 else f"Real(1) / ({p})"
+
+
+def _constant_power(y: float | None) -> Callable[[str], str] | None:
+    """x ** y as a function of x's expression for a constant y (a literal, or folded from
+    literals: never data, so that the header does not depend on the data's values) whose
+    power has derivatives wherever JAX's do, x <= 0 included (relu(z) ** 2.0 at its kink,
+    r ** 2.0 at a negative r): an integer up to _MAX_INT_POWER, a product; +-0.5, a square
+    root. None for any other y, which is exp(y log x)."""
+    if y is None:
+        return None
+    if y.is_integer() and abs(y) <= _MAX_INT_POWER:
+        return lambda x: _integer_power(x, int(y))
+    if y == 0.5:
+        return lambda x: f"sqrt_({x})"
+    if y == -0.5:
+        return lambda x: f"Real(1) / sqrt_({x})"
+    return None
+
+
 def _strides(shape) -> list[int]:
     out, s = [], 1
     for n in reversed(shape):
@@ -241,6 +271,7 @@ class _Codegen:
         self.names: set[str] = set(_RESERVED)
         self.counter = 0
         self.fields: list[tuple] = []   # (name, val, kind, comment)
+        self.constants: dict[int, float] = {}  # uniform constants inlined (not data), by id
         self.field_vals: dict[int, _Val] = {}
         self.step = 0
 
@@ -398,6 +429,7 @@ class _Codegen:
             if flat.size and np.all(flat == flat[0]) and a.dtype.kind in "fiub":
                 lit = _real_literal(flat[0])
                 self.refs[id(x)] = _Ref("scalar", lit, is_s=False)
+                self.constants[id(x)] = float(flat[0])
             else:
                 self._field(x)
 
@@ -506,19 +538,16 @@ class _Codegen:
 
     def _p_integer_pow(self, e):
         y = int(e.params["y"])
-
-        def power(x):
-            n = abs(y)
-            if n == 0:
-                return "S(Real(1))"
-            p = " * ".join([x] * n)
-            return p if y > 0 else f"Real(1) / ({p})"
-        self._unary(e, power)
+        self._unary(e, lambda x: _integer_power(x, y))
 
     def _p_pow(self, e):
         a, b = e.ins
-        self.elementwise(e.outs[0], "pow_",
-                         lambda i: f"exp_({self.at(b, i)} * log_({self.s_at(a, i)}))")
+        power = _constant_power(self.constants.get(id(b)))
+        if power is None:  # exp(y log x): its derivatives need x > 0, as JAX's do
+            self.elementwise(e.outs[0], "pow_",
+                             lambda i: f"exp_({self.at(b, i)} * log_({self.s_at(a, i)}))")
+        else:
+            self.elementwise(e.outs[0], "pow_", lambda i: power(self.s_at(a, i)))
 
     def _p_sqrt(self, e):
         self._unary(e, lambda x: f"sqrt_({x})")

@@ -245,6 +245,44 @@ def test_expm1_and_log1p_keep_their_accuracy_near_zero():
     assert_like_jax(model, lambda w: tiny(w, X), W, V, 1e-13, 1e-12)
 
 
+def test_float_powers_have_jax_derivatives_wherever_jax_does():
+    """x ** c for a constant c (issue 43.5): an integral c is an integer power, +-0.5 square
+    roots, so relu(z) ** 2.0 at z <= 0 and r ** 2.0, z ** 3.0 at negative bases give JAX's
+    loss, gradient, H v and D^3L[v, v] (they gave NaN H v, or "undefined there"); other
+    exponents (1.5 here) keep exp(c log x), defined for x > 0 as JAX's derivatives are."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((9, 5))
+
+    def powers(w, X):
+        z = X @ (w / jnp.sqrt(w @ w))
+        r = z - 3.0  # every base negative
+        p = 1.0 + z * z
+        return (jnp.sum(jax.nn.relu(z) ** 2.0) + 0.1 * jnp.sum(r ** 2.0)
+                + 0.2 * jnp.sum(z ** 3.0) + jnp.sum(p ** 0.5) + 0.3 * jnp.sum(p ** 1.5)
+                + 0.05 * jnp.sum(p ** -2.0))
+    model = ps.models.from_jax(powers, np.ones(5), X=X, check=False)
+    W, V = points(5, B=6)
+    z = W @ X.T
+    assert (z < 0).any() and (z > 0).any()  # both sides of relu's kink
+    assert_like_jax(model, lambda w: powers(w, X), W, V, 1e-12, 1e-11)
+    body = model.source.split("mask_t<S> loss_grad", 1)[1]
+    # p ** 1.5 alone is exp(1.5 log p); its gradient's p ** 0.5 is a square root
+    assert body.count("log_(") == 1 and "sqrt_(" in body
+
+
+def test_data_exponents_stay_general():
+    """An exponent from the data is not specialised (the header depends on the function and
+    the shapes alone, never on the data's values): it stays exp(k log x)."""
+    from pysharp.models._from_jax import _trace
+    X = data()[0]
+
+    def power(w, X, k):
+        return jnp.sum((1.0 + (X @ w) ** 2 / (w @ w)) ** k)
+    two = _trace(power, np.ones(8), {"X": X, "k": 2.0}, None)
+    three = _trace(power, np.ones(8), {"X": X, "k": 3.0}, None)
+    assert two.source == three.source and "log_(" in two.source
+
+
 def test_pysharp_run_and_sweep_take_a_jax_loss_file(tmp_path):
     """``pysharp run FILE.py:FUNCTION --dim D`` and ``[model] python = ...`` (issue 27.5)."""
     import json
