@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "module_options.hpp"
+#include "cpu/threads.hpp"
 
 namespace pysharp::module {
 
@@ -151,6 +152,7 @@ void bind_kernels(py::class_<Core>& cls) {
         flags ok(B);
         {
           py::gil_scoped_release nogil;
+          const pysharp::cpu::CoreShare cores;
           Exec::loss_grad(c, W.data(), B, loss.mutable_data(), G.mutable_data(),
                           ok.mutable_data());
         }
@@ -165,6 +167,7 @@ void bind_kernels(py::class_<Core>& cls) {
       flags ok(B);
       {
         py::gil_scoped_release nogil;
+        const pysharp::cpu::CoreShare cores;
         Exec::template directional<decltype(order)::value>(c, W.data(), V.data(), B,
                                                            out.mutable_data(), ok.mutable_data());
       }
@@ -184,6 +187,7 @@ void bind_kernels(py::class_<Core>& cls) {
         flags ok(B);
         {
           py::gil_scoped_release nogil;
+          const pysharp::cpu::CoreShare cores;
           Exec::hessian(c, W.data(), B, H.mutable_data(), ok.mutable_data());
         }
         return py::make_tuple(H, ok);
@@ -213,6 +217,7 @@ void bind_engine(py::class_<Core>& cls) {
         flags conv(B), ok(B);
         {
           py::gil_scoped_release nogil;
+          const pysharp::cpu::CoreShare cores;
           Exec::lanczos(c, o, W.data(), start ? start->data() : nullptr,
                         streams ? streams->data() : nullptr, B, evals.mutable_data(),
                         evecs.mutable_data(), resid.mutable_data(), iters.mutable_data(),
@@ -239,6 +244,7 @@ void bind_engine(py::class_<Core>& cls) {
         RunOutputs<Real> out(B, D, n_groups(c.model), cfg);
         {
           py::gil_scoped_release nogil;
+          const pysharp::cpu::CoreShare cores;
           Exec::run(c, cfg, reduced, W0.data(), h, B, offset, out);
         }
         return out.to_dict();

@@ -5,6 +5,7 @@
 
 #include "builtin_models.hpp"
 #include "holders.hpp"
+#include "cpu/threads.hpp"
 
 namespace pysharp::module {
 
@@ -33,11 +34,12 @@ void bind_extras(py::class_<BNMatrixCompletionCore<Real>>& mc) {
         flags ok(B);
         {
           py::gil_scoped_release nogil;
-          const std::int64_t D = c.model.dim();
-#pragma omp parallel
+          const pysharp::cpu::CoreShare cores;
+          const std::int64_t D = c.model.dim(), grain = cpu::dynamic_grain(B);
+#pragma omp parallel if (B > 1)
           {
             std::vector<Real> work(std::max(c.model.N, Nt) + 1);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, grain)
             for (std::int64_t b = 0; b < B; ++b)
               ok.mutable_data()[b] = bn_mc_test_loss(
                   c.model, W.data() + b * D, rows.data(), cols.data(), values.data(), Nt,

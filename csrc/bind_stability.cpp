@@ -4,6 +4,7 @@
 
 #include "cpu/bind_square_loss.hpp"
 #include "holders.hpp"
+#include "cpu/threads.hpp"
 
 namespace pysharp::module {
 namespace {
@@ -52,6 +53,7 @@ void bind_stability_dtype(py::module_& m, const std::string& suffix) {
         flags ok(P);
         {
           py::gil_scoped_release nogil;
+          const pysharp::cpu::CoreShare cores;
           cpu::bn_jacobians(c.model, W.data(), P, A.mutable_data(), GX.mutable_data(),
                             ok.mutable_data());
         }
@@ -84,6 +86,7 @@ void bind_stability_dtype(py::module_& m, const std::string& suffix) {
         flags ok(P);
         {
           py::gil_scoped_release nogil;
+          const pysharp::cpu::CoreShare cores;
           std::vector<Real> work(2 * static_cast<std::size_t>(B));
           for (std::int64_t p = 0; p < P; ++p)
             ok.mutable_data()[p] = c.model.batch_loss_grad(
@@ -116,6 +119,7 @@ void bind_stability(py::module_& m) {
         carray<double> logg(R);
         {
           py::gil_scoped_release nogil;
+          const pysharp::cpu::CoreShare cores;
           cpu::linear_sgd_batch(A.data(), n, D, lr, batch, replacement, seed, R, offset, t0,
                                 steps, X.mutable_data(), logg.mutable_data());
         }

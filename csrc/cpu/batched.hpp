@@ -88,16 +88,22 @@ void scatter_rows(const V* src, std::int64_t D, const std::int64_t* rows, int la
     for (std::int64_t i = 0; i < D; ++i) dst[rows[l] * D + i] = lane(src[i], l);
 }
 
+// Iterations per chunk of a dynamic schedule over n iterations: about 64 chunks, so a
+// thread that the OS deschedules (a busy machine) leaves its share to the others instead
+// of holding up the call; a static split waits for its slowest thread. The schedule never
+// changes a bit: each iteration writes its own rows.
+inline std::int64_t dynamic_grain(std::int64_t n) { return std::max<std::int64_t>(1, n / 64); }
+
 // Calls f(rows, lanes, scratch) for consecutive blocks of W row indices of
 // [0, B), OpenMP over blocks when `parallel`; scratch = make() once per thread
 // (a malloc per block would cost more than a small model's evaluation).
 template <int W, class Make, class F>
 void for_each_block(std::int64_t B, bool parallel, Make&& make, F&& f) {
-  const std::int64_t blocks = (B + W - 1) / W;
+  const std::int64_t blocks = (B + W - 1) / W, grain = dynamic_grain(blocks);
 #pragma omp parallel if (parallel && blocks > 1)
   {
     auto scratch = make();
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, grain)
     for (std::int64_t blk = 0; blk < blocks; ++blk) {
       std::int64_t rows[W];
       const int lanes = static_cast<int>(std::min<std::int64_t>(W, B - blk * W));

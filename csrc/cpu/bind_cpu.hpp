@@ -14,6 +14,7 @@
 #include "cpu/batched.hpp"
 #include "cpu/engine.hpp"
 #include "cpu/slq.hpp"
+#include "cpu/threads.hpp"
 
 namespace pysharp::module {
 
@@ -72,6 +73,7 @@ void def_slq(py::module_& m) {
         flags ok(B);
         {
           py::gil_scoped_release nogil;
+          const pysharp::cpu::CoreShare cores;
           cpu::slq_batch(c.model, W.data(), B, n_probes, steps, seed, alpha.mutable_data(),
                     beta.mutable_data(), nodes.mutable_data(), weights.mutable_data(),
                     count.mutable_data(), ok.mutable_data());

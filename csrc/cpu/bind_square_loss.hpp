@@ -12,6 +12,7 @@
 
 #include "bind_model.hpp"
 #include "cpu/sgd.hpp"
+#include "cpu/threads.hpp"
 
 namespace pysharp::module {
 
@@ -47,6 +48,7 @@ inline py::dict sgd_call(const Model& model, const carray<Real>& W0, const carra
   py::array_t<long long> diverged_step(T);
   {
     py::gil_scoped_release nogil;
+    const pysharp::cpu::CoreShare cores;
     cpu::sgd_batch(model, cfg, W.mutable_data(), lr.data(), batch.data(), wd.data(), T, offset,
                    loss.mutable_data(), diverged.mutable_data(), diverged_step.mutable_data());
   }
@@ -68,6 +70,7 @@ void add_square_loss(py::class_<Core>& cls) {
         carray<Real> F({(py::ssize_t)P, n}), A({(py::ssize_t)P, n, D}), GX({(py::ssize_t)P, n, d});
         {
           py::gil_scoped_release nogil;
+          const pysharp::cpu::CoreShare cores;
           cpu::jacobians(c.model, W.data(), P, F.mutable_data(), A.mutable_data(),
                          GX.mutable_data());
         }

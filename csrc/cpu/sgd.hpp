@@ -18,11 +18,11 @@ namespace pysharp::cpu {
 template <class Model, class Real>
 void jacobians(const Model& m, const Real* W, std::int64_t P, Real* F, Real* A, Real* GX) {
   const std::int64_t D = m.dim(), n = m.n_samples(), d = m.input_dim();
-  const std::int64_t total = P * n;
+  const std::int64_t total = P * n, grain = dynamic_grain(total);
 #pragma omp parallel if (total * D >= 20000)
   {
     std::vector<Real> work(m.work_size() + 1);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, grain)
     for (std::int64_t t = 0; t < total; ++t) {
       const std::int64_t p = t / n, i = t % n;
       m.jacobian(W + p * D, m.X + i * d, F + t, A + t * D, GX + t * d, work.data());
@@ -34,11 +34,11 @@ void jacobians(const Model& m, const Real* W, std::int64_t P, Real* F, Real* A, 
 template <class Model, class Real>
 void bn_jacobians(const Model& m, const Real* W, std::int64_t P, Real* A, Real* GX,
                   std::uint8_t* ok) {
-  const std::int64_t n = m.n, d = m.d;
+  const std::int64_t n = m.n, d = m.d, grain = dynamic_grain(P);
 #pragma omp parallel if (P > 1 && P * n * d >= 20000)
   {
     std::vector<Real> work(n + d);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, grain)
     for (std::int64_t p = 0; p < P; ++p)
       ok[p] = bn_linreg_jacobian(m, W + p * d, A + p * n * d, GX + p * n * d, work.data());
   }
@@ -109,11 +109,12 @@ template <class Real>
 void linear_sgd_batch(const Real* A, int n, int D, Real lr, int B, bool replacement,
                       std::uint64_t seed, std::int64_t R, std::int64_t offset, long long t0,
                       long long steps, Real* X, Real* logg) {
+  const std::int64_t grain = dynamic_grain(R);
 #pragma omp parallel if (R > 1 && R * steps * B * static_cast<long long>(D) >= 20000)
   {
     std::vector<Real> scratch(static_cast<std::size_t>(D));
     std::vector<int> iscratch(static_cast<std::size_t>(n) + static_cast<std::size_t>(B));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, grain)
     for (std::int64_t r = 0; r < R; ++r)
       logg[r] = run_linear_sgd(A, n, D, lr, B, replacement, seed,
                                static_cast<std::uint64_t>(offset + r), t0, steps, X + r * D,
