@@ -48,10 +48,13 @@ def bn_training_data(X, y) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-#: 2^E bounds on a datum a model's loss is proportional to (the BN models' 2 var(targets),
-#: Toy3D's c, the squared targets of BNTwoLayerNet): inside [2^-E, 2^E] the loss and its
-#: derivatives at a unit-norm w stay at least 2^24 inside the dtype's normal range.
-_SAFE_DATA_EXP = {np.dtype(np.float64): 1000, np.dtype(np.float32): 100}
+#: 2^E bounds on a datum a model's loss grows in proportion to (the BN models' 2 var(targets),
+#: Toy3D's c, the squared targets of BNTwoLayerNet). Inside [2^-E, 2^E] the loss, its
+#: derivatives at a unit-norm w and the squared norms of the Hessian-vector products that
+#: Lanczos forms (sharpness, spectra, the engine) stay normal floats, with room for badly
+#: conditioned data: the core's Lanczos gave false eigenvalues, or a false "undefined",
+#: from about 2^+-500 in float64 and 2^+-60 in float32.
+_SAFE_DATA_EXP = {np.dtype(np.float64): 400, np.dtype(np.float32): 40}
 
 
 def unit_scaled(a: np.ndarray) -> tuple[np.ndarray, int]:
@@ -80,8 +83,8 @@ def check_data_range(log2_value: float, dtype, what: str, remedy: str, *,
     raise ValueError(
         f"{what} = 2^{log2_value:.1f} (about 1e{log2_value * np.log10(2):+.0f}) is "
         f"{'above' if big else 'below'} 2^{E if big else -E}: the {dtype.name} loss, which "
-        f"grows with it, and its derivatives would {'overflow' if big else 'underflow'}"
-        f"; {remedy}")
+        f"grows with it, its derivatives and Lanczos's squared norms of Hessian-vector products "
+        f"would {'overflow' if big else 'underflow'}; {remedy}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,8 +100,8 @@ class BNTargets:
 def bn_targets(t: np.ndarray, name: str) -> BNTargets:
     """The statistics of non-constant targets ``t``, computed on t / 2^e (so neither the
     centred norm nor the variance over- or underflows) and scaled back exactly. A ValueError
-    naming ``t`` where 2 var(t) is outside [2^-1000, 2^1000]: the loss 2 var(t) (1 - cos)
-    and its derivatives would leave float64's range."""
+    naming ``t`` where 2 var(t) is outside [2^-400, 2^400] (_SAFE_DATA_EXP): the loss
+    2 var(t) (1 - cos), its derivatives or a Lanczos solve would leave float64's range."""
     ts, e = unit_scaled(t)
     var = float(ts.var())
     check_data_range(float(np.log2(2 * var)) + 2 * e, np.float64, f"2 var({name})",

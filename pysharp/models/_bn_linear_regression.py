@@ -41,8 +41,8 @@ class BNLinearRegression(ScaleInvariantModel):
     X / 2^k with entries of order one (exact: a power of two changes no
     mantissa), and y's statistics are taken on y / 2^l and scaled back. L
     scales as var(y): y is refused (ValueError) where 2 var(y) is outside
-    [2^-1000, 2^1000], beyond which the loss and its derivatives would over- or
-    underflow.
+    [2^-400, 2^400] ([2^-40, 2^40] for float32 kernels), beyond which the loss, its
+    derivatives or the Lanczos solves of sharpness would over- or underflow.
     """
 
     _declared_as = ("bn_linear_regression.hpp", "BNLinearRegression")

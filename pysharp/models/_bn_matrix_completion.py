@@ -70,8 +70,8 @@ class BNMatrixCompletion(ScaleInvariantModel):
     -----
     L scales as var(values); its statistics are taken exactly at any scale of
     the values, which are refused (ValueError) where 2 var(values) is outside
-    [2^-1000, 2^1000], beyond which the loss and its derivatives would over- or
-    underflow.
+    [2^-400, 2^400] ([2^-40, 2^40] for float32 kernels), beyond which the loss, its
+    derivatives or the Lanczos solves of sharpness would over- or underflow.
     """
 
     _declared_as = ("bn_matrix_completion.hpp", "BNMatrixCompletion")

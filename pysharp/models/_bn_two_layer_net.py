@@ -54,7 +54,8 @@ class BNTwoLayerNet(ScaleInvariantModel):
     Data of any scale: L does not depend on the scale of X, so the kernels see
     X / 2^k with entries of order one (exact: a power of two changes no
     mantissa). y is not normalised: it is refused (ValueError) where max |y|^2
-    is above 2^1000, beyond which the loss (f - y)^2 would overflow.
+    is above 2^400 (2^40 for float32 kernels), beyond which the loss (f - y)^2, its
+    derivatives or the Lanczos solves of sharpness would overflow.
     """
 
     _declared_as = ("bn_two_layer_net.hpp", "BNTwoLayerNet")

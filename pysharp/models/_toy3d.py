@@ -20,8 +20,9 @@ class Toy3D(ScaleInvariantModel):
     Parameters
     ----------
     c : float, >= 0
-        Strength of the sharpness variation along Gamma; at most 2^1000 (the
-        loss grows like c, and its derivatives would overflow beyond).
+        Strength of the sharpness variation along Gamma; at most 2^400 (2^40
+        for float32 kernels): the loss grows like c, and beyond, its derivatives
+        or the Lanczos solves of sharpness would overflow.
     """
 
     _declared_as = ("toy3d.hpp", "Toy3D")
