@@ -19,7 +19,7 @@ struct PhaseRetrieval {
   PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const {
     S s = Real(0);
     for (int j = 0; j < d; ++j) s += w[j] * w[j];
-    const mask_t<S> defined = value_of(s) > Real(0);
+    const mask_t<S> defined = s > Real(0);  // compares the value part of a jet
     const S inv_s = Real(1) / s;
     matvec_rows(X, n, d, w, work);  // z = X w
     S sum_r2 = Real(0), radial = Real(0);

@@ -36,7 +36,9 @@
 // in a build that does not bind the model.
 //
 // The math available inside loss_grad, on every S above:
-//   + - * /, comparisons (giving mask_t<S>), compound assignment;
+//   + - * /, compound assignment;
+//   < > <= >= == != between S values and with Real constants: they compare the
+//   value part (value_of) and give mask_t<S>, combined with & | !;
 //   sqrt_, exp_, expm1_, log_, log1p_, tanh_,
 //   sin_, cos_                                    elementary functions;
 //   select(mask, a, b)                            a where mask, else b (no branch);

@@ -137,6 +137,30 @@ PYSHARP_HD T value_of(const Jet<T, N>& a) {
   return a.c[0];
 }
 
+// Comparisons test the value part alone (a jet's derivative parts do not order it) and
+// give mask_t: a bool for a jet of scalars, one flag per lane for a jet of lane blocks.
+// So `z > Real(0)` means `value_of(z) > Real(0)` on every S a model is instantiated on.
+#define PYSHARP_JET_COMPARISON(op)                                                      \
+  template <class T, int N>                                                             \
+  PYSHARP_HD mask_t<T> operator op(const Jet<T, N>& a, const Jet<T, N>& b) {            \
+    return a.c[0] op b.c[0];                                                            \
+  }                                                                                     \
+  template <class T, int N, class U, std::enable_if_t<is_jet_scalar<U, T>, int> = 0>    \
+  PYSHARP_HD mask_t<T> operator op(const Jet<T, N>& a, const U& s) {                    \
+    return a.c[0] op T(s);                                                              \
+  }                                                                                     \
+  template <class T, int N, class U, std::enable_if_t<is_jet_scalar<U, T>, int> = 0>    \
+  PYSHARP_HD mask_t<T> operator op(const U& s, const Jet<T, N>& a) {                    \
+    return T(s) op a.c[0];                                                              \
+  }
+PYSHARP_JET_COMPARISON(<)
+PYSHARP_JET_COMPARISON(>)
+PYSHARP_JET_COMPARISON(<=)
+PYSHARP_JET_COMPARISON(>=)
+PYSHARP_JET_COMPARISON(==)
+PYSHARP_JET_COMPARISON(!=)
+#undef PYSHARP_JET_COMPARISON
+
 // Per-coefficient choice, for branches such as ReLU's on lane blocks.
 template <class M, class T, int N, std::enable_if_t<!std::is_same<M, bool>::value, int> = 0>
 PYSHARP_HD Jet<T, N> select(const M& m, const Jet<T, N>& a, const Jet<T, N>& b) {

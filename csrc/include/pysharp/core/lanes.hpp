@@ -112,6 +112,7 @@ struct Lanes {
   friend LaneMask<Real, W> operator<=(const Lanes& a, const Lanes& b) { return {a.v <= b.v}; }
   friend LaneMask<Real, W> operator>=(const Lanes& a, const Lanes& b) { return {a.v >= b.v}; }
   friend LaneMask<Real, W> operator==(const Lanes& a, const Lanes& b) { return {a.v == b.v}; }
+  friend LaneMask<Real, W> operator!=(const Lanes& a, const Lanes& b) { return {a.v != b.v}; }
 };
 
 // Per-lane truth values, as the comparison of two Lanes gives them (all bits
