@@ -56,6 +56,7 @@ from types import ModuleType
 
 from .._engine import loader
 from .._version import __version__
+from . import _diagnostics
 
 
 class ModelCompileError(RuntimeError):
@@ -571,8 +572,8 @@ def _build(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...], 
     try:
         source = work / "unit.cpp"
         python = Path(sysconfig.get_paths()["include"])  # fixed by the ABI in the key
-        includes = [public, bind, *include_dirs, *unit.include_dirs,
-                    Path(pybind11.get_include()), python]
+        libraries = [*unit.include_dirs, Path(pybind11.get_include()), python]
+        includes = [public, bind, *include_dirs, *libraries]
         command = [cxx, *build_flags()["flags"], *(f"-I{d}" for d in includes)]
 
         def run(module_name: str, *args: str) -> list[str]:
@@ -587,11 +588,10 @@ def _build(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...], 
             argv = [*command, *args, "-MF", str(work / "unit.d"), "-MT", "unit", str(source)]
             done = subprocess.run(argv, capture_output=True, text=True)
             if done.returncode != 0:
-                lines = done.stderr.splitlines()
-                shown = "\n".join(lines[:200])
-                more = f"\n... ({len(lines) - 200} more lines)" if len(lines) > 200 else ""
+                told = _diagnostics.explain(done.stderr, _sources(header, include_dirs),
+                                            include_dirs, [public, bind, *libraries])
                 raise ModelCompileError(f"compiling {header} ({name}, {dtype}) failed:\n"
-                                        f"{shown}{more}\ncommand: {shlex.join(argv)}")
+                                        f"{told}\ncommand: {shlex.join(argv)}")
             if not (work / "unit.d").is_file():
                 raise ModelCompileError(
                     f"{cxx} wrote no list of the files it read (-MF): pysharp needs a "

@@ -8,6 +8,7 @@ give the built-ins' bits.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -188,18 +189,52 @@ def test_a_header_without_a_declaration_is_refused(tmp_path):
 
 # -- compile errors a user can act on ---------------------------------------------------------
 
-def test_a_compile_error_points_at_the_users_file_and_line(tmp_path):
-    path = write(tmp_path, "typo.hpp", TRIVIAL.format(extra="undeclared_name = 1;"))
+def line_of(path: Path, needle: str) -> int:
+    """The number of the first line of ``path`` that holds ``needle``."""
+    return 1 + next(k for k, s in enumerate(path.read_text().splitlines()) if needle in s)
+
+
+def test_a_compile_error_shows_the_users_first_error_first(tmp_path):
+    """The compiler's first words are about the user's line (not pysharp's -Wextra warnings
+    nor the instantiation chain through the engine), once rather than once per S, with the
+    compiler's own suggestion as a hint; nothing of pysharp's headers warns."""
+    path = write(tmp_path, "typo.hpp", TRIVIAL.format(extra="const S t = sqr_(r2); (void)t;"))
     with pytest.raises(ModelCompileError) as info:
         ps.load_model(path, c=1.0)
     text = str(info.value)
-    line = 1 + path.read_text().splitlines().index(
-        next(s for s in path.read_text().splitlines() if "undeclared_name" in s))
-    assert f"typo.hpp:{line}" in text and "undeclared_name" in text
+    lines = text.splitlines()
+    assert lines[0] == f"compiling {path} (Cosine, float64) failed:"
+    assert re.match(rf"{re.escape(str(path))}:{line_of(path, 'sqr_')}:\d+: error: .sqr_. was "
+                    r"not declared in this scope; did you mean .sqrt_.\?", lines[1]), text
+    assert "hint: `sqr_` is not declared; the compiler suggests `sqrt_`." in lines
+    assert "warning:" not in text and "used but never defined" not in text
+    assert len(re.findall(r"error: .sqr_. was not declared", text)) == 2  # first, and in full
+    assert len(lines) < 40
     cache = _compiler.cache_dir()  # nothing half-written: no scratch folder, no temp file
     # (the jax/ folder holds from_jax's generated headers, not compile scratch)
     assert [p for p in cache.iterdir()
             if (p.is_dir() and p.name != "jax") or p.suffix == ".tmp"] == []
+
+
+def test_the_common_mistakes_on_s_get_the_tutorials_hint(tmp_path):
+    """std:: math on S, `if` on a comparison of S and `&&` of masks: each error gets the
+    hint that names what to write instead, and the first of them comes first."""
+    path = write(tmp_path, "mistakes.hpp", TRIVIAL.format(extra="""
+        const S e = std::exp(r2);
+        if (r2 > Real(1)) g[0] = g[0] + e - e;
+        const mask_t<S> both = r2 > Real(0) && w[0] > Real(0);
+        (void)both;"""))
+    with pytest.raises(ModelCompileError) as info:
+        ps.load_model(path, c=1.0)
+    text = str(info.value)
+    lines = text.splitlines()
+    assert re.match(rf"{re.escape(str(path))}:{line_of(path, 'std::exp')}:\d+: error: ",
+                    lines[1]), text
+    hints = [s for s in lines if s.startswith("hint: ")]
+    assert any("write `exp_(x)`" in h for h in hints), hints
+    assert any("`if`" in h and "select(mask, a, b)" in h for h in hints), hints
+    assert any("`&`, `|` and `!`, not `&&` and `||`" in h for h in hints), hints
+    assert "warning:" not in text
 
 
 def test_a_missing_member_is_named_by_a_static_assert(tmp_path):
