@@ -665,7 +665,9 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--lr", type=float, nargs="+", default=[0.5])
     rn.add_argument("--wd", type=float, nargs="+",
                     help="weight decays (default 2e-4; 0 for a method without one)")
-    rn.add_argument("--seeds", type=_whole, nargs="+", default=[0])
+    rn.add_argument("--seeds", type=_whole, nargs="+", default=[0],
+                    help="the seeds themselves (default 0): --seeds 0 1 2 3 runs four, "
+                         "--seeds 4 runs seed 4")
     rn.add_argument("--init-norm", type=float, nargs="+",
                     help="initial norms ||w0|| (default 10; 1 for a method on the sphere)")
     rn.add_argument("--steps", type=_whole, default=20_000, help="e.g. 20000 or 2e4")

@@ -9,7 +9,7 @@ Example (see ``examples/`` for more)::
     [grid]
     lr = { geomspace = [0.05, 2.0, 32] }   # or a list, or a number
     wd = { geomspace = [1e-5, 1e-3, 32] }
-    seeds = { range = 4 }                  # 0, 1, 2, 3
+    seeds = { range = 4 }                  # 0, 1, 2, 3 (a list: [4] is seed 4; no number)
     init_norm = 1.0
 
     [run]
@@ -50,6 +50,7 @@ from ..models import from_jax_file, load_model_files
 from ..models._registry import REGISTRY
 from . import _spec
 from ._compute import METHOD_DIMS
+from ._sweep import seeds_axis
 
 _SECTIONS = {
     "model": None,  # checked against the model's factory
@@ -246,6 +247,11 @@ def parse(config: dict, source: str = "config", base: Path | None = None) -> dic
     kwargs: dict[str, Any] = {"model": _spec.normalise(model)}
     for key, value in config["grid"].items():
         kwargs[key] = grid_values(value, f"grid.{key}")
+        if key == "seeds":
+            try:
+                seeds_axis(kwargs[key], "grid.seeds", table=True)
+            except TypeError as exc:  # a config's mistakes are ValueErrors
+                raise ValueError(str(exc)) from None
     for key, value in config.get("run", {}).items():
         if key in ("backend", "method"):
             if not isinstance(value, str):

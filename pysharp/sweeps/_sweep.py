@@ -71,11 +71,30 @@ def _axis(values, name: str, *, integer: bool = False, positive: bool = False) -
     return a
 
 
+def seeds_axis(seeds, name: str = "seeds", table: bool = False) -> np.ndarray:
+    """The seeds of a grid: a 1-D sequence of whole numbers. A bare number is refused: read
+    as "this many seeds" or as "this one seed" by as many users, it would run the wrong
+    grid for half of them (``table``: say it in the TOML config's words)."""
+    if np.ndim(seeds) == 0:
+        n = seeds.item() if isinstance(seeds, (np.generic, np.ndarray)) else seeds
+        whole = isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+        def count(k) -> str:
+            return f"{{ range = {k} }}" if table else f"range({k})"
+        many = (f"{count(n)} for the {n} seeds 0 to {n - 1}" if whole and n > 1
+                else f"{count('n')} for the seeds 0 to n - 1")
+        one = f"[{n}] for seed {n} alone" if whole else "[s] for seed s alone"
+        raise TypeError(f"{name} takes the seeds themselves: {many}, {one}. A bare number "
+                        f"({name} = {n!r}) is refused: it reads as a count as readily as a "
+                        "seed")
+    return _axis(seeds, name, integer=True)
+
+
 def make_grid(lr, wd, seeds, init_norm, batch=None, method: str = "gd_wd"
               ) -> dict[str, np.ndarray]:
     """The validated grid axes of ``method``, in the order of ``METHOD_DIMS[method]``."""
     grid = {"lr": _axis(lr, "lr", positive=True), "wd": _axis(wd, "wd"),
-            "seed": _axis(seeds, "seeds", integer=True),
+            "seed": seeds_axis(seeds),
             "init_norm": _axis(init_norm, "init_norm", positive=True)}
     if method == "sgd":
         grid["batch"] = _axis(batch, "batch", integer=True)  # bounds: see _check_method
@@ -215,7 +234,7 @@ class _Progress:
             self.bar.close()
 
 
-def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
+def sweep(model: Any, *, lr, wd=None, seeds=(0,), init_norm=1.0, batch=None,
           method: str = "gd_wd", steps: int, record_every: int | None = None,
           sharpness_every: int | None = None, jitter: float = 0.0, eos_tol: float = 0.05,
           backend: str = "auto", replacement: bool | None = None,
@@ -258,10 +277,12 @@ def sweep(model: Any, *, lr, wd=None, seeds=0, init_norm=1.0, batch=None,
         ``wd`` is required for ``"gd_wd"`` and ``"scalar_rmsprop"`` and defaults to
         0 otherwise; for ``"pgd"`` ``lr`` is the constant effective LR eta on the
         unit sphere and ``wd`` must be 0.
-    seeds : int or 1-D array_like of int
-        Seeds of the starting directions: w0 = init_norm * the direction of
+    seeds : 1-D array_like of int
+        The seeds of the starting directions themselves (``range(4)``: seeds 0 to 3;
+        ``[4]``: seed 4 alone): w0 = init_norm * the direction of
         ``model.random_point(seed=seed)`` (for a square-loss model the standard
-        initialisation's direction).
+        initialisation's direction). A bare number is refused (TypeError): ``seeds=4``
+        reads as four seeds as readily as seed 4. Default: seed 0 alone.
     init_norm : float or 1-D array_like
         Initial norms ||w0|| (> 0); 1 (the unit sphere) for ``"pgd"``.
     batch : int or 1-D array_like of int

@@ -352,8 +352,8 @@ def test_a_sweep_of_a_loaded_model_is_bit_equal_to_lone_runs(phase):
 def test_a_sweep_spec_names_the_header_and_its_data(phase):
     model, X, y = phase
     spec = {"name": "loaded", "header": str(PHASE), "fields": {"X": X, "y": y, "c": 1.5}}
-    a = ps.sweep(spec, lr=[0.5], wd=[1e-3], seeds=1, steps=300, sharpness_every=50)
-    b = ps.sweep(model, lr=[0.5], wd=[1e-3], seeds=1, steps=300, sharpness_every=50)
+    a = ps.sweep(spec, lr=[0.5], wd=[1e-3], seeds=[1], steps=300, sharpness_every=50)
+    b = ps.sweep(model, lr=[0.5], wd=[1e-3], seeds=[1], steps=300, sharpness_every=50)
     assert np.array_equal(a.loss.values, b.loss.values)
 
 

@@ -10,6 +10,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -368,7 +369,7 @@ def test_sharpness_drop_does_not_depend_on_the_record_grid():
     """
     model = ps.BNLinearRegression.synthetic()
     lr, wds, steps = 2.0, np.geomspace(2.5e-4, 8e-4, 6), 3000
-    ds = ps.sweep("bn_linear_regression", lr=lr, wd=wds, seeds=0, init_norm=10.0, steps=steps,
+    ds = ps.sweep("bn_linear_regression", lr=lr, wd=wds, seeds=[0], init_norm=10.0, steps=steps,
                   sharpness_every=500, progress=False)
     got = ds.sharpness_drop.values.ravel()
     w0 = model.random_point(seed=0)
@@ -418,6 +419,41 @@ def test_sweep_rejects_bad_arguments_before_creating_the_store(tmp_path, kwargs,
     with pytest.raises(exc, match=match):
         ps.sweep("toy3d", store=store, **args)
     assert not store.exists()
+
+
+def test_seeds_takes_the_seeds_themselves_never_a_bare_number(tmp_path):
+    """``seeds=4`` reads as four seeds as readily as seed 4: refused, in the API and in a
+    config, saying both spellings; a list or a range is the seeds themselves, in order."""
+    from pysharp.sweeps._config import load_config
+
+    args = {"lr": 0.1, "wd": 0.01, "steps": 10, "progress": False}
+    for bare in (4, np.int64(4), np.array(4)):
+        with pytest.raises(TypeError, match=r"seeds takes the seeds themselves: range\(4\) "
+                                            r"for the 4 seeds 0 to 3, \[4\] for seed 4 alone"):
+            ps.sweep("toy3d", seeds=bare, **args)
+    with pytest.raises(TypeError, match=r"\[0\] for seed 0 alone"):
+        ps.sweep("toy3d", seeds=0, **args)
+    assert ps.sweep("toy3d", seeds=range(3), **args).seed.values.tolist() == [0, 1, 2]
+    assert ps.sweep("toy3d", seeds=[4], **args).seed.values.tolist() == [4]
+    assert ps.sweep("toy3d", **args).seed.values.tolist() == [0]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[model]\nname = 'toy3d'\n[grid]\nlr = 0.1\nwd = 1e-3\nseeds = 4\n"
+                   "[run]\nsteps = 10\n")
+    with pytest.raises(ValueError, match=r"grid.seeds takes the seeds themselves: "
+                                         r"\{ range = 4 \} for the 4 seeds 0 to 3, \[4\]"):
+        load_config(cfg)
+    cfg.write_text(cfg.read_text().replace("seeds = 4", "seeds = { range = 4 }"))
+    assert load_config(cfg)["seeds"].tolist() == [0, 1, 2, 3]
+
+
+def test_no_doc_passes_seeds_a_bare_number():
+    root = Path(__file__).resolve().parents[2]
+    pages = [*(root / "docs").rglob("*.rst"), root / "README.md"]
+    if not (root / "docs").is_dir():
+        pytest.skip("docs/ not next to the tests")
+    found = [(p.name, m[0]) for p in pages if p.is_file()  # in code: followed by , or )
+             for m in re.finditer(r"seeds\s*=\s*\d+\s*[,)]", p.read_text())]
+    assert found == []
 
 
 def test_sweep_refuses_a_store_path_that_is_a_file(tmp_path):
