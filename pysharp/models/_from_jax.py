@@ -33,7 +33,7 @@ import numpy as np
 from ._check import _jax_x64
 from ._check import check as run_check
 from ._compiler import cache_dir, write_private
-from ._loaded import LoadedModel, fields_from_files
+from ._loaded import LoadedModel, _dtype_name, check_real_data, fields_from_files
 
 #: Primitives translated on values that depend on w (data-only equations may use any
 #: primitive: JAX evaluates them). Calls (jit/pjit, closed_call, custom_jvp_call,
@@ -1116,6 +1116,39 @@ def _trace(loss, w, data: dict, groups) -> _Traced:
     return _Traced(source, cg.struct, fields, closed)
 
 
+def _flat_parameters(w_example) -> np.ndarray:
+    """``w_example`` as one float64 array; a pytree of arrays (a tuple ``(W1, a)``, a dict of
+    layers) is refused with the lines that flatten it and unpack it inside the loss."""
+    parts = (w_example if isinstance(w_example, dict) else
+             dict(enumerate(w_example)) if isinstance(w_example, (tuple, list)) else None)
+    try:
+        shapes = {k: np.shape(v) for k, v in parts.items()} if parts else {}
+    except ValueError:  # ragged nesting
+        shapes = None
+    if parts is not None and (shapes is None or any(len(v) > 0 for v in shapes.values())
+                              or isinstance(w_example, dict)):
+        what = f"a {type(w_example).__name__} of {len(parts)} arrays"
+        how = ""
+        if shapes is not None:
+            start, lines = 0, []
+            for k, shape in shapes.items():
+                size = math.prod(shape)
+                name = k if isinstance(k, str) and k.isidentifier() else f"p{k}"
+                lines.append(f"    {name} = w[{start}:{start + size}]"
+                             + (f".reshape{shape}" if len(shape) > 1 else ""))
+                start += size
+            what += f" (shapes {', '.join(str(v) for v in shapes.values())})"
+            values = "w_example.values()" if isinstance(w_example, dict) else "w_example"
+            how = (f" Pass np.concatenate([np.ravel(p) for p in {values}]) (D = {start}) and "
+                   "unpack inside the loss:\n" + "\n".join(lines))
+        raise TypeError(f"from_jax takes the parameters as one flat array; w_example is "
+                        f"{what}: pytrees of parameters are not supported yet.{how}")
+    try:
+        return np.asarray(w_example, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"w_example must be an array of real numbers: {exc}") from None
+
+
 def _static(v) -> bool:
     return isinstance(v, (bool, int, np.integer)) and not isinstance(v, np.ndarray)
 
@@ -1187,6 +1220,8 @@ def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",
         ``loss(w, **data) -> scalar`` written with ``jax.numpy``.
     w_example : array_like
         A point of the parameter shape; the model's w is its flattening (D values).
+        One array: a pytree of parameters (a tuple ``(W1, a)``, a dict) is refused
+        with the lines that flatten it and unpack it inside the loss.
     check : bool
         Compare the model with JAX (``pysharp.models.check``: loss, gradient, H v,
         D^3L[v, v] at ``check_points`` random points) and raise if they differ.
@@ -1203,6 +1238,10 @@ def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",
 
     Raises
     ------
+    TypeError
+        ``w_example`` is a pytree, or data are not real.
+    ValueError
+        Data with a non-finite entry (the keyword and the first index named).
     UnsupportedPrimitive
         A primitive outside the supported subset (``SUPPORTED``) on a value that
         depends on w, named with its source line, before anything is compiled.
@@ -1211,7 +1250,13 @@ def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",
     """
     import jax  # noqa: F401 - ImportError here says what is missing
 
-    w = np.asarray(w_example, dtype=np.float64)
+    w = _flat_parameters(w_example)
+    for name, value in data.items():
+        if not _static(value):
+            check_real_data(name, value, _dtype_name(dtype))
+            if isinstance(value, np.floating) or getattr(value, "dtype", None) is not None \
+                    and np.dtype(value.dtype).kind == "f":  # float32: the warned values, exactly
+                data[name] = np.asarray(value, dtype=np.float64)
     if w.size < 1:
         raise ValueError("w_example must have at least one entry")
     traced = _trace(loss, w, data, groups)

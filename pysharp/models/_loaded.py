@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import numbers
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._engine.validation import check_finite
 from . import _compiler
 from ._base import ScaleInvariantModel
 from ._compiler import ModelCompileError, compile_model, model_names
@@ -27,9 +30,44 @@ def _dtype_name(dtype) -> str:
     return name
 
 
-def _validated(fields: list[dict], data: dict[str, Any], header: Path) -> dict[str, Any]:
+_PACKAGE = str(Path(__file__).resolve().parent.parent)
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of :func:`warnings.warn` that names the first frame outside
+    pysharp: the user's line, however deep inside pysharp the warning is raised."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def check_real_data(name: str, value, dtype) -> None:
+    """Refuse data ``value`` of field ``name`` with a non-finite entry (ValueError naming
+    the first's index), and warn where it is float data of less than double precision
+    for a ``dtype`` float64 model: the model takes the values as they are (exactly), so it
+    computes with data rounded to the lower precision, which it must not do silently
+    (docs/conventions.rst, "Precision and shapes")."""
+    a = np.asarray(value)
+    if a.dtype.kind != "f":
+        return
+    check_finite(a, name)
+    if a.dtype.itemsize < 8 and np.dtype(dtype) == np.float64:
+        warnings.warn(
+            f"{name} is {a.dtype} data for a float64 model: its values are taken as they are, "
+            f"so the model computes with data rounded to {a.dtype} (relative error up to "
+            f"{float(np.finfo(a.dtype).eps) / 2:.0e}). Pass the data in float64 if you have "
+            "them (JAX arrays are float32 unless jax_enable_x64 is set), or load the model "
+            "with dtype='float32'; convert them yourself (np.float64) to keep them and "
+            "silence this warning.", UserWarning, stacklevel=_caller_stacklevel())
+
+
+def _validated(fields: list[dict], data: dict[str, Any], header: Path,
+               dtype=np.float64) -> dict[str, Any]:
     """The data checked against the model's declared fields: float arrays as float64,
-    int arrays as int32, scalars as Python numbers. ValueError naming the field."""
+    int arrays as int32, scalars as Python numbers. ValueError naming the field (and
+    the first non-finite entry); a warning for float32 data of a float64 model
+    (:func:`check_real_data`)."""
     declared = {f["name"]: f for f in fields}
     missing = [n for n in declared if n not in data]
     extra = [n for n in data if n not in declared]
@@ -59,6 +97,7 @@ def _validated(fields: list[dict], data: dict[str, Any], header: Path) -> dict[s
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
                     not np.isfinite(float(value)):
                 raise ValueError(f"{name} must be a finite real number, got {value!r}")
+            check_real_data(name, value, dtype)
             out[name] = float(value)
     for name, f in declared.items():
         if f["kind"] != "array":
@@ -74,9 +113,8 @@ def _validated(fields: list[dict], data: dict[str, Any], header: Path) -> dict[s
         else:
             if a.dtype.kind not in "fiu":
                 raise ValueError(f"{name} must be a real array, got dtype {a.dtype}")
+            check_real_data(name, a, dtype)
             a = np.ascontiguousarray(a, dtype=np.float64)
-            if not np.all(np.isfinite(a)):
-                raise ValueError(f"{name} has non-finite entries")
         axes = f["extents"]
         if a.ndim != len(axes):
             shape = ", ".join(axes)
@@ -140,7 +178,7 @@ class _Compiled:
             raise TypeError(f"{self.header.name}: {self.model_name} is a {module.KIND} model, "
                             f"not a {self._kind} one; pysharp.models.load_model picks the class "
                             "that fits")
-        self.fields = _validated(list(module.FIELDS), dict(fields), self.header)
+        self.fields = _validated(list(module.FIELDS), dict(fields), self.header, self.dtype)
         self._dim = int(self._compiled_core(self.dtype).dim)
 
     @property
@@ -362,8 +400,15 @@ def load_model(header, *, dtype="float64", model_name: str | None = None, includ
     ModelCompileError
         The compiler's diagnostics (pointing at the header), or no compiler.
     ValueError
-        Data missing, unknown, of the wrong rank or dtype, or with inconsistent
-        extents, naming the field.
+        Data missing, unknown, of the wrong rank or dtype, with a non-finite entry
+        (the first one's index named) or with inconsistent extents, naming the field.
+
+    Warns
+    -----
+    UserWarning
+        For float32 data of a float64 model (``dtype``): the model would compute with
+        data rounded to float32. Pass float64 data, ``dtype="float32"``, or data you
+        converted yourself.
 
     Examples
     --------

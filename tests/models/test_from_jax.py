@@ -127,6 +127,33 @@ def test_same_shapes_new_data_reuse_the_module(linreg, monkeypatch):
                                rtol=1e-13)
 
 
+def test_float32_data_is_warned_nan_data_named_and_a_pytree_refused(linreg, monkeypatch):
+    """Data errors a user can act on, before anything is traced: float32 data of a float64
+    model (JAX's default without x64) is warned about, not silently taken; a NaN is named
+    by its keyword and index; parameters as a tuple get the lines that flatten them."""
+    model, X, y = linreg
+    monkeypatch.setattr(_compiler, "_build", lambda *a, **k: pytest.fail("compiled"))
+    with pytest.warns(UserWarning, match=r"X is float32 data for a float64 model: .*"
+                                         r"dtype='float32'") as caught:
+        other = ps.models.from_jax(bn_linreg, np.ones(8), X=X.astype(np.float32), y=y)
+    assert [w.filename for w in caught] == [__file__]  # the warning names the user's line
+    W, _ = points(8)
+    exact = ps.BNLinearRegression(X.astype(np.float32).astype(np.float64), y)
+    np.testing.assert_allclose(other.loss(W), exact.loss(W), rtol=1e-13)
+    X_nan = X.copy()
+    X_nan[3, 2] = np.nan
+    with pytest.raises(ValueError, match=r"^X has a non-finite entry at index \(3, 2\)"):
+        ps.models.from_jax(bn_linreg, np.ones(8), X=X_nan, y=y)
+    W1, a = np.ones((6, 5)), np.ones(6)
+    with pytest.raises(TypeError, match=r"one flat array; w_example is a tuple of 2 arrays "
+                                        r"\(shapes \(6, 5\), \(6,\)\): pytrees .* not supported "
+                                        r"yet.*\n    p0 = w\[0:30\]\.reshape\(6, 5\)\n"
+                                        r"    p1 = w\[30:36\]$"):
+        ps.models.from_jax(lambda w, X: 0.0, (W1, a), X=X)
+    with pytest.raises(TypeError, match=r"W1 = w\[0:30\]\.reshape\(6, 5\)\n    a = w\[30:36\]"):
+        ps.models.from_jax(lambda w, X: 0.0, {"W1": W1, "a": a}, X=X)
+
+
 def test_run_gd_wd_equals_the_builtin_before_eos(linreg):
     model, X, y = linreg
     w0, _ = points(8, B=3, seed=3)

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -172,11 +173,32 @@ def test_toy3d_header_at_run_time_matches_the_builtin_bit_for_bit():
                                                            r"but n = 30 from X"),
     ({"X": np.ones((30, 8)) * 1j, "y": np.ones(30), "c": 1.0}, "X must be a real array"),
     ({"X": np.ones((30, 8)), "y": np.ones(30), "c": "big"}, "c must be a finite real"),
-    ({"X": np.full((30, 8), np.nan), "y": np.ones(30), "c": 1.0}, "X has non-finite"),
+    ({"X": np.where(np.arange(240).reshape(30, 8) >= 26, np.nan, 1.0), "y": np.ones(30),
+      "c": 1.0}, r"^X has a non-finite entry at index \(3, 2\)$"),
+    ({"X": np.ones((30, 8)), "y": np.ones(30), "c": np.inf}, "c must be a finite real"),
 ])
 def test_bad_data_is_refused_naming_the_field(phase, data, message):
     with pytest.raises(ValueError, match=message):
         ps.load_model(PHASE, **data)
+
+
+def test_float32_data_of_a_float64_model_is_warned_not_taken_silently(phase):
+    """float32 data would make a float64 model compute with data rounded to float32: a
+    warning naming the field and the ways out; none where the user chose float32, or
+    converted the data to float64 themselves."""
+    _, X, y = phase
+    X32 = X.astype(np.float32)
+    with pytest.warns(UserWarning, match=r"^(X|c) is float32 data for a float64 model") as caught:
+        model = ps.load_model(PHASE, X=X32, y=y, c=np.float32(1.5))
+    assert {str(w.message).split(" ")[0] for w in caught} == {"X", "c"}
+    assert {w.filename for w in caught} == {__file__}  # the user's line
+    w = np.random.default_rng(3).standard_normal(X.shape[1])
+    assert model.loss(w) == pytest.approx(phase_loss(w, X32.astype(np.float64), y, 1.5),
+                                          rel=1e-13)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ps.load_model(PHASE, X=X32.astype(np.float64), y=y, c=1.5)
+        ps.load_model(PHASE, X=X32, y=y, c=1.5, dtype="float32")
 
 
 def test_a_header_without_a_declaration_is_refused(tmp_path):
