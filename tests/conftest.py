@@ -147,6 +147,21 @@ def get_case(key: str) -> Case:
     return _CACHE[key]
 
 
+# -- the order tests run in -------------------------------------------------------------
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection_modifyitems(items):
+    """Each file's tests together, the files in collection order. pytest reorders tests to
+    share the session-scoped parametrized fixtures (``case``, ``any_case``) across files,
+    which interleaved the files (the progress line listed some six times); their models are
+    cached (:func:`get_case`), so setting a fixture up again for the next file costs
+    nothing. Within a file pytest's order (grouped by fixture parameter) stays."""
+    order: dict[str, int] = {}
+    for item in items:  # before pytest's reordering, which runs inside the yield
+        order.setdefault(item.nodeid.split("::")[0], len(order))
+    yield
+    items.sort(key=lambda item: order.get(item.nodeid.split("::")[0], len(order)))
+
+
 # -- fixtures --------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def linreg_small() -> Case:
