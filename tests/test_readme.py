@@ -21,6 +21,32 @@ def test_readme_example_runs():
         exec(compile(code, str(README), "exec"), namespace)
 
 
+#: What tests skip without, that the test extra leaves out on purpose: PyTorch (several GB;
+#: CI installs a CPU build in a step of its own) and scikit-learn (the digits extra's data).
+LEFT_OUT = {"torch", "scikit-learn"}
+#: The distribution that provides a module the tests import, where the names differ.
+PROVIDER = {"sklearn": "scikit-learn", "distributed": "dask"}
+
+
+def test_the_test_extra_installs_what_the_tests_would_skip_without():
+    """``pip install ".[test]" && pytest`` (the README's command) runs every test but those
+    of LEFT_OUT: a package a test file skips without is in the test extra."""
+    root = README.parent
+    if not (root / "pyproject.toml").is_file():
+        pytest.skip("pyproject.toml not next to the tests")
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["test"]
+    installed = {re.match(r"[A-Za-z0-9_.-]+", req)[0].lower() for req in extra}
+    skipped = {m[1].split(".")[0] for path in (root / "tests").rglob("*.py")
+               for m in re.finditer(r"importorskip\(\"([\w.]+)\"", path.read_text())}
+    needed = {PROVIDER.get(name, name) for name in skipped} - {"pysharp"}
+    assert needed - installed == LEFT_OUT, needed - installed
+
+
 def test_demo_quick(tmp_path, capsys):
     from pysharp.cli import main
 
