@@ -1195,6 +1195,18 @@ class JaxModel(LoadedModel):
         self.w_shape = tuple(w_shape)
         self.report = None
 
+    def __repr__(self) -> str:
+        """The loss by its name and the data by the keywords the user passed (arrays by
+        shape), not the header's generated fields."""
+        def shown(v):
+            a = np.asarray(v) if not _static(v) else None
+            return str(a.shape) if a is not None and a.ndim else repr(
+                a.item() if a is not None else v)
+        data = ", ".join(f"{k}={shown(v)}" for k, v in self.data.items())
+        w = f"w={self.w_shape}, " if len(self.w_shape) != 1 else ""
+        name = getattr(self.loss_fn, "__qualname__", "loss")
+        return f"JaxModel({name}<{self.dtype.name}>: {w}{data}, dim={self.dim})"
+
     def reference(self) -> Callable:
         """``f(w)`` for flat w: the JAX loss bound to this model's data."""
         loss, data, shape = self.loss_fn, self.data, self.w_shape

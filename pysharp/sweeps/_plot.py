@@ -231,16 +231,41 @@ def draw(ax, ds, *, x: str, metric: str, y: str | None = None, hue: str | None =
     ax.set_title(metric + (f" at {at}" if at else ""), fontsize=10)
 
 
+def model_title(model: dict) -> str:
+    """A sweep's model in a few words: its name and parameters, or for a model instance its
+    data by shape (``X 24x8``) and numbers, never the hashes and module names that pin
+    it (the store keeps those); a header's struct and file, a ``from_jax`` model's loss."""
+    model = dict(model)
+    name = model.pop("name", "model")
+    data = model.get("data")
+    if not isinstance(data, dict):  # a spec: a registered name and its factory's parameters
+        params = ", ".join(f"{k}={v}" for k, v in model.items() if k != "X")
+        return f"{name}({params})" if params else str(name)
+    if "model_name" not in data:  # a built-in model instance: its data
+        return f"{name}({_data_text(data)})"
+    struct, header = str(data["model_name"]), Path(str(data.get("header", "")))
+    if header.parent.name == "jax" and struct.startswith("Jax_"):  # from_jax: its own names
+        return f"{struct[len('Jax_'):]} (from_jax)"  # are the loss's, not the fields'
+    return f"{struct} ({header.name}: {_data_text(data.get('fields') or {})})"
+
+
+def _data_text(data: dict) -> str:
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, dict) and "shape" in value:  # an array, by its hash and shape
+            parts.append(f"{key} {'x'.join(str(n) for n in value['shape']) or 'scalar'}")
+        elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            parts.append(f"{key}={_num(value) if isinstance(value, float) else value}")
+    return ", ".join(parts)
+
+
 def settings_text(ds) -> str:
     """The sweep's model, method and run settings, for a figure's title."""
     try:
         ident = json.loads(ds.attrs["pysharp_sweep"])
     except (KeyError, TypeError, ValueError):
         return ""
-    model = dict(ident.get("model") or {})
-    name = model.pop("name", "model")
-    model_text = f"{name}({', '.join(f'{k}={v}' for k, v in model.items() if k != 'X')})" \
-        if model else str(name)
+    model_text = model_title(ident.get("model") or {})
     grid = ", ".join(f"{d} x{len(v)}" if len(v) > 1 else f"{d} {_num(v[0])}"
                      for d, v in (ident.get("grid") or {}).items()
                      if isinstance(v, list) and v and all(isinstance(e, (int, float)) for e in v))

@@ -104,6 +104,18 @@ def test_bn_linreg_equals_jax_and_the_builtin(linreg):
     np.testing.assert_allclose(model.hvp(W, V), builtin.hvp(W, V), rtol=1e-11, atol=1e-13)
 
 
+def test_repr_and_sweep_title_use_the_users_names(linreg):
+    """The generated header names its fields after JAX's equations (c_sub_1, ...): the
+    model's repr and a sweep figure's title use the loss's name and the user's keywords."""
+    from pysharp.sweeps._plot import settings_text
+
+    model, _, _ = linreg
+    assert repr(model) == "JaxModel(bn_linreg<float64>: X=(20, 8), y=(20,), dim=8)"
+    pytest.importorskip("xarray")
+    ds = ps.sweep(model, lr=[0.1], wd=[1e-3], steps=20, progress=False)
+    assert settings_text(ds).startswith("bn_linreg (from_jax), gd_wd; grid: lr 0.1")
+
+
 def test_source_is_readable_cpp_of_the_documented_form(linreg):
     model, _, _ = linreg
     src = model.source

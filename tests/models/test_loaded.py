@@ -377,6 +377,11 @@ def test_a_sweep_spec_names_the_header_and_its_data(phase):
     a = ps.sweep(spec, lr=[0.5], wd=[1e-3], seeds=[1], steps=300, sharpness_every=50)
     b = ps.sweep(model, lr=[0.5], wd=[1e-3], seeds=[1], steps=300, sharpness_every=50)
     assert np.array_equal(a.loss.values, b.loss.values)
+    from pysharp.sweeps._plot import settings_text
+    title = settings_text(a)  # a figure's title: the struct, its file, the data by shape
+    assert title.startswith("PhaseRetrieval (phase_retrieval.hpp: c=1.5, X 30x8, y 30), "
+                            "gd_wd; grid: lr 0.5"), title
+    assert "sha256" not in title and "_pysharp_model_" not in title
 
 
 @pytest.mark.slow

@@ -456,6 +456,19 @@ def test_no_doc_passes_seeds_a_bare_number():
     assert found == []
 
 
+def test_a_figure_title_names_a_model_instance_by_its_data_shapes():
+    from pysharp.sweeps._plot import settings_text
+
+    model = ps.BNLinearRegression.synthetic(d=6, n=5, seed=0)
+    ds = ps.sweep(model, lr=[0.1, 0.2], wd=[1e-3], steps=20, progress=False)
+    assert settings_text(ds) == ("bn_linear_regression(X 5x6, y 5), gd_wd; grid: lr x2, "
+                                 "wd 0.001, seed 0, init_norm 1; steps 20, record_every 1, "
+                                 "sharpness_every 1")
+    spec = ps.sweep({"name": "bn_linear_regression", "d": 6, "n": 5}, lr=[0.1], wd=[1e-3],
+                    steps=20, progress=False)
+    assert settings_text(spec).startswith("bn_linear_regression(d=6, n=5), gd_wd;")
+
+
 def test_sweep_refuses_a_store_path_that_is_a_file(tmp_path):
     path = tmp_path / "file"
     path.write_text("x")
