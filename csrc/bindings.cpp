@@ -244,9 +244,9 @@ PYBIND11_MODULE(_core, m) {
         py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("W"));
   m.attr("METHODS") = module::method_names();
   py::dict safe;  // kernels mark rows outside these squared norms ok = 2 (cpu/batched.hpp)
-  safe["float64"] = py::make_tuple(cpu::SafeNorm2<double>::lo, cpu::SafeNorm2<double>::hi);
-  safe["float32"] = py::make_tuple(double(cpu::SafeNorm2<float>::lo),
-                                   double(cpu::SafeNorm2<float>::hi));
+  safe["float64"] = py::make_tuple(SafeNorm2<double>::lo, SafeNorm2<double>::hi);
+  safe["float32"] = py::make_tuple(double(SafeNorm2<float>::lo),
+                                   double(SafeNorm2<float>::hi));
   m.attr("SAFE_NORM2") = safe;
 
   m.def("build_info", []() {

@@ -17,7 +17,13 @@ from ._backends._tiles import tile_run
 from ._engine import EngineConfig, LanczosOptions, Method
 from ._engine.hyper import broadcast_batch, per_trajectory
 from ._engine.methods import HYPERPARAMETERS, METHODS, method_spec
-from ._engine.validation import as_positive_int, as_real, check_nonzero_rows
+from ._engine.validation import (
+    SAFE_NORM2,
+    as_positive_int,
+    as_real,
+    check_nonzero_rows,
+    rows_in_safe_range,
+)
 from .models import ScaleInvariantModel
 from .models._kinds import require_scale_invariant
 
@@ -168,7 +174,15 @@ def run_method(model: ScaleInvariantModel, w0, hyper: Mapping[str, ArrayLike], s
         raise ValueError("reduced=True needs a model with a reduced engine (BNLinearRegression), "
                          f"a method that has one ({with_reduced}), jitter = 0 and the cpp or "
                          "cuda backend")
-    reduced = can_reduce if reduced is None else bool(reduced)
+    # The reduced state carries no power-of-two scale (engine/bn_linreg_spectral.hpp): a start
+    # whose squared norm leaves SafeNorm2's range runs in the full space, which rescales.
+    in_range = rows_in_safe_range(W0)
+    if reduced and not in_range:
+        lo, hi = SAFE_NORM2[W0.dtype]
+        raise ValueError("reduced=True needs starts with ||w0||^2 in "
+                         f"({lo:.3g}, {hi:.3g}); the full-space engine (reduced=None or False) "
+                         "runs any other norm exactly")
+    reduced = can_reduce and in_range if reduced is None else bool(reduced)
     if spec.uses_wd and np.any(hyper["lr"].astype(float) * hyper["wd"] >= 1):
         raise ValueError("lr * wd must be < 1 (the decay factor 1 - lr wd must stay positive)")
     model.loss(W0, backend=backend)  # a start where the loss is undefined is refused, not run

@@ -24,23 +24,13 @@ bool worth_threads(const Model& m, std::int64_t rows) {
   return rows > 1 && rows * static_cast<std::int64_t>(m.dim()) * (m.work_size() + 1) >= 2000;
 }
 
-// Squared norms between lo and hi keep every kernel's intermediate values
-// normal, so its unscaled result is exact to rounding. A row outside (a norm
+// Squared norms in SafeNorm2's range (core/config.hpp) keep every kernel's intermediate
+// values normal, so its unscaled result is exact to rounding. A row outside (a norm
 // that over- or underflows, a zero w) is still computed but marked ok = 2:
 // the Python layer (models/_base.py) rescales such rows by powers of two, which
 // scale invariance makes exact, and calls again. Checking here, where the rows
 // are in registers anyway, spares the common case a pass over W in NumPy that
 // cost as much as a small model's kernel. Exported as _core.SAFE_NORM2.
-template <class Real>
-struct SafeNorm2;
-template <>
-struct SafeNorm2<double> {
-  static constexpr double lo = 0x1p-300, hi = 0x1p300;
-};
-template <>
-struct SafeNorm2<float> {
-  static constexpr float lo = 0x1p-24f, hi = 0x1p24f;
-};
 
 // Per lane: lo < ||x||^2 < hi (false for NaN and inf). A gate far from the
 // limits of the format, so its sum may take any order: four chains

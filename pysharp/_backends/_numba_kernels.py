@@ -22,10 +22,13 @@ each compiles once and caches on disk; float64 throughout.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit, prange
 
 from .._engine.methods import METHODS
+from .._engine.validation import SAFE_NORM2
 
 _EPS64 = np.finfo(np.float64).eps
 BN_LINREG, BN_MC, TOY3D = 0, 1, 2
@@ -338,6 +341,34 @@ def lane_dot(a, b, out):
     for i in range(a.shape[0]):
         for l in range(L):
             out[l] += a[i, l] * b[i, l]
+
+
+SAFE_NORM2_LO, SAFE_NORM2_HI = SAFE_NORM2[np.dtype(np.float64)]
+
+
+@njit(cache=True, error_model="numpy")
+def unit_scale(w, norm2, s):
+    """engine/trajectory.hpp's unit_scale: s[l] = 1 where norm2[l] is in the safe range, else
+    the power of two that brings lane l's largest |w_i| into [1/2, 1), within 2^+-1022."""
+    for l in range(s.shape[0]):
+        s[l] = 1.0
+        if SAFE_NORM2_LO < norm2[l] < SAFE_NORM2_HI:
+            continue
+        peak = 0.0
+        for i in range(w.shape[0]):
+            peak = max(peak, abs(w[i, l]))
+        if not (0.0 < peak < np.inf):
+            continue
+        e = min(max(math.frexp(peak)[1], -1022), 1022)
+        s[l] = math.ldexp(1.0, -e)
+
+
+@njit(cache=True, error_model="numpy")
+def scale_lanes(x, f):
+    """x[i, l] *= f[l]."""
+    for i in range(x.shape[0]):
+        for l in range(f.shape[0]):
+            x[i, l] *= f[l]
 
 
 @njit(cache=True, error_model="numpy")
@@ -795,9 +826,11 @@ def run(params, W0, rate, lr, wd, method, steps, record_every, sharpness_every, 
         g = np.empty((D, L))
         nxt = np.empty((D, L))
         work = np.empty((nwork, L))
-        per_lane = np.empty((8, L))
+        per_lane = np.empty((11, L))
         loss, norm2, gnorm2, norm = per_lane[0], per_lane[1], per_lane[2], per_lane[3]
         eff, step, n_next, bad = per_lane[4], per_lane[5], per_lane[6], per_lane[7]
+        # norm2, gnorm2 and norm are those of sc w (sc = 1 but at extreme norms), as in C++
+        sc, inv_sc, norm2_w = per_lane[8], per_lane[9], per_lane[10]
         ok = np.empty(L, np.bool_)
         live = np.empty(L, np.bool_)
         traj = np.empty(L, np.int64)
@@ -819,9 +852,20 @@ def run(params, W0, rate, lr, wd, method, steps, record_every, sharpness_every, 
         th = 0
         for t in range(steps + 1):
             # observe(t)
-            loss_grad_lanes_into(params, w, g, work, loss, ok)
             lane_dot(w, w, norm2)
+            unit_scale(w, norm2, sc)
+            rescaled = False
+            for l in range(L):
+                inv_sc[l] = 1.0 / sc[l]
+                rescaled = rescaled or sc[l] != 1.0
+            if rescaled:
+                scale_lanes(w, sc)
+                lane_dot(w, w, norm2)
+            loss_grad_lanes_into(params, w, g, work, loss, ok)
             lane_dot(g, g, gnorm2)
+            if rescaled:
+                scale_lanes(w, inv_sc)
+                scale_lanes(g, sc)  # grad L(w) = s grad L(s w)
             for l in range(lanes):
                 if live[l] and not (ok[l] and np.isfinite(loss[l]) and np.isfinite(gnorm2[l])
                                     and np.isfinite(norm2[l])):
@@ -832,13 +876,14 @@ def run(params, W0, rate, lr, wd, method, steps, record_every, sharpness_every, 
                 break
             for l in range(L):
                 norm[l] = np.sqrt(norm2[l])
+                norm2_w[l] = norm2[l] / sc[l] / sc[l]
                 if sphere:
                     eff[l] = eta[l]
                 elif method == _SCALAR_RMSPROP:
-                    rms_v[l] = rms_beta * rms_v[l] + (1.0 - rms_beta) * gnorm2[l]
-                    eff[l] = lr_l[l] / ((np.sqrt(rms_v[l]) + rms_eps) * decay[l] * norm2[l])
+                    rms_v[l] = rms_beta * rms_v[l] + (1.0 - rms_beta) * (gnorm2[l] * sc[l] * sc[l])
+                    eff[l] = lr_l[l] / ((np.sqrt(rms_v[l]) + rms_eps) * decay[l] * norm2_w[l])
                 else:
-                    eff[l] = lr_l[l] / (decay[l] * norm2[l])
+                    eff[l] = lr_l[l] / (decay[l] * norm2_w[l])
             sharp_step = sharpness_every > 0 and t % sharpness_every == 0
             record = t % record_every == 0
             snapshot = theta_every > 0 and t % theta_every == 0
@@ -848,7 +893,7 @@ def run(params, W0, rate, lr, wd, method, steps, record_every, sharpness_every, 
                 b = b0 + l
                 if sharp_step:
                     for i in range(D):
-                        w_lane[i] = w[i, l]
+                        w_lane[i] = w[i, l] * sc[l]
                         start[i] = v1[l, i]
                     lz_ok, c, _, ev, vec, _ = lanczos(params, w_lane, D, 1, m_max, min_iter,
                                                       tol, seed, traj[l], t, start, have_v1[l])
@@ -867,17 +912,17 @@ def run(params, W0, rate, lr, wd, method, steps, record_every, sharpness_every, 
                     conv_r[sh, b] = c
                 if record:
                     loss_r[rec, b] = loss[l]
-                    norm2_r[rec, b] = norm2[l]
+                    norm2_r[rec, b] = norm2_w[l]
                     eff_r[rec, b] = eff[l]
                     gn_r[rec, b] = norm[l] * np.sqrt(gnorm2[l])
                     if have_v1[l]:
                         s = 0.0
                         for i in range(D):
                             s += v1[l, i] * g[i, l]
-                        top_r[rec, b] = norm[l] * s
+                        top_r[rec, b] = norm[l] * (s / sc[l])
                 if snapshot:
                     for i in range(D):
-                        theta_r[th, b, i] = w[i, l] / norm[l]
+                        theta_r[th, b, i] = w[i, l] * sc[l] / norm[l]
             if sharp_step:
                 sh += 1
             if record:
@@ -889,20 +934,20 @@ def run(params, W0, rate, lr, wd, method, steps, record_every, sharpness_every, 
             # step(t)
             for l in range(L):
                 if sphere:
-                    step[l] = eta[l] * norm[l]
+                    step[l] = eta[l] * (norm[l] / sc[l])
                 else:
                     rms = method == _SCALAR_RMSPROP
                     step[l] = lr_l[l] / (np.sqrt(rms_v[l]) + rms_eps) if rms else lr_l[l]
             for i in range(D):
                 for l in range(L):
                     if sphere:
-                        nxt[i, l] = w[i, l] / norm[l] - step[l] * g[i, l]
+                        nxt[i, l] = w[i, l] / (norm[l] / sc[l]) - step[l] * g[i, l]
                     else:
                         nxt[i, l] = decay[l] * w[i, l] - step[l] * g[i, l]
             if jitter > 0:
                 for l in range(lanes):
                     if live[l]:
-                        amp = jitter * norm[l] / np.sqrt(D)
+                        amp = jitter * (norm[l] / sc[l]) / np.sqrt(D)
                         for i in range(D):
                             nxt[i, l] += amp * normal(seed, traj[l], t, i)
             if sphere:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._engine import EngineConfig, Method
+from .._engine.validation import rows_in_safe_range
 
 _RECORDS = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad")
 
@@ -49,6 +50,8 @@ def tile_run(model, config: EngineConfig, W0: np.ndarray, hyper: dict[str, np.nd
     """
     kernel = model._tile_kernel(module) if applies(config, W0.dtype) else None
     if kernel is None or (config.sharpness_every and core is None):
+        return None
+    if not rows_in_safe_range(W0):  # the tiles do not rescale; the generic engine does
         return None
     if config.sharpness_every:
         return _segmented(kernel, core, config, W0, hyper, first_trajectory)

@@ -11,6 +11,24 @@ import numpy as np
 
 FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
+# Squared row norms for which kernels run on the rows as they are: every
+# intermediate (up to fourth powers of ||w|| and of 1/||w||) stays a normal float,
+# so rescaling by a power of two would change no bit of the results. The compiled
+# core checks the same bounds itself (_core.SAFE_NORM2, core/config.hpp's SafeNorm2; a
+# test keeps them equal); outside them kernels and engine evaluate at w 2^-e.
+SAFE_NORM2 = {np.dtype(np.float64): (2.0 ** -300, 2.0 ** 300),
+              np.dtype(np.float32): (2.0 ** -24, 2.0 ** 24)}
+
+
+def rows_in_safe_range(W: np.ndarray) -> bool:
+    """Whether every row of W (B, D) has its squared norm inside ``SAFE_NORM2`` (or is
+    zero, which every path flags as undefined): where a path without power-of-two
+    rescaling (the reduced BN-linreg engine, the GPU tiles) may start."""
+    lo, hi = SAFE_NORM2[W.dtype]
+    with np.errstate(over="ignore", under="ignore"):
+        norm2 = np.einsum("bi,bi->b", W, W)
+    return bool(np.all(((norm2 > lo) & (norm2 < hi)) | ~W.any(axis=1)))
+
 
 def as_float_array(x, name: str, dtype=None, *, finite: bool = True) -> np.ndarray:
     """Return ``x`` as a C-contiguous float32/float64 array, or raise.

@@ -11,6 +11,7 @@ import numpy as np
 
 from .._backends import BACKENDS, model_kernels, resolve
 from .._engine.validation import (
+    SAFE_NORM2,
     as_batch,
     as_float_array,
     as_positive_int,
@@ -19,13 +20,6 @@ from .._engine.validation import (
     keeps_array_type,
 )
 from ._compiler import include_dir
-
-# Squared row norms for which kernels run on the rows as they are: every
-# intermediate (up to fourth powers of ||w|| and of 1/||w||) stays a normal float,
-# so rescaling by a power of two would change no bit of the results. The compiled
-# core checks the same bounds itself (_core.SAFE_NORM2; a test keeps them equal).
-_SAFE_NORM2 = {np.dtype(np.float64): (2.0 ** -300, 2.0 ** 300),
-               np.dtype(np.float32): (2.0 ** -24, 2.0 ** 24)}
 
 
 def bn_training_data(X, y) -> tuple[np.ndarray, np.ndarray]:
@@ -254,7 +248,7 @@ class ScaleInvariantModel(abc.ABC):
         caller skipped (``_batch(..., checked=False)``).
         """
         n2 = np.einsum("ij,ij->i", W, W, dtype=np.float64)
-        lo, hi = _SAFE_NORM2[W.dtype]
+        lo, hi = SAFE_NORM2[W.dtype]
         if n2.size and n2.min() > lo and n2.max() < hi:  # NaN and inf fail too
             return W, np.zeros(W.shape[0], dtype=np.int64)
         if name is not None and nonzero:

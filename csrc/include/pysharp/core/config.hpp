@@ -41,6 +41,20 @@ PYSHARP_HD inline float inverse_binade(float x) {
   return ldexpf(1.0f, -e);
 }
 
+// Squared norms of w between lo and hi keep every model's intermediate values normal: the
+// kernels (cpu/batched.hpp) and the engine (engine/trajectory.hpp) evaluate a w outside
+// on w 2^-e instead, exact by scale invariance.
+template <class Real>
+struct SafeNorm2;
+template <>
+struct SafeNorm2<double> {
+  static constexpr double lo = 0x1p-300, hi = 0x1p300;
+};
+template <>
+struct SafeNorm2<float> {
+  static constexpr float lo = 0x1p-24f, hi = 0x1p24f;
+};
+
 // The plain value of a scalar or of a Jet (defined there); used to test
 // degeneracy (a zero normaliser) on the value part only.
 PYSHARP_HD inline double value_of(double x) { return x; }

@@ -41,6 +41,7 @@ struct SpectralState {
   Real* w;       // (d,) w, rebuilt on demand by point()
   Real c = Real(1);
   Real perp2;    // ||w_perp(0)||^2
+  Real point_scale = Real(1);  // point() returns point_scale w (scale_point)
 
   PYSHARP_HD static long long scratch_size(const BNLinRegSpectral<Real>& sp) {
     return 2LL * sp.r + 2LL * sp.d;
@@ -57,7 +58,25 @@ struct SpectralState {
     }
     perp2 = lane_dot(wperp0, wperp0, s.d);
   }
-  PYSHARP_HD bool evaluate(Real& loss, Real& norm2, Real& gnorm2) {
+  // The reduced coordinates hold any norm whose square is finite (starts outside SafeNorm2's
+  // range run in the full space, pysharp/dynamics.py), but the runner's Lanczos takes HVPs
+  // at point(): a run that drifts outside gets the power of two `scale` that brings
+  // ||w|| to order one, and point() returns scale w while the runner asks for it.
+  PYSHARP_HD void scale_point(Real f) { point_scale *= f; }
+  PYSHARP_HD bool evaluate(Real& loss, Real& norm2, Real& gnorm2, Real& scale) {
+    const bool ok = evaluate_unscaled(loss, norm2, gnorm2);
+    scale = Real(1);
+    if (ok && !(norm2 > SafeNorm2<Real>::lo && norm2 < SafeNorm2<Real>::hi) &&
+        is_finite(norm2) && norm2 > Real(0)) {
+      int e = 0;
+      frexp(static_cast<double>(norm2), &e);
+      scale = static_cast<Real>(ldexp(1.0, -(e / 2)));
+      norm2 = norm2 * scale * scale;    // ||s w||^2
+      gnorm2 = gnorm2 / scale / scale;  // ||grad L(s w)||^2
+    }
+    return ok;
+  }
+  PYSHARP_HD bool evaluate_unscaled(Real& loss, Real& norm2, Real& gnorm2) {
     Real r2 = Real(0), dot_ub = Real(0), a2 = Real(0);
     for (int k = 0; k < s.r; ++k) {
       r2 += b[k] * b[k];
@@ -88,7 +107,7 @@ struct SpectralState {
     for (int i = 0; i < s.d; ++i) {
       Real acc = c * wperp0[i];
       for (int k = 0; k < s.r; ++k) acc += s.V[i * s.r + k] * (b[k] * s.inv_sigma[k]);
-      w[i] = acc;
+      w[i] = point_scale == Real(1) ? acc : acc * point_scale;
     }
     return w;
   }

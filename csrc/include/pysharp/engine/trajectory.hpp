@@ -98,7 +98,11 @@ PYSHARP_HD bool all_finite(const Real* x, int n) {
 // V is Real (one trajectory) or a lane block of W trajectories (core/lanes.hpp),
 // stored lane-interleaved: w[i] holds coordinate i of every lane.
 // A state provides, with M = mask_t<V>:
-//   M evaluate(V& loss, V& norm2, V& gnorm2)            L, ||w||^2, ||grad L(w)||^2
+//   M evaluate(V& loss, V& norm2, V& gnorm2, V& s)      L, ||s w||^2, ||grad L(s w)||^2 and
+//       the power of two s it evaluated at: 1 where ||w||^2 is in SafeNorm2's range, else
+//       the s that brings w to order one (unit_scale), exact by scale invariance, so a
+//       norm of 1e200 or 1e-200 gives the loss and sharpness of w / ||w||
+//   void scale_point(V f)                               w *= f (a power of two per lane)
 //   const V* point()                                    w (length D)
 //   Real grad_dot(int l, const Real* v)                 v . grad L(w) of lane l
 //   M advance(M live, bool sphere, V decay, V step, V norm, V jitter_amp,
@@ -106,6 +110,33 @@ PYSHARP_HD bool all_finite(const Real* x, int n) {
 //       w+ = decay w - step grad L(w) + noise, or on the sphere
 //       w+ = Pi(w / norm - step grad L(w) + noise); false in a lane where w+ is
 //       not finite. Lanes that are live and finite move; the others keep w.
+// Per lane: 1 where norm2 = ||w||^2 is in SafeNorm2's range (core/config.hpp), else the
+// power of two that brings w's largest |w_i| into [1/2, 1) (within 2^+-1022, float
+// 2^+-126, so that it and its inverse are normal); 1 for a zero or non-finite w, which the
+// checks after the evaluation flag.
+template <class V>
+PYSHARP_HD V unit_scale(const V* w, int D, const V& norm2) {
+  using Real = lane_real_t<V>;
+  const mask_t<V> safe = (norm2 > V(SafeNorm2<Real>::lo)) & (norm2 < V(SafeNorm2<Real>::hi));
+  V s = V(Real(1));
+  if (!any(!safe)) return s;
+  for (int l = 0; l < lane_width<V>; ++l) {
+    if (lane(safe, l)) continue;
+    Real peak = Real(0);
+    for (int i = 0; i < D; ++i) {
+      const Real a = lane(w[i], l);
+      peak = a > peak ? a : -a > peak ? -a : peak;
+    }
+    if (!(peak > Real(0)) || !is_finite(peak)) continue;
+    int e = 0;
+    frexp(static_cast<double>(peak), &e);
+    const int k = sizeof(Real) == 8 ? 1022 : 126;
+    e = e < -k ? -k : e > k ? k : e;
+    set_lane(s, l, static_cast<Real>(ldexp(1.0, -e)));
+  }
+  return s;
+}
+
 template <class Model, class V>
 struct FullSpaceState {
   using Real = lane_real_t<V>;
@@ -122,11 +153,27 @@ struct FullSpaceState {
   PYSHARP_HD static long long scratch_size(const Model& model) {
     return 2LL * model.dim() + model.work_size() + 1;
   }
-  PYSHARP_HD mask_t<V> evaluate(V& loss, V& norm2, V& gnorm2) {
+  PYSHARP_HD mask_t<V> evaluate(V& loss, V& norm2, V& gnorm2, V& s) {
+    const int D = m.dim();
+    norm2 = lane_dot(w, w, D);
+    s = unit_scale(w, D, norm2);
+    // Outside the safe range the model sees s w, in place: exact both ways, but for
+    // components below 2^-1022 of the largest, which a huge w's rescaling rounds.
+    const bool rescale = any(!(s == V(Real(1))));
+    if (rescale) {
+      scale_point(s);
+      norm2 = lane_dot(w, w, D);
+    }
     const mask_t<V> ok = m.loss_grad(w, &loss, g, work);
-    norm2 = lane_dot(w, w, m.dim());
-    gnorm2 = lane_dot(g, g, m.dim());
+    gnorm2 = lane_dot(g, g, D);
+    if (rescale) {
+      scale_point(Real(1) / s);
+      for (int i = 0; i < D; ++i) g[i] *= s;  // grad L(w) = s grad L(s w)
+    }
     return ok;
+  }
+  PYSHARP_HD void scale_point(const V& f) {
+    for (int i = 0; i < m.dim(); ++i) w[i] *= f;
   }
   PYSHARP_HD const V* point() const { return w; }
   PYSHARP_HD Real grad_dot(int l, const Real* v) const {
@@ -274,14 +321,16 @@ class TrajectoryRunner {
   // False once no lane is left running.
   PYSHARP_HD bool observe(long long t) {
     const int D = m_.dim();
-    const Mask evaluated = state_.evaluate(loss_, norm2_, gnorm2_);  // before the checks
+    // norm2_, gnorm2_ and norm_ are those of the scaled point scale_ w (scale_ = 1 but at
+    // extreme norms), the records' ||w||^2 and the effective LR those of w itself.
+    const Mask evaluated = state_.evaluate(loss_, norm2_, gnorm2_, scale_);  // before the checks
     const Mask defined = evaluated & is_finite(loss_) & is_finite(gnorm2_) & is_finite(norm2_);
     if (any(live_ & !defined))
       for (int l = 0; l < lanes_; ++l)
         if (alive_[l] && !lane(defined, l)) flag(l, t);
     if (!any(live_)) return false;
     if (c_.method == Method::scalar_rmsprop)
-      rms_v_ = Real(c_.rms_beta) * rms_v_ + Real(1 - c_.rms_beta) * gnorm2_;
+      rms_v_ = Real(c_.rms_beta) * rms_v_ + Real(1 - c_.rms_beta) * (gnorm2_ * scale_ * scale_);
     // Events come from counters, not t % every: an integer division per step
     // costs as much as a small model's whole update.
     const bool sharp = t == next_sh_, record = t == next_rec_, snapshot = t == next_th_;
@@ -292,12 +341,16 @@ class TrajectoryRunner {
     if (event || on_sphere_ || c_.jitter > 0) norm_ = sqrt_(norm2_);
     if (!event) return true;
     // Effective LR of this step on the sphere: theta+ = Pi(theta - eff grad L(theta)).
+    const V norm2_w = norm2_ / scale_ / scale_;  // ||w||^2 (inf or 0 beyond the format)
     if (on_sphere_)
       eff_ = eta_;
     else if (c_.method == Method::scalar_rmsprop)
-      eff_ = lr_ / ((sqrt_(rms_v_) + Real(c_.rms_eps)) * decay_ * norm2_);
+      eff_ = lr_ / ((sqrt_(rms_v_) + Real(c_.rms_eps)) * decay_ * norm2_w);
     else
-      eff_ = lr_ / (decay_ * norm2_);
+      eff_ = lr_ / (decay_ * norm2_w);
+    // The solves, records and snapshots below see the scaled point, restored at the end.
+    const bool rescaled = any(!(scale_ == V(Real(1))));
+    if (rescaled) state_.scale_point(scale_);
     // Lane blocks: one lockstep Lanczos for every lane (lanczos_lanes.hpp).
     Real* block_evecs = nullptr;
     Real* block_eval = nullptr;
@@ -332,6 +385,7 @@ class TrajectoryRunner {
       if (!alive_[l]) continue;
       const long long S = out_[l].stride;
       const Real norm = lane(norm_, l), norm2 = lane(norm2_, l), eff = lane(eff_, l);
+      const Real s = lane(scale_, l);
       const Real* w = point(l);
       if (sharp) {
         Real eval;
@@ -373,17 +427,17 @@ class TrajectoryRunner {
       if (record) {
         const long long r = rec_[l]++;
         out_[l].loss[r * S] = lane(loss_, l);
-        out_[l].norm2[r * S] = norm2;
+        out_[l].norm2[r * S] = lane(norm2_w, l);
         out_[l].eff_lr[r * S] = eff;
-        // ||grad L(theta)|| = ||w|| ||grad L(w)||
+        // ||grad L(theta)|| = ||w|| ||grad L(w)||, the same at s w
         out_[l].grad_norm[r * S] = norm * sqrt_(lane(gnorm2_, l));
-        if (out_[l].top_grad)
+        if (out_[l].top_grad)  // the state's gradient is grad L(w) = s grad L(s w)
           out_[l].top_grad[r * S] =
-              have_v1_[l] ? norm * state_.grad_dot(l, v1_[l]) : Real(0) / Real(0);
+              have_v1_[l] ? norm * (state_.grad_dot(l, v1_[l]) / s) : Real(0) / Real(0);
         if (out_[l].group_norm2) {
           const int G = out_[l].groups, size = D / G;
           Real* dst = out_[l].group_norm2 + r * S * G;
-          for (int k = 0; k < G; ++k) dst[k] = lane_dot(w + k * size, w + k * size, size);
+          for (int k = 0; k < G; ++k) dst[k] = lane_dot(w + k * size, w + k * size, size) / s / s;
         }
       }
       if (snapshot) {
@@ -391,6 +445,7 @@ class TrajectoryRunner {
         for (int i = 0; i < D; ++i) dst[i] = w[i] / norm;
       }
     }
+    if (rescaled) state_.scale_point(Real(1) / scale_);
     return any(live_);
   }
 
@@ -416,17 +471,18 @@ class TrajectoryRunner {
 
   // The update of step t, after observe(t).
   PYSHARP_HD bool step(long long t) {
+    const V norm_w = norm_ / scale_;  // ||w||
     V step;  // the coefficient of grad L(w) in the update
     if (on_sphere_)
-      step = eta_ * norm_;  // theta - eta grad L(theta), grad L(theta) = ||w|| grad L(w)
+      step = eta_ * norm_w;  // theta - eta grad L(theta), grad L(theta) = ||w|| grad L(w)
     else if (c_.method == Method::scalar_rmsprop)
       step = lr_ / (sqrt_(rms_v_) + Real(c_.rms_eps));
     else
       step = lr_;
     const V amp =
-        c_.jitter > 0 ? Real(c_.jitter) * norm_ / sqrt_(Real(m_.dim())) : V(Real(0));
+        c_.jitter > 0 ? Real(c_.jitter) * norm_w / sqrt_(Real(m_.dim())) : V(Real(0));
     const Mask finite =
-        state_.advance(live_, on_sphere_, decay_, step, norm_, amp, c_.seed, traj_, t);
+        state_.advance(live_, on_sphere_, decay_, step, norm_w, amp, c_.seed, traj_, t);
     if (any(live_ & !finite))
       for (int l = 0; l < lanes_; ++l)
         if (alive_[l] && !lane(finite, l)) flag(l, t + 1);
@@ -505,7 +561,7 @@ class TrajectoryRunner {
   bool on_sphere_ = false;
   long long next_rec_ = 0, next_sh_ = 0, next_th_ = 0;  // the next step of each event
   V loss_ = V(Real(0)), norm2_ = V(Real(0)), gnorm2_ = V(Real(0)), norm_ = V(Real(0)),
-    eff_ = V(Real(0));
+    eff_ = V(Real(0)), scale_ = V(Real(1));
 };
 
 // The steps at which anything is recorded: observations between them are
