@@ -167,9 +167,14 @@ def test_tile_placement_with_padded_shapes():
     base = core._tile_bn_linreg_gd_wd(*args)
     placement = np.array([-1, 9, 8, -1, 7, 6, 5, 4, 3, 2, 1, -1, -1, 0, -1, -1])
     assert _same_run(core._tile_bn_linreg_gd_wd(*args, placement=placement), base)
-    ref = ps.run_gd_wd(model, W0, lr, wd, 100, record_every=5, backend="cpp", reduced=False)
-    short = core._tile_bn_linreg_gd_wd(*_data(model), W0, lr, wd, 100, 5)
-    assert rel_err(short[0], ref.w) < 1e-10
+    # Against the engine (another path) before EoS entry, which the first of these rows
+    # reaches at step 20: after it the period-two dynamics amplify the paths' rounding, to
+    # 1e-10 by step 100 (more without FMA: 8e-10 on an SSE2 build).
+    ref = ps.run_gd_wd(model, W0, lr, wd, 20, record_every=5, sharpness_every=5, backend="cpp",
+                       reduced=False)
+    assert ref.eos_entry_step.max() <= 20
+    short = core._tile_bn_linreg_gd_wd(*_data(model), W0, lr, wd, 20, 5)
+    assert rel_err(short[0], ref.w) < 1e-13
 
 
 # ------------------------------------------------------------------ (d') top_grad
