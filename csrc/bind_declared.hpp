@@ -250,7 +250,7 @@ struct DeclaredCore {
   std::vector<py::object> keep;
   Model model{};
   explicit DeclaredCore(const py::dict& data) {
-    Binder b{data, keep};
+    Binder b{data, keep, false, {}};
     pysharp_fields(model, b);
     b.arrays_pass = true;
     pysharp_fields(model, b);

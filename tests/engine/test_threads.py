@@ -25,18 +25,20 @@ _PROBE = ("import json, os, pysharp; from pysharp._engine.loader import core; "
           "os.environ.get('OMP_NUM_THREADS'), core().max_threads()]))")
 
 
-def _probe(**env) -> list:
+def _probe(tmp, **env) -> list:
+    """GOMP_SPINCOUNT, OMP_NUM_THREADS and the core's threads of a fresh interpreter (in
+    tmp: not the source tree, whose pysharp has no compiled core)."""
     clean = {k: v for k, v in os.environ.items()
              if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-    out = subprocess.run([sys.executable, "-c", _PROBE], env={**clean, **env},
+    out = subprocess.run([sys.executable, "-c", _PROBE], env={**clean, **env}, cwd=tmp,
                          capture_output=True, text=True, timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_a_short_spin_unless_the_user_chose_the_wait():
-    assert _probe()[0] == str(loader.GOMP_SPINCOUNT)
-    assert _probe(GOMP_SPINCOUNT="77")[0] == "77"
-    assert _probe(OMP_WAIT_POLICY="active")[0] is None
+def test_a_short_spin_unless_the_user_chose_the_wait(tmp_path):
+    assert _probe(tmp_path)[0] == str(loader.GOMP_SPINCOUNT)
+    assert _probe(tmp_path, GOMP_SPINCOUNT="77")[0] == "77"
+    assert _probe(tmp_path, OMP_WAIT_POLICY="active")[0] is None
 
 
 def _worker_threads() -> list:
