@@ -95,7 +95,8 @@ def pristine(tmp_path_factory) -> Pristine:
     (root / "src" / "cosine_part.hpp").write_text(FACTOR)
     (root / "inc" / "cosine_scale.hpp").write_text(SCALE)
     made = Pristine(header, root / "inc", root / "cache")
-    done = run_python(load_script(made), made.cache, preexec_fn=lambda: os.umask(0))
+    # umask= (not a preexec_fn, which would run the at-fork hooks JAX warns from)
+    done = run_python(load_script(made), made.cache, umask=0)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout) == pytest.approx(expected(1.0), rel=1e-14)
     return made
