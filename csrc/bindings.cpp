@@ -164,12 +164,14 @@ py::tuple tridiagonal_top_test_rows(const carray<Real>& d, const carray<Real>& e
   return py::make_tuple(theta, z, norm, ok);
 }
 
-// exp_, log_ or tanh_ of each element in lane blocks of doubles (core/lane_math.hpp),
+// exp_, log_, tanh_, expm1_ or log1p_ of each element in lane blocks of doubles (core/lane_math.hpp),
 // the engine's own code path, for the accuracy tests (tests/csrc/test_lane_math.py).
 carray<double> lane_math(const std::string& name, const carray<double>& x) {
-  require(name == "exp" || name == "log" || name == "tanh",
-          "name must be 'exp', 'log' or 'tanh'");
-  const int fn = name == "exp" ? 0 : name == "log" ? 1 : 2;
+  const char* names[] = {"exp", "log", "tanh", "expm1", "log1p"};
+  int fn = -1;
+  for (int i = 0; i < 5; ++i)
+    if (name == names[i]) fn = i;
+  require(fn >= 0, "name must be 'exp', 'log', 'tanh', 'expm1' or 'log1p'");
   constexpr int L = kNativeLanes<double>;
   const py::ssize_t n = x.size();
   carray<double> out(n);
@@ -180,7 +182,11 @@ carray<double> lane_math(const std::string& name, const carray<double>& x) {
     for (py::ssize_t i0 = 0; i0 < n; i0 += L) {
       Lanes<double, L> v(0.0);
       for (int l = 0; l < L && i0 + l < n; ++l) v.set(l, in[i0 + l]);
-      const Lanes<double, L> r = fn == 0 ? exp_(v) : fn == 1 ? log_(v) : tanh_(v);
+      const Lanes<double, L> r = fn == 0   ? exp_(v)
+                                 : fn == 1 ? log_(v)
+                                 : fn == 2 ? tanh_(v)
+                                 : fn == 3 ? expm1_(v)
+                                           : log1p_(v);
       for (int l = 0; l < L && i0 + l < n; ++l) o[i0 + l] = r[l];
     }
   }

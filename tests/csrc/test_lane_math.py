@@ -1,4 +1,5 @@
-"""exp, log and tanh on lane blocks of doubles (csrc/include/pysharp/core/lane_math.hpp).
+"""exp, expm1, log, log1p and tanh on lane blocks of doubles
+(csrc/include/pysharp/core/lane_math.hpp).
 
 The engine's lane path evaluates them with polynomial kernels instead of <cmath>; here
 they are held to long-double references in units in the last place, on the whole
@@ -70,11 +71,37 @@ def test_log_within_one_ulp(lo, hi):
     assert err.max() <= 1.0, (err.max(), x[np.argmax(err)])
 
 
+@needs_long
+@pytest.mark.parametrize("lo, hi", [(-1e-3, 1e-3), (-0.4, 0.4), (-2.0, 2.0), (-40.0, 709.7)])
+def test_expm1_within_two_ulp(lo, hi):
+    x = sample(np.random.default_rng(6), lo, hi)
+    # the branch points: -38 (-1), 40 (exp), 2^-54 (x itself), k = +-1 near ln2 / 2
+    x = np.concatenate([x, [-38.0, np.nextafter(-38.0, 0), 40.0, np.nextafter(40.0, 0),
+                            2.0 ** -54, -(2.0 ** -54), 0.3466, 0.3467, -0.3466, -0.3467]])
+    x = x[(x >= lo) & (x <= hi)]
+    err = ulp_error(_core._lane_math("expm1", x), np.expm1(x.astype(np.longdouble)))
+    assert err.max() <= 2.0, (err.max(), x[np.argmax(err)])
+
+
+@needs_long
+@pytest.mark.parametrize("lo, hi", [(-1 + 1e-12, -0.5), (-0.5, 0.5), (0.5, 10.0), (10.0, 1e300)])
+def test_log1p_within_one_and_a_half_ulp(lo, hi):
+    rng = np.random.default_rng(7)
+    mags = np.exp(rng.uniform(-690, np.log(max(abs(lo), abs(hi))), 200_000))
+    x = np.concatenate([rng.uniform(lo, hi, 200_000), mags, -mags, [2.0 ** -53, -(2.0 ** -53)]])
+    x = x[(x > lo) & (x < hi)]
+    err = ulp_error(_core._lane_math("log1p", x), np.log1p(x.astype(np.longdouble)))
+    assert err.max() <= 1.5, (err.max(), x[np.argmax(err)])
+
+
 def test_special_values_as_cmath():
     finite_args = [5e-324, -5e-324, 1e-310, 709.78, 709.79, -745.1, -745.2, 710.0, -1000.0,
                    1000.0]
     cases = {"exp": (np.exp, finite_args), "tanh": (np.tanh, finite_args),
-             "log": (np.log, [-1.0, 1.0, -5e-324])}
+             "log": (np.log, [-1.0, 1.0, -5e-324]),
+             "expm1": (np.expm1, finite_args + [-38.0, -40.0, 40.0, 41.0, 1e-20, -1e-20]),
+             "log1p": (np.log1p, [-1.0, -2.0, -5e-324, 5e-324, 1e-20, -1e-20, 1e308,
+                                  np.nextafter(-1.0, 0)])}
     with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
         for name, (fn, more) in cases.items():
             x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan] + more)
@@ -94,10 +121,11 @@ def test_tanh_is_odd_to_the_bit():
 def test_a_value_gets_the_same_bits_in_every_lane():
     """Moving the input by one place moves every value to another lane of its block."""
     x = np.random.default_rng(4).uniform(-3, 3, 1001)
-    for name in ("exp", "log", "tanh"):
-        a = _core._lane_math(name, np.abs(x) if name == "log" else x)
+    for name in ("exp", "log", "tanh", "expm1", "log1p"):
+        arg = np.abs(x) if name in ("log", "log1p") else x
+        a = _core._lane_math(name, arg)
         for shift in range(1, 8):
-            shifted = np.r_[np.ones(shift), np.abs(x) if name == "log" else x]
+            shifted = np.r_[np.ones(shift), arg]
             np.testing.assert_array_equal(_core._lane_math(name, shifted)[shift:], a,
                                           err_msg=f"{name}, shift {shift}")
 

@@ -1,4 +1,4 @@
-// exp, log and tanh on lane blocks of doubles, in vector arithmetic. Host only.
+// exp, expm1, log, log1p and tanh on lane blocks of doubles, in vector arithmetic. Host only.
 //
 // <cmath> has no vector forms, and calling it lane by lane cost the BN two-layer
 // net four fifths of its run time (a tanh per sample, unit and step). These are
@@ -130,6 +130,28 @@ Lanes<double, W> tanh_(const Lanes<double, W>& a) {
   return Lanes<double, W>((vec)((ivec)th | ((ivec)x & sign_bit)));
 }
 
+// expm1 on lane blocks of doubles, by exp's reduction: x = k ln2 + r, expm1 x =
+// 2^k (e^r - 1) + (2^k - 1), exact in the scaling and its 2^k - 1 for k in [-55, 58], with
+// no cancellation for k = 0 (e^r - 1 is the Taylor polynomial itself); below -38 it is -1
+// and above 40 exp x to double precision. Tiny |x| (below 2^-54) is x itself, -0 kept.
+template <int W>
+Lanes<double, W> expm1_(const Lanes<double, W>& a) {
+  using vec = typename Lanes<double, W>::vec;
+  using ivec = decltype(vec{} < vec{});
+  const vec x = a.v;
+  vec xc = x < -38.0 ? vec{} - 38.0 : x;
+  xc = xc > 40.0 ? vec{} + 40.0 : xc;
+  const auto [k, r] = detail::reduce_ln2(xc);
+  const vec s = detail::pow2<vec>(k);
+  vec y = s * detail::expm1_taylor(r) + (s - 1.0);
+  y = x > 40.0 ? exp_(a).v : y;
+  y = x < -38.0 ? vec{} - 1.0 : y;
+  const ivec sign_bit = ivec{} + INT64_MIN;
+  const vec ax = (vec)((ivec)x & ~sign_bit);
+  y = ax < 0x1p-54 ? x : y;
+  return Lanes<double, W>(x != x ? x : y);
+}
+
 // log on lane blocks of doubles: x = 2^k m with m in [sqrt(1/2), sqrt(2)) (subnormals
 // scaled into the normal range first) and g = m - 1 (exact). With s = g / (2 + g),
 // |s| <= 0.1716, log m = 2 atanh(s) = g - h + s (h + R), h = g^2 / 2 and R the series
@@ -161,6 +183,23 @@ Lanes<double, W> log_(const Lanes<double, W>& a) {
   r = x == 0.0 ? vec{} - inf : r;
   r = x == inf ? vec{} + inf : r;
   r = x < 0.0 ? vec{} + __builtin_nan("") : r;
+  return Lanes<double, W>(x != x ? x : r);
+}
+
+// log1p on lane blocks of doubles: u = 1 + x rounds, and log u - ((u - 1) - x) / u
+// corrects log u for that rounding to first order (the relative error of the correction
+// is of the order of u's rounding squared). |x| below 2^-53 (u = 1) is x itself, -0 kept;
+// -1 gives -inf, inf gives inf, below -1 NaN, as <cmath>.
+template <int W>
+Lanes<double, W> log1p_(const Lanes<double, W>& a) {
+  using vec = typename Lanes<double, W>::vec;
+  const vec x = a.v;
+  const vec u = 1.0 + x;
+  vec r = log_(Lanes<double, W>(u)).v - ((u - 1.0) - x) / u;
+  const double inf = __builtin_inf();
+  r = u == 1.0 ? x : r;
+  r = x == inf ? x : r;
+  r = x == -1.0 ? vec{} - inf : r;
   return Lanes<double, W>(x != x ? x : r);
 }
 
