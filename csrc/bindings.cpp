@@ -164,14 +164,14 @@ py::tuple tridiagonal_top_test_rows(const carray<Real>& d, const carray<Real>& e
   return py::make_tuple(theta, z, norm, ok);
 }
 
-// exp_, log_, tanh_, expm1_ or log1p_ of each element in lane blocks of doubles (core/lane_math.hpp),
+// exp_, log_, tanh_, expm1_, log1p_, sin_ or cos_ of each element in lane blocks of doubles (core/lane_math.hpp),
 // the engine's own code path, for the accuracy tests (tests/csrc/test_lane_math.py).
 carray<double> lane_math(const std::string& name, const carray<double>& x) {
-  const char* names[] = {"exp", "log", "tanh", "expm1", "log1p"};
+  const char* names[] = {"exp", "log", "tanh", "expm1", "log1p", "sin", "cos"};
   int fn = -1;
-  for (int i = 0; i < 5; ++i)
+  for (int i = 0; i < 7; ++i)
     if (name == names[i]) fn = i;
-  require(fn >= 0, "name must be 'exp', 'log', 'tanh', 'expm1' or 'log1p'");
+  require(fn >= 0, "name must be 'exp', 'log', 'tanh', 'expm1', 'log1p', 'sin' or 'cos'");
   constexpr int L = kNativeLanes<double>;
   const py::ssize_t n = x.size();
   carray<double> out(n);
@@ -186,7 +186,9 @@ carray<double> lane_math(const std::string& name, const carray<double>& x) {
                                  : fn == 1 ? log_(v)
                                  : fn == 2 ? tanh_(v)
                                  : fn == 3 ? expm1_(v)
-                                           : log1p_(v);
+                                 : fn == 4 ? log1p_(v)
+                                 : fn == 5 ? sin_(v)
+                                           : cos_(v);
       for (int l = 0; l < L && i0 + l < n; ++l) o[i0 + l] = r[l];
     }
   }

@@ -65,6 +65,10 @@ int main() {
              [](double x) { return std::expm1(x); }, -3.0, 3.0, 3.0);
   elementary("log1p", [](const V& x) { return log1p_(x); },
              [](double x) { return std::log1p(x); }, -0.9, 9.0, 2.5);
+  elementary("sin", [](const V& x) { return sin_(x); }, [](double x) { return std::sin(x); },
+             -1e4, 1e4, 2.0);
+  elementary("cos", [](const V& x) { return cos_(x); }, [](double x) { return std::cos(x); },
+             -1e4, 1e4, 2.0);
 
   // Rows of a (B, 3) batch through the lane driver: the same bits in any lane and block.
   const Toy3D<double> model{10.0};

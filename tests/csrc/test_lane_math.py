@@ -1,4 +1,4 @@
-"""exp, expm1, log, log1p and tanh on lane blocks of doubles
+"""exp, expm1, log, log1p, tanh, sin and cos on lane blocks of doubles
 (csrc/include/pysharp/core/lane_math.hpp).
 
 The engine's lane path evaluates them with polynomial kernels instead of <cmath>; here
@@ -94,6 +94,35 @@ def test_log1p_within_one_and_a_half_ulp(lo, hi):
     assert err.max() <= 1.5, (err.max(), x[np.argmax(err)])
 
 
+@needs_long
+@pytest.mark.parametrize("name", ["sin", "cos"])
+@pytest.mark.parametrize("lo, hi", [(-1.0, 1.0), (-1e4, 1e4), (-5.2e5, 5.2e5)])
+def test_sin_and_cos_within_one_ulp(name, lo, hi):
+    x = sample(np.random.default_rng(8), lo, hi)
+    # near multiples of pi/2 (the quadrant switches), 2^19 (the <cmath> lanes), 2^-26
+    k = np.arange(-2000, 2001) * (np.pi / 2)
+    x = np.concatenate([x, k, np.nextafter(k, np.inf), [2.0**19, -(2.0**19),
+                        np.nextafter(2.0**19, 0), 2.0**-26, np.nextafter(2.0**-26, 0)]])
+    x = x[(x >= lo) & (x <= hi)]
+    fn = np.sin if name == "sin" else np.cos
+    err = ulp_error(_core._lane_math(name, x), fn(x.astype(np.longdouble)))
+    assert err.max() <= 1.0, (err.max(), x[np.argmax(err)])
+
+
+@needs_long
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_sin_and_cos_beyond_the_reduction_are_cmaths(name):
+    """From 2^19 the lanes call <cmath>, whose reduction is exact: within an ulp up to 1e300,
+    mixed in blocks with lanes of the vector path."""
+    rng = np.random.default_rng(9)
+    far = np.exp(rng.uniform(np.log(2.0**19), np.log(1e300), 20_000))
+    far *= rng.choice([-1, 1], 20_000)
+    x = np.stack([far, rng.uniform(-3, 3, 20_000)], axis=1).ravel()
+    fn = np.sin if name == "sin" else np.cos
+    err = ulp_error(_core._lane_math(name, x), fn(x.astype(np.longdouble)))
+    assert err.max() <= 1.0, (err.max(), x[np.argmax(err)])
+
+
 def test_special_values_as_cmath():
     finite_args = [5e-324, -5e-324, 1e-310, 709.78, 709.79, -745.1, -745.2, 710.0, -1000.0,
                    1000.0]
@@ -101,7 +130,9 @@ def test_special_values_as_cmath():
              "log": (np.log, [-1.0, 1.0, -5e-324]),
              "expm1": (np.expm1, finite_args + [-38.0, -40.0, 40.0, 41.0, 1e-20, -1e-20]),
              "log1p": (np.log1p, [-1.0, -2.0, -5e-324, 5e-324, 1e-20, -1e-20, 1e308,
-                                  np.nextafter(-1.0, 0)])}
+                                  np.nextafter(-1.0, 0)]),
+             "sin": (np.sin, [5e-324, -5e-324, 1e-20, -1e-20]),
+             "cos": (np.cos, [5e-324, -5e-324, 1e-20, -1e-20])}
     with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
         for name, (fn, more) in cases.items():
             x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan] + more)
@@ -121,7 +152,7 @@ def test_tanh_is_odd_to_the_bit():
 def test_a_value_gets_the_same_bits_in_every_lane():
     """Moving the input by one place moves every value to another lane of its block."""
     x = np.random.default_rng(4).uniform(-3, 3, 1001)
-    for name in ("exp", "log", "tanh", "expm1", "log1p"):
+    for name in ("exp", "log", "tanh", "expm1", "log1p", "sin", "cos"):
         arg = np.abs(x) if name in ("log", "log1p") else x
         a = _core._lane_math(name, arg)
         for shift in range(1, 8):
@@ -132,4 +163,4 @@ def test_a_value_gets_the_same_bits_in_every_lane():
 
 def test_refuses_other_names():
     with pytest.raises(ValueError, match="name must be"):
-        _core._lane_math("sin", np.ones(3))
+        _core._lane_math("atan", np.ones(3))

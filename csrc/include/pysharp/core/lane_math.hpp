@@ -1,4 +1,5 @@
-// exp, expm1, log, log1p and tanh on lane blocks of doubles, in vector arithmetic. Host only.
+// exp, expm1, log, log1p, tanh, sin and cos on lane blocks of doubles, in vector
+// arithmetic. Host only.
 //
 // <cmath> has no vector forms, and calling it lane by lane cost the BN two-layer
 // net four fifths of its run time (a tanh per sample, unit and step). These are
@@ -10,7 +11,8 @@
 // compare to a tolerance; see docs/conventions.rst).
 //
 // Accuracy, measured against long-double references by tests/csrc/test_lane_math.py:
-// exp and log within 1 ulp and tanh within 1.5 ulp, on the whole double range, with NaN,
+// exp and log within 1 ulp and tanh within 1.5 ulp, on the whole double range, expm1 within
+// 2, log1p within 1.5 and sin and cos within 1 (beyond 2^19 they are <cmath>'s), with NaN,
 // +-inf, -0 and subnormals handled as <cmath> does.
 //
 // The method. exp: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite: ln2 split in a
@@ -85,7 +87,81 @@ template <class Vec, class IVec>
   return (Vec)((k + 1023) << 52);
 }
 
+// pi/2 = kPio2Hi + kPio2Mid + kPio2Lo (the first two with 33 significant bits, so k times
+// either is exact for |k| < 2^20; the rest is below 2^-122), and 2/pi.
+inline constexpr double kPio2Hi = 0x1.921fb54400000p+0;
+inline constexpr double kPio2Mid = 0x1.0b4611a600000p-34;
+inline constexpr double kPio2Lo = 0x1.3198a2e037073p-69;
+inline constexpr double k2OverPi = 0x1.45f306dc9c883p-1;
+
+// sin and cos of r + c for |r| <= pi/4, c a tail below half an ulp of r, by the Taylor
+// polynomials in z = r^2: sin to r^19 and cos to r^18 (the first omitted terms, (pi/4)^21 /
+// 21! and (pi/4)^20 / 20!, are below 2^-56 of the result), with the tail to first order
+// (sin: + c cos r, cos: - c sin r). cos = w + ((1 - w) - z/2 + z^2 Q - r c) with w = 1 - z/2:
+// the bracket recovers w's rounding, so the large cancellation costs nothing.
+template <class Vec>
+struct SinCos {
+  Vec s, c;
+};
+template <class Vec>
+[[gnu::always_inline]] inline SinCos<Vec> sincos_taylor(Vec r, Vec c) {
+  const Vec z = r * r;
+  Vec p = Vec{} - inv_factorial(19);
+  for (int k = 17; k >= 3; k -= 2) p = p * z + ((k / 2) % 2 ? -inv_factorial(k) : inv_factorial(k));
+  Vec q = Vec{} - inv_factorial(18);
+  for (int k = 16; k >= 4; k -= 2) q = q * z + ((k / 2) % 2 ? -inv_factorial(k) : inv_factorial(k));
+  const Vec hz = 0.5 * z;
+  const Vec w = 1.0 - hz;
+  return {r + (c * (1.0 - hz) + r * (z * p)), w + (((1.0 - w) - hz) + ((z * z) * q - r * c))};
+}
+
+// sin (cosine = false) or cos of lane blocks: x = k pi/2 + r, |r| <= pi/4 (Cody-Waite in
+// three parts), then the quadrant k mod 4 picks +-sin r or +-cos r. Lanes with |x| >= 2^19
+// (where the reduction would need more parts) or not finite go through <cmath>.
+template <bool cosine, int W>
+Lanes<double, W> sin_or_cos(const Lanes<double, W>& a) {
+  using vec = typename Lanes<double, W>::vec;
+  using ivec = decltype(vec{} < vec{});
+  const vec x = a.v;
+  const ivec sign_bit = ivec{} + INT64_MIN;
+  const vec ax = (vec)((ivec)x & ~sign_bit);
+  const ivec far = (ax >= 0x1p19) | (x != x);
+  const vec xr = far ? vec{} : x;
+  const vec t = xr * k2OverPi + kRoundShift;
+  const vec kd = t - kRoundShift;
+  const ivec k = (ivec)t - (ivec)(vec{} + kRoundShift);
+  // r + c = x - k pi/2: y0 exact (Sterbenz), r1 = y0 - k kPio2Mid with its rounding e1
+  // recovered exactly, then the last part.
+  const vec y0 = xr - kd * kPio2Hi;
+  const vec t1 = kd * kPio2Mid;
+  const vec r1 = y0 - t1;
+  const vec tail = ((y0 - r1) - t1) - kd * kPio2Lo;
+  const vec r = r1 + tail;
+  const SinCos<vec> sc = sincos_taylor(r, (r1 - r) + tail);
+  const ivec quadrant = cosine ? k + 1 : k;  // cos x = sin(x + pi/2)
+  vec y = (quadrant & 1) != 0 ? sc.c : sc.s;
+  y = (vec)((ivec)y ^ ((quadrant & 2) != 0 ? sign_bit : ivec{}));
+  if constexpr (!cosine) y = ax < 0x1p-26 ? x : y;  // sin x = x there, -0 kept
+  Lanes<double, W> out(y);
+  bool any_far = false;
+  for (int l = 0; l < W; ++l) any_far = any_far || far[l];
+  if (any_far)
+    for (int l = 0; l < W; ++l)
+      if (far[l]) out.v[l] = cosine ? std::cos(x[l]) : std::sin(x[l]);
+  return out;
+}
+
 }  // namespace detail
+
+// sin and cos on lane blocks of doubles (detail::sin_or_cos).
+template <int W>
+Lanes<double, W> sin_(const Lanes<double, W>& a) {
+  return detail::sin_or_cos<false>(a);
+}
+template <int W>
+Lanes<double, W> cos_(const Lanes<double, W>& a) {
+  return detail::sin_or_cos<true>(a);
+}
 
 template <int W>
 Lanes<double, W> exp_(const Lanes<double, W>& a) {

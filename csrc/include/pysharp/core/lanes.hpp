@@ -171,8 +171,8 @@ template <class Real, int W>
   }
 }
 // Elementary functions without a vector instruction: lane by lane through <cmath>,
-// except exp_, expm1_, log_, log1p_ and tanh_ on doubles (core/lane_math.hpp, included
-// at the end).
+// except exp_, expm1_, log_, log1p_, tanh_, sin_ and cos_ on doubles (core/lane_math.hpp,
+// included at the end).
 #define PYSHARP_LANEWISE(name, fn)                        \
   template <class Real, int W>                            \
   Lanes<Real, W> name(const Lanes<Real, W>& a) {          \
