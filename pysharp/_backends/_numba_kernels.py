@@ -856,9 +856,10 @@ def run(params, W0, rate, lr, wd, method, steps, record_every, sharpness_every, 
             unit_scale(w, norm2, sc)
             rescaled = False
             for l in range(L):
-                inv_sc[l] = 1.0 / sc[l]
                 rescaled = rescaled or sc[l] != 1.0
             if rescaled:
+                for l in range(L):
+                    inv_sc[l] = 1.0 / sc[l]
                 scale_lanes(w, sc)
                 lane_dot(w, w, norm2)
             loss_grad_lanes_into(params, w, g, work, loss, ok)

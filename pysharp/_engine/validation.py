@@ -20,14 +20,19 @@ SAFE_NORM2 = {np.dtype(np.float64): (2.0 ** -300, 2.0 ** 300),
               np.dtype(np.float32): (2.0 ** -24, 2.0 ** 24)}
 
 
+def safe_rows(W: np.ndarray) -> np.ndarray:
+    """(B,) bool: which rows of W (B, D) have their squared norm (summed in float64) inside
+    ``SAFE_NORM2``; False for NaN, inf and zero rows."""
+    lo, hi = SAFE_NORM2[W.dtype]
+    n2 = np.einsum("ij,ij->i", W, W, dtype=np.float64)
+    return (n2 > lo) & (n2 < hi)
+
+
 def rows_in_safe_range(W: np.ndarray) -> bool:
     """Whether every row of W (B, D) has its squared norm inside ``SAFE_NORM2`` (or is
     zero, which every path flags as undefined): where a path without power-of-two
     rescaling (the reduced BN-linreg engine, the GPU tiles) may start."""
-    lo, hi = SAFE_NORM2[W.dtype]
-    with np.errstate(over="ignore", under="ignore"):
-        norm2 = np.einsum("bi,bi->b", W, W)
-    return bool(np.all(((norm2 > lo) & (norm2 < hi)) | ~W.any(axis=1)))
+    return bool(np.all(safe_rows(W) | ~W.any(axis=1)))
 
 
 def as_float_array(x, name: str, dtype=None, *, finite: bool = True) -> np.ndarray:

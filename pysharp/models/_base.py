@@ -11,13 +11,13 @@ import numpy as np
 
 from .._backends import BACKENDS, model_kernels, resolve
 from .._engine.validation import (
-    SAFE_NORM2,
     as_batch,
     as_float_array,
     as_positive_int,
     check_finite,
     check_nonzero_rows,
     keeps_array_type,
+    safe_rows,
 )
 from ._compiler import include_dir
 
@@ -247,9 +247,7 @@ class ScaleInvariantModel(abc.ABC):
         stands for the nonzero-row check (unless ``nonzero`` is False) that a
         caller skipped (``_batch(..., checked=False)``).
         """
-        n2 = np.einsum("ij,ij->i", W, W, dtype=np.float64)
-        lo, hi = SAFE_NORM2[W.dtype]
-        if n2.size and n2.min() > lo and n2.max() < hi:  # NaN and inf fail too
+        if W.shape[0] and safe_rows(W).all():  # NaN and inf fail too
             return W, np.zeros(W.shape[0], dtype=np.int64)
         if name is not None and nonzero:
             check_nonzero_rows(W, name)

@@ -151,6 +151,16 @@ Lanes<double, W> sin_or_cos(const Lanes<double, W>& a) {
   return out;
 }
 
+// expm1 x = 2^k (e^r - 1) + (2^k - 1) for x = k ln2 + r, exact in the scaling and in
+// 2^k - 1 for x in [-38, 40] (k in [-55, 58]), with no cancellation for k = 0 (e^r - 1 is
+// the Taylor polynomial itself): expm1_ and tanh_'s e = expm1(2|x|).
+template <class Vec>
+[[gnu::always_inline]] inline Vec expm1_reduced(Vec x) {
+  const auto [k, r] = reduce_ln2(x);
+  const Vec s = pow2<Vec>(k);
+  return s * expm1_taylor(r) + (s - 1.0);
+}
+
 }  // namespace detail
 
 // sin and cos on lane blocks of doubles (detail::sin_or_cos).
@@ -194,10 +204,8 @@ Lanes<double, W> tanh_(const Lanes<double, W>& a) {
   vec q = vec{} + detail::kTanhTaylor[13];
   for (int i = 12; i >= 0; --i) q = q * z + detail::kTanhTaylor[i];
   const vec small = ax + ax * (z * q);
-  // |x| >= 3/8: e / (e + 2), e = expm1(2|x|) = 2^k (e^r - 1) + (2^k - 1), k in [1, 58].
-  const auto [k, r] = detail::reduce_ln2(ax + ax);
-  const vec s = detail::pow2<vec>(k);
-  const vec e = s * detail::expm1_taylor(r) + (s - 1.0);
+  // |x| >= 3/8: e / (e + 2), e = expm1(2|x|) (k in [1, 58] there).
+  const vec e = detail::expm1_reduced(ax + ax);
   // 1 - 2 / (e + 2) once tanh >= 1/2 (|x| > 0.5493): the subtraction is exact there,
   // and 2 / (e + 2) carries less rounding than e / (e + 2). One division for both.
   const auto below_half = ax < 0.5493;
@@ -206,10 +214,9 @@ Lanes<double, W> tanh_(const Lanes<double, W>& a) {
   return Lanes<double, W>((vec)((ivec)th | ((ivec)x & sign_bit)));
 }
 
-// expm1 on lane blocks of doubles, by exp's reduction: x = k ln2 + r, expm1 x =
-// 2^k (e^r - 1) + (2^k - 1), exact in the scaling and its 2^k - 1 for k in [-55, 58], with
-// no cancellation for k = 0 (e^r - 1 is the Taylor polynomial itself); below -38 it is -1
-// and above 40 exp x to double precision. Tiny |x| (below 2^-54) is x itself, -0 kept.
+// expm1 on lane blocks of doubles, by exp's reduction (detail::expm1_reduced) on
+// [-38, 40]; below -38 it is -1 and above 40 exp x to double precision. Tiny |x| (below
+// 2^-54) is x itself, -0 kept.
 template <int W>
 Lanes<double, W> expm1_(const Lanes<double, W>& a) {
   using vec = typename Lanes<double, W>::vec;
@@ -217,9 +224,7 @@ Lanes<double, W> expm1_(const Lanes<double, W>& a) {
   const vec x = a.v;
   vec xc = x < -38.0 ? vec{} - 38.0 : x;
   xc = xc > 40.0 ? vec{} + 40.0 : xc;
-  const auto [k, r] = detail::reduce_ln2(xc);
-  const vec s = detail::pow2<vec>(k);
-  vec y = s * detail::expm1_taylor(r) + (s - 1.0);
+  vec y = detail::expm1_reduced(xc);
   y = x > 40.0 ? exp_(a).v : y;
   y = x < -38.0 ? vec{} - 1.0 : y;
   const ivec sign_bit = ivec{} + INT64_MIN;

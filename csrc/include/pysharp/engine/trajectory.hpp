@@ -110,16 +110,17 @@ PYSHARP_HD bool all_finite(const Real* x, int n) {
 //       w+ = decay w - step grad L(w) + noise, or on the sphere
 //       w+ = Pi(w / norm - step grad L(w) + noise); false in a lane where w+ is
 //       not finite. Lanes that are live and finite move; the others keep w.
-// Per lane: 1 where norm2 = ||w||^2 is in SafeNorm2's range (core/config.hpp), else the
+// s, per lane: 1 where norm2 = ||w||^2 is in SafeNorm2's range (core/config.hpp), else the
 // power of two that brings w's largest |w_i| into [1/2, 1) (within 2^+-1022, float
 // 2^+-126, so that it and its inverse are normal); 1 for a zero or non-finite w, which the
-// checks after the evaluation flag.
+// checks after the evaluation flag. Returns whether any lane's s is not 1.
 template <class V>
-PYSHARP_HD V unit_scale(const V* w, int D, const V& norm2) {
+PYSHARP_HD bool unit_scale(const V* w, int D, const V& norm2, V& s) {
   using Real = lane_real_t<V>;
   const mask_t<V> safe = (norm2 > V(SafeNorm2<Real>::lo)) & (norm2 < V(SafeNorm2<Real>::hi));
-  V s = V(Real(1));
-  if (!any(!safe)) return s;
+  s = V(Real(1));
+  if (!any(!safe)) return false;
+  bool scaled = false;
   for (int l = 0; l < lane_width<V>; ++l) {
     if (lane(safe, l)) continue;
     Real peak = Real(0);
@@ -128,13 +129,12 @@ PYSHARP_HD V unit_scale(const V* w, int D, const V& norm2) {
       peak = a > peak ? a : -a > peak ? -a : peak;
     }
     if (!(peak > Real(0)) || !is_finite(peak)) continue;
-    int e = 0;
-    frexp(static_cast<double>(peak), &e);
-    const int k = sizeof(Real) == 8 ? 1022 : 126;
-    e = e < -k ? -k : e > k ? k : e;
-    set_lane(s, l, static_cast<Real>(ldexp(1.0, -e)));
+    const Real cap = static_cast<Real>(ldexp(1.0, sizeof(Real) == 8 ? 1022 : 126));
+    const Real f = inverse_binade(peak);
+    set_lane(s, l, f > cap ? cap : f < Real(1) / cap ? Real(1) / cap : f);
+    scaled = true;
   }
-  return s;
+  return scaled;
 }
 
 template <class Model, class V>
@@ -155,21 +155,20 @@ struct FullSpaceState {
   }
   PYSHARP_HD mask_t<V> evaluate(V& loss, V& norm2, V& gnorm2, V& s) {
     const int D = m.dim();
+    mask_t<V> ok = m.loss_grad(w, &loss, g, work);
     norm2 = lane_dot(w, w, D);
-    s = unit_scale(w, D, norm2);
-    // Outside the safe range the model sees s w, in place: exact both ways, but for
-    // components below 2^-1022 of the largest, which a huge w's rescaling rounds.
-    const bool rescale = any(!(s == V(Real(1))));
-    if (rescale) {
-      scale_point(s);
-      norm2 = lane_dot(w, w, D);
-    }
-    const mask_t<V> ok = m.loss_grad(w, &loss, g, work);
     gnorm2 = lane_dot(g, g, D);
-    if (rescale) {
-      scale_point(Real(1) / s);
-      for (int i = 0; i < D; ++i) g[i] *= s;  // grad L(w) = s grad L(s w)
-    }
+    // The common case ends here: the check comes after the evaluation, off the step's
+    // dependency chain. Outside the safe range the block is evaluated again at s w, in
+    // place: exact both ways, but for components below 2^-1022 of the largest, which a
+    // huge w's rescaling rounds (lanes with s = 1 get their bits again).
+    if (!unit_scale(w, D, norm2, s)) return ok;
+    scale_point(s);
+    norm2 = lane_dot(w, w, D);
+    ok = m.loss_grad(w, &loss, g, work);
+    gnorm2 = lane_dot(g, g, D);
+    scale_point(Real(1) / s);
+    for (int i = 0; i < D; ++i) g[i] *= s;  // grad L(w) = s grad L(s w)
     return ok;
   }
   PYSHARP_HD void scale_point(const V& f) {
@@ -471,7 +470,9 @@ class TrajectoryRunner {
 
   // The update of step t, after observe(t).
   PYSHARP_HD bool step(long long t) {
-    const V norm_w = norm_ / scale_;  // ||w||
+    // ||w||, where the update reads it (the sphere, jitter): plain GD+WD's step needs no
+    // division more than its update's own.
+    const V norm_w = on_sphere_ || c_.jitter > 0 ? norm_ / scale_ : norm_;
     V step;  // the coefficient of grad L(w) in the update
     if (on_sphere_)
       step = eta_ * norm_w;  // theta - eta grad L(theta), grad L(theta) = ||w|| grad L(w)
