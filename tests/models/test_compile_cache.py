@@ -79,10 +79,11 @@ def load_script(pristine: Pristine, header: Path | None = None) -> str:
 
 
 def run_python(source: str, cache: Path, *args: str, **kw) -> subprocess.CompletedProcess:
-    """``source`` run by a fresh interpreter with ``cache`` as its compile cache."""
+    """``source`` run by a fresh interpreter with ``cache`` as its compile cache, in the
+    cache's folder (not the source tree, whose pysharp has no compiled core)."""
     env = {**os.environ, "PYSHARP_CACHE_DIR": str(cache)}
     return subprocess.run([sys.executable, "-c", source, *args], env=env, capture_output=True,
-                          text=True, timeout=300, **kw)
+                          text=True, timeout=300, cwd=cache.parent, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +296,7 @@ def test_a_read_only_cache_says_where_it_is_and_how_to_move_it(pristine, tmp_pat
     argv = _read_only(how, cache, [sys.executable, "-c", READ_ONLY % {"c": C, "w": W.tolist()},
                                    str(pristine.header), str(new), str(pristine.inc)])
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path,
                               env={**os.environ, "PYSHARP_CACHE_DIR": str(cache)})
     finally:
         for folder in (cache, cache / "models"):
@@ -318,7 +319,7 @@ def test_a_killed_compiles_scratch_folder_is_removed_when_the_cache_is_next_used
     new = tmp_path / "new.hpp"
     new.write_text(HEADER.replace("k * c * (Real(1)", "Real(3) * k * c * (Real(1)"))
     before = set(models.iterdir())
-    proc = subprocess.Popen([sys.executable, "-c", load_script(pristine, new)],
+    proc = subprocess.Popen([sys.executable, "-c", load_script(pristine, new)], cwd=tmp_path,
                             env={**os.environ, "PYSHARP_CACHE_DIR": str(cache)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
