@@ -37,6 +37,10 @@ Everything here is computed from the per-sample Jacobian A = [a_1; ...; a_n]
 - ``stability_boundary``: the closed-form (a, s) curve of the sufficient
   criterion in one direction, for plots;
 - ``moment_growth``: Monte Carlo k-th moment growth of linearised SGD, in the core;
+- ``lyapunov_exponent``: the almost-sure growth rate of linearised SGD (the top
+  Lyapunov exponent of its random matrix product), which rho(T_2) <= 1 bounds by 0
+  but which can be < 0 where rho(T_2) > 1: the minimum then attracts almost every
+  run while the second moment grows;
 - ``gradient_moment_ratio``: (1/n) sum_i ||a_i||_{2k}^{2k} / (2 D (2B)^(k-1) / eta^k);
 - ``input_smoothness``: g_W, g_x and the first-layer inequality
   ||grad_x f|| <= ||W1||_2 ||grad_W1 f||_F / ||x||.
@@ -61,8 +65,9 @@ from .models import BNLinearRegression, SquareLossModel
 from .sharpness import lanczos
 
 __all__ = ["StabilityQuantities", "SecondMomentOperator", "MomentGrowth", "StabilityConditions",
-           "InputSmoothness", "per_sample_gradients", "kappa", "sharpness_nonuniformity",
-           "second_moment_operator", "is_linearly_stable", "moment_growth",
+           "InputSmoothness", "LyapunovExponent", "per_sample_gradients", "kappa",
+           "sharpness_nonuniformity", "second_moment_operator", "is_linearly_stable",
+           "moment_growth", "lyapunov_exponent",
            "stability_conditions", "critical_lr", "gradient_moment_ratio", "input_smoothness",
            "stability_boundary"]
 
@@ -620,6 +625,109 @@ def moment_growth(model, w, lr, batch, *, order: int = 2, replacement: bool = Fa
                         level, order, n_runs, burn_in, np.array(rec), np.array(logm),
                         {"subspace": subspace, "dim": int(C.shape[1]), "blocks": nb,
                          "resample_every": s})
+
+
+@dataclass
+class LyapunovExponent:
+    """Almost-sure growth rate per step of linearised SGD: the top Lyapunov exponent.
+
+    ``exponent`` estimates gamma = lim (1/t) log ||x_t|| (natural log, per step), which
+    holds for almost every run and almost every start in the range of H
+    (Furstenberg-Kesten); gamma < 0: almost every run of linearised SGD converges
+    to the minimum, gamma > 0: almost every run leaves it. ``stderr`` its standard
+    error over the ``runs`` independent runs (each run's own estimate ``per_run``,
+    (runs,), over the ``steps`` - ``burn_in`` measured steps). ``moment_bound`` is
+    log(rho(T_2)) / 2, which gamma never exceeds (Jensen: E log ||x|| <= log E ||x||^2 / 2);
+    the two notions differ exactly when gamma < 0 < moment_bound: the second moment
+    grows, carried by ever rarer runs, while almost every run converges. ``dim`` the
+    rank of H (the range the runs live in); ``seed`` the key of the batches.
+    """
+
+    exponent: float
+    stderr: float
+    moment_bound: float
+    runs: int
+    steps: int
+    burn_in: int
+    dim: int
+    seed: int
+    per_run: np.ndarray = field(repr=False)
+
+    @property
+    def converges(self) -> bool:
+        """Whether almost every run converges: exponent + 3 stderr < 0."""
+        return bool(self.exponent + 3 * self.stderr < 0)
+
+
+def lyapunov_exponent(model, w, lr, batch, *, replacement: bool = False, runs: int = 32,
+                      steps: int = 20_000, burn_in: int | None = None, seed: int = 0,
+                      backend: str = "auto") -> LyapunovExponent:
+    """Top Lyapunov exponent of linearised SGD at w: the almost-sure notion of stability.
+
+    The product of random matrices (I - eta H_{I_t}) ... (I - eta H_{I_1}) applied to a
+    random unit start in the span of the a_i, renormalised at every step (in the core,
+    batches keyed by (seed, run, step): any thread count gives the same bits); the sum of
+    the logarithms of the renormalisations over the measured steps, divided by their
+    number, is each run's estimate, and their mean over ``runs`` independent runs the
+    exponent, with the standard error of that mean.
+
+    Second-moment stability (rho(T_2) <= 1, ``second_moment_operator``) implies
+    gamma <= 0, not conversely: a minimum can have rho(T_2) > 1 while almost every run
+    of linearised SGD converges to it (docs/theory.rst, "SGD linear stability").
+
+    Parameters
+    ----------
+    model, w, lr, batch, replacement
+        As in ``second_moment_operator``.
+    runs : int
+        Independent runs (>= 2), for the standard error.
+    steps : int
+        Steps per run, ``burn_in`` included.
+    burn_in : int, optional
+        Steps skipped before measuring, while the direction forgets the start
+        (default steps // 10).
+    seed : int
+        Key of the batches and of the starts.
+    backend : {"auto", "cpp"}
+        Core only.
+
+    Returns
+    -------
+    LyapunovExponent
+        ``exponent`` per step with ``stderr``; ``moment_bound`` = log(rho(T_2)) / 2.
+        Where H = 0 (rank 0) nothing moves and the exponent is -inf; a run that
+        lands exactly on 0 (e.g. B = n, eta = 1/a for a rank-one H) makes it -inf too.
+    """
+    core_only(backend, "lyapunov_exponent")
+    A = _point(model, w)
+    n, _ = A.shape
+    lr = _lr(lr)
+    batch, replacement = _batch(batch, n, replacement)
+    runs = as_positive_int(runs, "runs", minimum=2)
+    steps = as_positive_int(steps, "steps", minimum=2)
+    burn_in = steps // 10 if burn_in is None else as_positive_int(burn_in, "burn_in", minimum=0)
+    if burn_in >= steps:
+        raise ValueError(f"burn_in must be < steps = {steps}, got {burn_in}")
+    seed = as_positive_int(seed, "seed", minimum=0)
+    C = np.ascontiguousarray(_range_basis(A)[0])
+    r = C.shape[1]
+    op = second_moment_operator(model, w, lr, batch, replacement=replacement)
+    bound = float(np.log(op.spectral_radius)) / 2 if op.spectral_radius > 0 else -np.inf
+    if r == 0:
+        return LyapunovExponent(-np.inf, 0.0, bound, runs, steps, burn_in, 0, seed,
+                                np.full(runs, -np.inf))
+    X = np.random.default_rng([seed, 0x1A9]).standard_normal((runs, r))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    _core = core()
+    if burn_in:
+        X, _ = _core.linear_sgd(C, X, lr, batch, replacement, seed, 0, 0, burn_in)
+    _, logg = _core.linear_sgd(C, X, lr, batch, replacement, seed, 0, burn_in, steps - burn_in)
+    per_run = np.asarray(logg, dtype=np.float64) / (steps - burn_in)
+    if not np.all(np.isfinite(per_run)):
+        return LyapunovExponent(float(np.min(per_run)), 0.0, bound, runs, steps, burn_in, r,
+                                seed, per_run)
+    return LyapunovExponent(float(per_run.mean()), float(per_run.std(ddof=1) / np.sqrt(runs)),
+                            bound, runs, steps, burn_in, r, seed, per_run)
 
 
 # ------------------------------------------------- verdict, conditions, critical lr

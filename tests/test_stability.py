@@ -528,3 +528,51 @@ def test_input_smoothness_on_new_inputs_and_its_refusals():
     bn = ps.BNLinearRegression.synthetic(d=4, n=6, seed=0)
     with pytest.raises(ValueError, match="training inputs only"):
         stability.input_smoothness(bn, bn.random_point(seed=0), np.ones((3, 4)))
+
+
+# -- the almost-sure notion: the top Lyapunov exponent ------------------------------------
+def test_lyapunov_exponent_matches_exhaustive_batches_where_the_second_moment_grows():
+    """D = 1, n = 5, B = 2: the factor of batch I is 1 - eta mean_{i in I} x_i^2, so
+    gamma = mean over all C(5, 2) batches of log |factor| and rho(T_2) = mean of factor^2.
+    Here rho(T_2) = 1.05 > 1 (the second moment grows) while gamma = -0.254 < 0
+    (almost every run converges): Ma & Ying's moment notion and the almost-sure one part."""
+    x = np.array([1.0, 1.0, 1.0, 1.0, 3.0])
+    lr, batch = 0.5, 2
+    factors = np.array([1 - lr * np.mean(x[list(I)] ** 2)
+                        for I in itertools.combinations(range(5), batch)])
+    gamma, rho = float(np.mean(np.log(np.abs(factors)))), float(np.mean(factors ** 2))
+    ly = stability.lyapunov_exponent(_line(x), [0.7], lr, batch, runs=16, steps=4000, seed=2)
+    assert rho > 1 and gamma < 0
+    assert abs(ly.exponent - gamma) < 4 * ly.stderr + 1e-3
+    assert 0 < ly.stderr < 5e-3
+    assert ly.moment_bound == pytest.approx(0.5 * math.log(rho), rel=1e-10)
+    assert ly.converges and ly.exponent <= ly.moment_bound
+    # Seeded: the same key gives the same bits, another key another estimate.
+    again = stability.lyapunov_exponent(_line(x), [0.7], lr, batch, runs=16, steps=4000, seed=2)
+    assert again.exponent == ly.exponent
+    other = stability.lyapunov_exponent(_line(x), [0.7], lr, batch, runs=16, steps=4000, seed=3)
+    assert other.exponent != ly.exponent
+
+
+def test_lyapunov_exponent_of_full_batch_is_the_deterministic_rate():
+    """B = n: every step multiplies by I - eta H, so gamma = log max_i |1 - eta lambda_i|
+    on the range, which is also log(rho(T_2)) / 2."""
+    model = _linreg(8, 3, 4)
+    A = model.jacobians(np.zeros((1, 3)))[1][0]
+    lam = np.linalg.eigvalsh(A.T @ A / 8)
+    lr = 1.9 / lam[-1]
+    exact = float(np.log(np.max(np.abs(1 - lr * lam))))
+    ly = stability.lyapunov_exponent(model, np.zeros(3), lr, 8, runs=4, steps=3000)
+    assert ly.exponent == pytest.approx(exact, abs=2e-3)
+    assert ly.moment_bound == pytest.approx(exact, rel=1e-9)
+    assert ly.dim == 3
+
+
+def test_lyapunov_exponent_rejects_bad_arguments():
+    m = _line([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="burn_in"):
+        stability.lyapunov_exponent(m, [0.7], 0.1, 1, steps=10, burn_in=10)
+    with pytest.raises(ValueError):
+        stability.lyapunov_exponent(m, [0.7], 0.1, 4)  # B > n without replacement
+    with pytest.raises(ValueError):
+        stability.lyapunov_exponent(m, [0.7], 0.1, 1, runs=1)

@@ -93,7 +93,8 @@ ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
         "lr {lr0:g}–{lr1:g} × batch {b0:d}–{b1:d} × {inits:d} initialisations: {interp:d} of "
         "{runs:d} runs interpolate ({diverged:d} diverge); {stable:d} minima have ρ(T₂) ≤ 1 "
         "(lr / exact critical lr ≤ {crit:.2f} for lr ≤ 1) and {unstable:d} have ρ(T₂) > 1, up "
-        "to {rho:.3f}: SGD converged to minima unstable in the second moment; k = 2, 3 "
+        "to {rho:.3f}: SGD converged to minima unstable in the second moment, where the "
+        "almost-sure Lyapunov exponent of linearised SGD is ≤ {gamma:.1e} per step (< 0); k = 2, 3 "
         "moment-bound ratios ≤ {moment:.1e}; g_W {gw0:.2f} → {gw1:.2f}, g_x {gx0:.2f} → "
         "{gx1:.2f} from (lr 0.1, full batch) to (lr 1, batch 1)",
         # SGD after convergence: the counts are exact, the measured values move with
@@ -104,6 +105,7 @@ ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
          "stable": ("linearly_stable_count", 0), "crit": ("max_lr_over_critical_lr_for_lr_le_1",
                                                           0.02),
          "unstable": ("linearly_unstable_count", 0), "rho": ("max_rho_T2", 0.02),
+         "gamma": ("max_lyapunov_second_moment_unstable", 0.05),
          "moment": ("max_moment_ratio", 0.5),
          "gw0": ("g_W_small_lr_full_batch", 0.02), "gw1": ("g_W_large_lr_batch_1", 0.02),
          "gx0": ("g_x_small_lr_full_batch", 0.02), "gx1": ("g_x_large_lr_batch_1", 0.02)}),

@@ -11,12 +11,15 @@ DESCRIPTION = ("TwoLayerNet (tanh) trained by SGD to interpolation on 8 points o
                "R^8, over lr (up to past the stability edge) x batch size x initialisation: each "
                "minimum found is checked for linear stability by the exact rho(T_2) <= 1, with "
                "lr / (exact critical lr), the sufficient vector criterion and Wu et al.'s s "
-               "bound (necessary only for that criterion) beside it; Ma & Ying's k = 2, 3 "
+               "bound (necessary only for that criterion) beside it, and the almost-sure "
+               "notion, the top Lyapunov exponent of linearised SGD; Ma & Ying's k = 2, 3 "
                "gradient-moment bounds; and their g_W, g_x on the training points, smaller "
                "at larger lr and smaller batches.")
 
 #: A run counts as interpolating below this full-batch loss (targets are O(1)).
 INTERPOLATION_LOSS = 1e-10
+#: Runs and steps of the Lyapunov-exponent estimate at each minimum (stderr ~1e-5 here).
+LYAPUNOV_RUNS, LYAPUNOV_STEPS = 16, 10_000
 
 
 def _circle_data(n: int, d: int, seed: int):
@@ -33,10 +36,14 @@ def _analyse(model, w, lr: float, batch: int) -> dict:
     q = stability.sharpness_nonuniformity(model, w)
     cond = stability.stability_conditions(model, w, lr, batch, quantities=q)
     sm = stability.input_smoothness(model, w)  # on the training inputs, as Ma & Ying define them
+    ly = stability.lyapunov_exponent(model, w, lr, batch, runs=LYAPUNOV_RUNS,
+                                     steps=LYAPUNOV_STEPS, seed=5)
     return {"a": float(q.sharpness), "s": float(q.nonuniformity),
             "lr_a": lr * float(q.sharpness),
             "lr_sqrt_kappa_s": lr * np.sqrt(cond.kappa) * float(q.nonuniformity),
             "rho_T2": cond.spectral_radius, "stable": cond.stable,
+            "lyapunov": ly.exponent, "lyapunov_stderr": ly.stderr,
+            "half_log_rho_T2": ly.moment_bound, "converges_as": ly.converges,
             "sufficient": cond.sufficient, "wu_pair": cond.wu_pair,
             "lr_over_critical": lr / stability.critical_lr(model, w, batch),
             "g_W": float(sm.g_W), "g_x": float(sm.g_x),
@@ -87,11 +94,19 @@ def run(out, quick: bool) -> dict:
             "not_interpolated": missed,
             "diverged": sum(r["diverged"] for r in missed),
             "all_linearly_stable": len(stable) == len(rows),
-            "linearly_unstable": [{k: r[k] for k in ("lr", "batch", "seed", "loss", "rho_T2")}
+            "linearly_unstable": [{k: r[k] for k in ("lr", "batch", "seed", "loss", "rho_T2",
+                                                     "lyapunov", "lyapunov_stderr")}
                                   for r in rows if not r["stable"]],
             "linearly_stable_count": len(stable),
             "linearly_unstable_count": len(rows) - len(stable),
             "max_rho_T2": max((r["rho_T2"] for r in rows), default=float("nan")),
+            "lyapunov_runs": LYAPUNOV_RUNS, "lyapunov_steps": LYAPUNOV_STEPS,
+            "max_lyapunov": max((r["lyapunov"] for r in rows), default=float("nan")),
+            "all_converge_almost_surely": all(r["converges_as"] for r in rows),
+            "second_moment_unstable_but_converging_as": sum(
+                (not r["stable"]) and r["converges_as"] for r in rows),
+            "max_lyapunov_second_moment_unstable": max(
+                (r["lyapunov"] for r in rows if not r["stable"]), default=float("nan")),
             "max_lr_over_critical_lr_for_lr_le_1": max(
                 (r["lr_over_critical"] for r in rows if r["lr"] <= 1), default=float("nan")),
             "max_moment_ratio": max((max(r["moment_ratio_k2"], r["moment_ratio_k3"])
@@ -115,7 +130,7 @@ def run(out, quick: bool) -> dict:
 def _figure(out, rows, lrs, batches, settings) -> str:
     from matplotlib import colormaps
 
-    fig, ax = subplots(1, 3, figsize=(15, 4.8))
+    fig, ax = subplots(1, 4, figsize=(20, 4.8))
     cmap = colormaps["viridis"]
     colour = {lr: cmap(i / max(1, len(lrs) - 1)) for i, lr in enumerate(lrs)}
     marker = {b: "os^D"[i % 4] for i, b in enumerate(batches)}
@@ -147,5 +162,38 @@ def _figure(out, rows, lrs, batches, settings) -> str:
               title="distance to the exact stability edge", ylim=(0, 1.2))
     ax[2].set_xticks(batches, [str(b) for b in batches])
     ax[2].minorticks_off()
+    _lyapunov_panel(ax[3], rows, colour, marker)
     return save(fig, out, "sgd-stability", "SGD on a two-layer net: linear stability of the "
                 "minima found", settings)
+
+
+def _lyapunov_panel(ax, rows, colour, marker) -> None:
+    """The two notions of linear stability at each minimum: log(rho(T_2)) / 2 (the second
+    moment's growth per step) against the almost-sure exponent gamma, which never exceeds it."""
+    for r in rows:
+        c, mk = colour[r["lr"]], marker[r["batch"]]
+        ax.errorbar(r["half_log_rho_T2"], r["lyapunov"], yerr=2 * r["lyapunov_stderr"], fmt=mk,
+                    color=c, mfc=c if r["stable"] else "none", alpha=0.8, ms=5)
+    xs = [r["half_log_rho_T2"] for r in rows] or [-1.0, 1.0]
+    ys = [r["lyapunov"] for r in rows] or [-1.0, 1.0]
+    x_lo, x_hi = min(min(xs), min(ys)), max(max(xs), 0.0)
+    pad = 0.08 * (x_hi - x_lo + 1e-12)
+    x_lo, x_hi = x_lo - pad, x_hi + pad
+    y_lo = min(ys) - pad
+    y_hi = max(max(ys), 0.0) + pad
+    ax.plot([x_lo, x_hi], [x_lo, x_hi], "k-", lw=0.6,
+            label="gamma = log(rho(T_2)) / 2 (its upper bound)")
+    ax.axhline(0, color="k", ls=":", lw=0.8)
+    ax.axvline(0, color="grey", ls="--", lw=0.8)
+    ax.fill_between([0, x_hi], y_lo, 0, color="C3", alpha=0.08,
+                    label="second moment grows, almost every run converges")
+    for r in rows:
+        if not r["stable"]:
+            ax.annotate(f"rho(T_2) {r['rho_T2']:.4g}\ngamma {r['lyapunov']:.2g}",
+                        (r["half_log_rho_T2"], r["lyapunov"]), fontsize=7,
+                        xytext=(-4, 6), textcoords="offset points", ha="right")
+    ax.set(xlim=(x_lo, x_hi), ylim=(y_lo, y_hi),
+           xlabel="log(rho(T_2)) / 2: second-moment growth per step",
+           ylabel="gamma: almost-sure exponent per step (+- 2 s.e.)",
+           title="two notions: moments (Ma & Ying) vs almost sure")
+    ax.legend(fontsize=7, loc="upper left")

@@ -73,6 +73,10 @@ def test_experiment_numbers_show_the_theory(results):
     assert sgd["all_multiplicative_inequalities_hold"]
     assert sgd["g_W_large_lr_batch_1"] < sgd["g_W_small_lr_full_batch"]
     assert sgd["g_x_large_lr_batch_1"] < sgd["g_x_small_lr_full_batch"]
+    # the almost-sure exponent: < 0 at every minimum found, never above log(rho(T_2)) / 2
+    assert sgd["all_converge_almost_surely"] and sgd["max_lyapunov"] < 0
+    for row in sgd["table"]:
+        assert row["lyapunov"] <= row["half_log_rho_T2"] + 4 * row["lyapunov_stderr"] + 1e-6
     p2 = res["period-two"]
     assert p2["sign_alternation_min"] >= 0.95 and p2["drift_cosine_min"] > 0.9  # 1.0, 0.956
     assert p2["entry_ratio"][1] < p2["entry_ratio"][0]            # 1.037 < 1.116: Theorem 4.4
