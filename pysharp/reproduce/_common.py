@@ -26,6 +26,47 @@ def theory_start(zeta: np.ndarray, sharpness: float, lr: float, wd: float, *,
     return w * np.sqrt(norm2) / np.linalg.norm(w)
 
 
+def refined_entry(model, trajectory) -> int:
+    """The EoS entry step to the resolution of the theta snapshots, not of the sharpness.
+
+    The engine detects the entry at the first sharpness step where eff. LR x sharpness
+    reaches 2 (1 - eos_tol); sharpness every few hundred steps costs Lanczos runs, theta
+    snapshots are cheap. Between the previous sharpness step and the engine's entry the
+    ratio rises (the effective LR grows, the sharpness at the minimum stays), so the first
+    snapshot past the threshold is found by bisection, with the sharpness measured at
+    about log2(snapshots in between) of them. Returns the engine's entry when it is -1 or
+    no snapshot lies in between. A one-trajectory run whose theta snapshots are records
+    (``theta_every`` a multiple of ``record_every``) is assumed.
+    """
+    from .. import spherical_sharpness
+
+    entry = int(np.asarray(trajectory.eos_entry_step).reshape(-1)[0])
+    if entry < 0 or trajectory.theta is None:
+        return entry
+    earlier = trajectory.sharpness_steps[trajectory.sharpness_steps < entry]
+    start = int(earlier[-1]) if len(earlier) else -1
+    th_steps = np.asarray(trajectory.theta_steps)
+    steps = np.asarray(trajectory.steps)
+    pick = np.flatnonzero((th_steps > start) & (th_steps <= entry))
+    rec = np.minimum(np.searchsorted(steps, th_steps[pick]), len(steps) - 1)
+    ok = steps[rec] == th_steps[pick]
+    pick, rec = pick[ok], rec[ok]
+    if not len(pick) or th_steps[pick[-1]] != entry:
+        return entry
+    theta = np.asarray(trajectory.theta).reshape(len(th_steps), -1)
+    eff = np.asarray(trajectory.eff_lr).reshape(-1)
+    threshold = 2 * (1 - trajectory.eos_tol)
+    lo, hi = -1, len(pick) - 1  # below the threshold at lo (or before), past it at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        sharp = float(spherical_sharpness(model, theta[pick[mid]]).eigenvalues[0])
+        if eff[rec[mid]] * sharp >= threshold:
+            hi = mid
+        else:
+            lo = mid
+    return int(th_steps[pick[hi]])
+
+
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cosine of the last axis of a (..., D) against a vector b (D,)."""
     return (a @ b) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b))

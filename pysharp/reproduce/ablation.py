@@ -18,12 +18,12 @@ def run(out, quick: bool) -> dict:
     wt = min_norm_interpolant(lin)
     res, summary = {}, {}
     for wd in (1e-3, 0.0):
-        every = steps_mc // 100
+        every = steps_mc // 600  # 50 steps in the default run: curves, not segments
         tr = run_gd_wd(mc, mc.random_point(seed=1, norm=5.0), 0.2, wd, steps_mc,
                        record_every=every, sharpness_every=every * 5, theta_every=every)
         res[("mc", wd)] = (tr, mc.test_loss(tr.theta))
     for wd in (2e-4, 0.0):
-        every = steps_lin // 200
+        every = steps_lin // 1000
         tr = run_gd_wd(lin, lin.random_point(seed=0, norm=10.0), 0.5, wd, steps_lin,
                        record_every=every, sharpness_every=every * 5, theta_every=every)
         res[("lin", wd)] = (tr, cosine(tr.theta, wt))

@@ -62,6 +62,12 @@ def test_experiment_numbers_show_the_theory(results):
     drift = toy["phi_start"] - toy["phi_end_flow"]
     assert drift > 0.1
     assert abs(toy["phi_end_gd"] - toy["phi_end_flow"]) < 0.05 * drift
+    # eff. LR x sharpness at every step: its 1000-step mean stays within 1 % of 2 (1.993-2.009)
+    assert toy["eos_ratio_mean_window"] == 1000
+    assert all(abs(r - 2) < 0.02 for r in toy["eos_ratio_mean_range"])
+    # records fine enough for curves; the entry refined to them; the panels plot the JSON's run
+    assert mc["record_every"] <= 50 and mc["singular_value_panel"] == "20 x 20"
+    assert mc["eos_entry_step"] <= mc["eos_entry_step_engine"]
     ab = res["ablation"]
     assert ab["mc_test_loss_end_wd_0.001"] < 0.5 * ab["mc_test_loss_end_wd_0"]
     # without WD there is no EoS: the sharpness stays where GD landed (45.7 both)
@@ -161,3 +167,18 @@ def test_readme_covers_every_experiment_and_its_prose_numbers(results):
     for name, entries in tool.SENTENCES.items():
         for entry in entries:
             tool.render(name, res[name], entry)          # every path exists in the JSON
+
+
+def test_refined_entry_finds_the_fine_engine_entry_from_coarse_sharpness():
+    """The paper's BN linear regression: sharpness every 500 steps and theta every 10, refined
+    by bisection, gives the entry the engine finds with sharpness every 10 steps."""
+    from pysharp import BNLinearRegression, run_gd_wd
+    from pysharp.reproduce._common import refined_entry
+
+    model = BNLinearRegression.synthetic()
+    w0 = model.random_point(seed=0, norm=10.0)
+    fine = run_gd_wd(model, w0, 0.5, 2e-4, 19_000, record_every=10, sharpness_every=10)
+    coarse = run_gd_wd(model, w0, 0.5, 2e-4, 19_000, record_every=10, sharpness_every=500,
+                       theta_every=10)
+    assert int(coarse.eos_entry_step) - int(fine.eos_entry_step) >= 10  # coarse is late
+    assert refined_entry(model, coarse) == int(fine.eos_entry_step)
