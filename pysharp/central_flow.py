@@ -256,7 +256,7 @@ class CentralFlow:
         self._eta = self.lr * (-self._rho / a if a > 0 else 1.0)
         self._scale_invariant = isinstance(model, ScaleInvariantModel)
         if self._scale_invariant:
-            self._core = model._core(np.float64, resolve("auto", np.zeros(1)))
+            self._core = model._core(np.float64, resolve("auto", np.zeros(1), model=model))
         else:
             self._core = model._core(np.float64)
 

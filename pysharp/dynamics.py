@@ -17,6 +17,7 @@ from ._backends._tiles import tile_run
 from ._engine import EngineConfig, LanczosOptions, Method
 from ._engine.hyper import broadcast_batch, per_trajectory
 from ._engine.methods import HYPERPARAMETERS, METHODS, method_spec
+from ._engine.records import drop_batch_axis
 from ._engine.validation import (
     SAFE_NORM2,
     as_positive_int,
@@ -29,9 +30,6 @@ from .models._kinds import require_scale_invariant
 
 STABLE, EOS, UNSTABLE = 0, 1, 2
 REGIME_NAMES = ("stable", "eos", "unstable")
-
-_SINGLE_ARRAYS = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad", "sharpness",
-                  "eos_ratio", "sharpness_converged", "regime")
 
 
 @dataclass
@@ -139,7 +137,7 @@ def run_method(model: ScaleInvariantModel, w0, hyper: Mapping[str, ArrayLike], s
                          f"got {got}")
     require_scale_invariant(model, spec.runner,
                             "use pysharp.run_sgd (batch = n for full-batch GD)")
-    backend = resolve(backend, w0, trajectories=True)
+    backend = resolve(backend, w0, trajectories=True, model=model)
     steps = as_positive_int(steps, "steps", minimum=0)
     record_every = as_positive_int(record_every if record_every is not None
                                    else max(1, steps // 1000), "record_every")
@@ -200,39 +198,43 @@ def run_method(model: ScaleInvariantModel, w0, hyper: Mapping[str, ArrayLike], s
     if raw is None:
         raw = model._core(W0.dtype, backend).run(W0, hyper, config.to_core(), first_trajectory)
 
+    return _trajectory(raw, steps=steps, record_every=record_every,
+                       sharpness_every=sharpness_every, theta_every=theta_every, hyper=hyper,
+                       method=method, eos_tol=eos_tol, single=single,
+                       meta={"model": type(model).__name__, "jitter": jitter, "seed": seed,
+                             "dtype": str(W0.dtype), "reduced": reduced, "backend": backend,
+                             "tiles": used_tiles})
+
+
+def _trajectory(raw: dict, *, steps: int, record_every: int, sharpness_every: int,
+                theta_every: int, hyper: dict, method: str, eos_tol: float, single: bool,
+                meta: dict) -> Trajectory:
+    """The ``Trajectory`` of an engine's result ``raw`` (``_engine.records.RECORDS``, each
+    with its batch axis), the regimes labelled; one trajectory's without its batch axis
+    when ``single``."""
     sharpness_steps = np.arange(0, steps + 1, sharpness_every) if sharpness_every else \
         np.zeros(0, dtype=np.int64)
     regime = label_regimes(raw["eos_ratio"], eos_tol)
-    traj = Trajectory(
+    entry = first_eos_step(regime, sharpness_steps)
+    B = raw["w"].shape[0]
+    lr, wd = hyper.get("lr", hyper.get("eta")), hyper.get("wd", np.zeros(B, raw["w"].dtype))
+    if single:
+        raw = drop_batch_axis(raw)
+        regime, entry, lr, wd = regime[:, 0], entry[0], lr[0], wd[0]
+        hyper = {k: v[0] for k, v in hyper.items()}
+    return Trajectory(
         w=raw["w"], steps=np.arange(0, steps + 1, record_every),
         loss=raw["loss"], norm2=raw["norm2"], eff_lr=raw["eff_lr"], grad_norm=raw["grad_norm"],
         top_grad=raw["top_grad"] if sharpness_every else None,
         sharpness_steps=sharpness_steps, sharpness=raw["sharpness"], eos_ratio=raw["eos_ratio"],
         sharpness_converged=raw["sharpness_converged"].astype(bool), regime=regime,
-        eos_entry_step=first_eos_step(regime, sharpness_steps),
-        diverged=raw["diverged"].astype(bool), diverged_step=raw["diverged_step"],
+        eos_entry_step=entry, diverged=raw["diverged"].astype(bool),
+        diverged_step=raw["diverged_step"],
         theta_steps=np.arange(0, steps + 1, theta_every) if theta_every else
         np.zeros(0, dtype=np.int64),
-        theta=raw["theta"] if theta_every else None,
-        lr=hyper.get("lr", hyper.get("eta")), wd=hyper.get("wd", np.zeros_like(W0[:, 0])),
-        hyper=hyper, method=method, eos_tol=eos_tol,
-        group_norm2=raw.get("group_norm2"), top_eigenvalues=raw.get("top_eigenvalues"),
-        meta={"model": type(model).__name__, "jitter": jitter, "seed": seed, "dtype": str(W0.dtype),
-              "reduced": reduced, "backend": backend, "tiles": used_tiles},
-    )
-    if single:
-        for name in _SINGLE_ARRAYS:
-            a = getattr(traj, name)
-            if a is not None:
-                setattr(traj, name, a[:, 0])
-        traj.w = traj.w[0]
-        for name in ("theta", "group_norm2", "top_eigenvalues"):
-            if getattr(traj, name) is not None:
-                setattr(traj, name, getattr(traj, name)[:, 0])
-        for name in ("eos_entry_step", "diverged", "diverged_step", "lr", "wd"):
-            setattr(traj, name, getattr(traj, name)[0])
-        traj.hyper = {k: v[0] for k, v in traj.hyper.items()}
-    return traj
+        theta=raw["theta"] if theta_every else None, lr=lr, wd=wd, hyper=hyper, method=method,
+        eos_tol=eos_tol, group_norm2=raw.get("group_norm2"),
+        top_eigenvalues=raw.get("top_eigenvalues"), meta=meta)
 
 
 _COMMON_DOC = """

@@ -14,16 +14,27 @@ slower than ``pysharp.models``.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
+
+
+def _xp(a):
+    """The array namespace of ``a``: ``jax.numpy`` for JAX arrays and tracers, else NumPy.
+
+    The losses (not the hand-derived derivatives) are written against it, so that the
+    XLA backend (``pysharp._backends._jax``) differentiates these same definitions.
+    """
+    return sys.modules["jax.numpy"] if type(a).__module__.startswith("jax") else np
 
 
 def _dot(a, b):
     """Row-wise a . b without conjugation, so complex steps stay analytic."""
-    return np.sum(a * b, axis=-1, keepdims=True)
+    return _xp(a).sum(a * b, axis=-1, keepdims=True)
 
 
 def _unit(z):
-    return z / np.sqrt(_dot(z, z))
+    return z / _xp(z).sqrt(_dot(z, z))
 
 
 def complex_step(f, w, v, h: float = 1e-30):
@@ -59,12 +70,13 @@ class BNLinearRegressionReference:
         self.scale = 2 * self.y.var()
 
     def predictions(self, w):
+        xp = _xp(w)
         z = w @ self.Xc.T
-        sigma = np.sqrt(np.mean(z * z, axis=-1, keepdims=True))
+        sigma = xp.sqrt(xp.mean(z * z, axis=-1, keepdims=True))
         return self.y.std() * z / sigma + self.y.mean()
 
     def loss(self, w):
-        return np.mean((self.predictions(w) - self.y) ** 2, axis=-1)
+        return _xp(w).mean((self.predictions(w) - self.y) ** 2, axis=-1)
 
     def grad(self, w):
         z = w @ self.Xc.T
@@ -103,12 +115,12 @@ class BNMatrixCompletionReference:
         rows = self.rows if rows is None else rows
         cols = self.cols if cols is None else cols
         U, V = self.factors(w)
-        return np.sum(U[:, rows] * V[:, cols], axis=-1)
+        return _xp(w).sum(U[:, rows] * V[:, cols], axis=-1)
 
     def loss(self, w):
         s = self.scores(w)
         p = self.values.std() * (s - s.mean(-1, keepdims=True)) / s.std(-1, keepdims=True)
-        return np.mean((p + self.values.mean() - self.values) ** 2, axis=-1)
+        return _xp(w).mean((p + self.values.mean() - self.values) ** 2, axis=-1)
 
     def test_loss(self, w, rows, cols, values):
         s = self.scores(w)
@@ -250,11 +262,12 @@ class BNTwoLayerNetReference:
 
     def _act(self, x, order: int):
         """act (order 0), act' (1) or act'' (2), analytic for complex x away from relu's kink."""
+        xp = _xp(x)
         if self.activation == "tanh":
-            t = np.tanh(x)
+            t = xp.tanh(x)
             return (t, 1 - t * t, -2 * t * (1 - t * t))[order]
-        pos = np.real(x) > 0
-        return (np.where(pos, x, 0), np.where(pos, 1.0, 0.0), np.zeros_like(x))[order]
+        pos = xp.real(x) > 0
+        return (xp.where(pos, x, 0), xp.where(pos, 1.0, 0.0), xp.zeros_like(x))[order]
 
     def _rows(self, w):
         return w.reshape(w.shape[0], self.m, self.d)
@@ -270,14 +283,15 @@ class BNTwoLayerNetReference:
 
     def predictions(self, w):
         """f(x_i) for each row of w (B, D): (B, n), from uncentred X and per-unit statistics."""
-        z = np.einsum("bjk,ik->bji", self._rows(w), self.X)
+        xp = _xp(w)
+        z = xp.einsum("bjk,ik->bji", self._rows(w), self.X)
         c = z - z.mean(axis=-1, keepdims=True)
-        std = np.sqrt(np.mean(c * c, axis=-1, keepdims=True))
-        return np.einsum("j,bji->bi", self.a, self._act(c / std, 0))
+        std = xp.sqrt(xp.mean(c * c, axis=-1, keepdims=True))
+        return xp.einsum("j,bji->bi", self.a, self._act(c / std, 0))
 
     def loss(self, w):
         """L(w), (B,)."""
-        return np.mean((self.predictions(w) - self.y) ** 2, axis=-1)
+        return _xp(w).mean((self.predictions(w) - self.y) ** 2, axis=-1)
 
     def grad(self, w):
         """Gradient, (B, D)."""

@@ -113,7 +113,7 @@ def spherical_sharpness(model: ScaleInvariantModel, w, k: int = 1, *, which: str
         raise ValueError(f"method must be 'auto', 'lanczos' or 'dense', got {method!r}")
     if method == "auto":
         method = "dense" if D <= 16 or backend == "numpy" else "lanczos"
-    backend = resolve(backend, w, trajectories=method == "lanczos")
+    backend = resolve(backend, w, trajectories=method == "lanczos", model=model)
     norm2 = np.einsum("bi,bi->b", W, W)
     if method == "dense":
         H = model.hessian(W, backend=backend)

@@ -197,7 +197,7 @@ def _hvp(model, W: np.ndarray, V: np.ndarray, backend: str) -> np.ndarray:
 
 def _backend(model, backend: str, w) -> str:
     if isinstance(model, ScaleInvariantModel):
-        return resolve(backend, w)
+        return resolve(backend, w, model=model)
     if backend not in ("auto", "cpp"):
         raise ValueError(f"backend must be 'auto' or 'cpp' for {type(model).__name__}, "
                          f"got {backend!r}")

@@ -35,6 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._engine import loader
+from . import _jax  # imports JAX itself only when the backend is used
 from ._errors import BackendUnavailable
 from ._fallback import NumbaCore, NumpyCore
 
@@ -55,6 +56,15 @@ def _probe_cuda() -> str | None:
 def _probe_cupy() -> str | None:
     from . import _cupy  # lazy: probing the backend is when CuPy's absence may show
     return _cupy.unavailable_reason()
+
+
+def _probe_jax() -> str | None:
+    return _jax.probe()
+
+
+def _jax_core(model, dtype):
+    loss, data, groups = model._jax_loss()
+    return _jax.JaxCore(loss, data, model.dim, dtype, groups)
 
 
 def _probe_numba() -> str | None:
@@ -126,6 +136,9 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
             tiles=_cupy_module),
     Backend("numba", _probe_numba, trajectories=True, gpu=False,
             kernels=lambda m, dtype: NumbaCore(m._numba_params(), dtype, m._reference())),
+    # XLA: kernels by JAX's autodiff, Lanczos and the engine jitted (_backends/_jax.py); the
+    # models written in JAX (XlaModel) run here, a built-in only when asked or as a last resort
+    Backend("jax", _probe_jax, trajectories=True, gpu=False, kernels=_jax_core),
     Backend("numpy", lambda: None, trajectories=False, gpu=False,
             kernels=lambda m, dtype: NumpyCore(m._reference(), m.dim, dtype)),
 )}
@@ -176,7 +189,7 @@ def on_gpu(x) -> bool:
     return hasattr(x, "__cuda_array_interface__")
 
 
-def resolve(backend: str, *arrays, trajectories: bool = False) -> str:
+def resolve(backend: str, *arrays, trajectories: bool = False, model=None) -> str:
     """The concrete backend for a call on ``arrays``, or a clear error.
 
     Parameters
@@ -187,13 +200,19 @@ def resolve(backend: str, *arrays, trajectories: bool = False) -> str:
         The call's array inputs; GPU arrays steer "auto" to the GPU backends.
     trajectories : bool
         True for calls that need the engine (trajectories, Lanczos).
+    model : optional
+        The model of the call: "auto" then picks among its backends (``model._backends``,
+        in its order), so a model written in JAX runs on "jax" and a built-in on the
+        compiled core.
     """
     if not isinstance(backend, str) or backend not in ("auto",) + NAMES:
         raise ValueError(f"backend must be 'auto' or one of {', '.join(NAMES)}, got {backend!r}")
     wanted = _ENGINE if trajectories else NAMES
     if backend == "auto":
         gpu = any(on_gpu(a) for a in arrays)
-        order = tuple(name for name, b in BACKENDS.items() if b.gpu == gpu)
+        names = NAMES if model is None else model._backends
+        # a model written in JAX runs in XLA wherever its arrays live
+        order = tuple(n for n in names if BACKENDS[n].gpu == gpu or n == names[0] == "jax")
         for name in order:
             if name in wanted and _probe(name) is None:
                 return name

@@ -51,7 +51,9 @@ from typing import Any
 
 import numpy as np
 
+from .._engine import records
 from .._engine.methods import HYPERPARAMETERS, METHODS
+from .._engine.records import n_records, run_result_names
 from . import _cuda_sources as cs
 from . import _nvrtc
 from ._errors import BackendUnavailable
@@ -108,12 +110,7 @@ CPP_STRUCTS = {
 }
 
 #: (name in the result dict of ``run``, field of BatchRecords), in BatchRecords' order.
-RECORDS = (("loss", "loss"), ("norm2", "norm2"), ("eff_lr", "eff_lr"),
-           ("grad_norm", "grad_norm"), ("top_grad", "top_grad"), ("sharpness", "sharpness"),
-           ("eos_ratio", "eos_ratio"), ("sharpness_converged", "sharpness_converged"),
-           ("theta", "theta"), ("w", "w_final"), ("diverged", "diverged"),
-           ("diverged_step", "diverged_step"), ("group_norm2", "group_norm2"),
-           ("top_eigenvalues", "top_eigs"))
+RECORDS = tuple((r.name, r.field) for r in records.RECORDS)
 
 #: The outputs of a tile run, in the order of its result tuple (bind_tile.cu's TileRun).
 TILE_OUTPUTS = ("w_final", "loss", "norm2", "diverged", "diverged_step", "eff_lr",
@@ -276,38 +273,13 @@ def hyperparameter_arrays(hyper: dict, method: int, B: int) -> dict[str, Any]:
     return out
 
 
-def n_records(steps: int, every: int) -> int:
-    """Records at steps 0, every, 2 every, ... <= steps; 0 for every = 0 (trajectory.hpp)."""
-    return steps // every + 1 if every > 0 else 0
-
-
 def run_outputs(B: int, D: int, groups: int, config: np.void, real) -> dict[str, tuple]:
-    """name -> (shape, dtype) of every array ``run`` fills (bind_model.hpp's RunOutputs),
-    in :data:`RECORDS` order; an output not asked for has a zero-size shape."""
-    r = np.dtype(real)
-    steps, top_k = int(config["steps"]), int(config["top_k"])
-    nrec = n_records(steps, int(config["record_every"]))
-    nsh = n_records(steps, int(config["sharpness_every"]))
-    nth = n_records(steps, int(config["theta_every"]))
-    k = top_k if top_k >= 2 else 0
-    return {"loss": ((nrec, B), r), "norm2": ((nrec, B), r), "eff_lr": ((nrec, B), r),
-            "grad_norm": ((nrec, B), r),
-            "top_grad": ((nrec if config["sharpness_every"] > 0 else 0, B), r),
-            "sharpness": ((nsh, B), r), "eos_ratio": ((nsh, B), r),
-            "sharpness_converged": ((nsh, B), np.dtype(np.uint8)),
-            "theta": ((nth, B, D), r), "w": ((B, D), r), "diverged": ((B,), np.dtype(np.uint8)),
-            "diverged_step": ((B,), np.dtype(np.int64)),
-            "group_norm2": ((nrec if groups > 1 else 0, B, groups), r),
-            "top_eigenvalues": ((nsh if k else 0, B, k or 1), r)}
-
-
-def run_result_names(groups: int, top_k: int) -> list[str]:
-    """The keys of ``run``'s result, as bind_model.hpp returns them: every record, then
-    ``group_norm2`` for a model of several groups and ``top_eigenvalues`` for top_k >= 2
-    (whether or not sharpness is tracked)."""
-    names = [name for name, _ in RECORDS[:12]]
-    return names + [n for n, on in (("group_norm2", groups > 1), ("top_eigenvalues", top_k >= 2))
-                    if on]
+    """name -> (shape, dtype) of every array ``run`` fills (:func:`records.run_outputs` for
+    the ``EngineConfig`` struct ``config``)."""
+    return records.run_outputs(
+        B, D, groups, steps=int(config["steps"]), record_every=int(config["record_every"]),
+        sharpness_every=int(config["sharpness_every"]), theta_every=int(config["theta_every"]),
+        top_k=int(config["top_k"]), real=real)
 
 
 # -- launch arithmetic, as pure functions (checked against the C++ in the tests) ------------------

@@ -16,6 +16,7 @@ from ._loaded import LoadedModel, LoadedSquareLossModel, load_model, load_model_
 from ._registry import REGISTRY, ModelEntry, Summary, entry_of, register
 from ._square_loss import LinearRegression, SquareLossModel, TwoLayerNet  # SGD stability
 from ._toy3d import Toy3D
+from ._xla import XlaModel  # any JAX network, run by XLA
 
 __all__ = ["ScaleInvariantModel", "BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet",
            "Toy3D"]
@@ -24,4 +25,4 @@ __all__ += ["LoadedModel", "LoadedSquareLossModel", "load_model", "load_model_fi
             "ModelCompileError", "include_dir"]
 __all__ += ["REGISTRY", "ModelEntry", "Summary", "entry_of", "register"]
 __all__ += ["check", "CheckReport"]
-__all__ += ["from_jax", "from_jax_file", "JaxModel", "UnsupportedPrimitive"]
+__all__ += ["from_jax", "from_jax_file", "JaxModel", "XlaModel", "UnsupportedPrimitive"]

@@ -150,7 +150,7 @@ class ScaleInvariantModel(abc.ABC):
     #: The backends with an adapter for this model (``pysharp._backends.BACKENDS``): the
     #: compiled modules call ``_make_core``, Numba ``_numba_params``, NumPy ``_reference``.
     #: The dispatch refuses any other backend, naming these; the first is the suggestion.
-    _backends: tuple[str, ...] = ("cpp", "cuda", "cupy", "numba", "numpy")
+    _backends: tuple[str, ...] = ("cpp", "cuda", "cupy", "numba", "jax", "numpy")
     #: Why a backend is missing from ``_backends``, for the refusal (optional).
     _backends_why = ""
 
@@ -183,6 +183,17 @@ class ScaleInvariantModel(abc.ABC):
         """The NumPy oracle of ``pysharp.reference`` for this model (where ``_backends``
         lists "numpy" or "numba")."""
         raise NotImplementedError
+
+    def _jax_loss(self) -> tuple[Callable, Any, np.ndarray | None]:
+        """(loss(w (D,), data) -> scalar in JAX, data, group index per coordinate or None):
+        what the XLA backend (``_backends._jax``) differentiates. A built-in's is its NumPy
+        oracle's loss (``pysharp.reference``, written against either array namespace) run
+        by JAX, its data baked in."""
+        ref = self._reference()
+        bounds = getattr(self, "group_bounds", None)
+        groups = None if bounds is None or len(bounds) <= 2 else \
+            np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+        return (lambda w, data: ref.loss(w[None])[0]), (), groups
 
     @abc.abstractmethod
     def spec(self) -> dict:
@@ -317,7 +328,7 @@ class ScaleInvariantModel(abc.ABC):
         loss : ndarray, shape () or (B,)
         grad : ndarray, shape (D,) or (B, D)
         """
-        backend = resolve(backend, w)
+        backend = resolve(backend, w, model=self)
         W, single = self._batch(w, checked=False)
         loss, G = self._evaluate(backend, "loss_grad", ((0, 0), (1, 0)), W, single_w=single)
         return self._shape(loss, single), self._shape(G, single)
@@ -334,7 +345,7 @@ class ScaleInvariantModel(abc.ABC):
 
     def _directional(self, w, v, kernel: str, power: int, backend: str) -> np.ndarray:
         """A derivative of order power + 1 contracted with v ``power`` times."""
-        backend = resolve(backend, w, v)
+        backend = resolve(backend, w, v, model=self)
         W, V, (single_w, single_v) = self._pair(w, v)
         (out,) = self._evaluate(backend, kernel, ((power + 1, power),), W, V, single_w, single_v)
         return self._shape(out, single_w and single_v)
@@ -363,7 +374,7 @@ class ScaleInvariantModel(abc.ABC):
         Costs D HVPs and D^2 memory per point: for D beyond a few thousand use
         ``hvp`` with an iterative eigensolver instead.
         """
-        backend = resolve(backend, w)
+        backend = resolve(backend, w, model=self)
         W, single = self._batch(w, checked=False)
         (H,) = self._evaluate(backend, "hessian", ((2, 0),), W, single_w=single)
         return self._shape(H, single)

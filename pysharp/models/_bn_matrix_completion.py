@@ -166,7 +166,7 @@ class BNMatrixCompletion(ScaleInvariantModel):
         """
         if self.test is None:
             raise ValueError("this model has no held-out entries; pass test=(rows, cols, values)")
-        backend = resolve(backend, w)
+        backend = resolve(backend, w, model=self)
         if BACKENDS[backend].gpu:  # a held-out evaluation, not a GPU kernel
             backend = resolve("auto")
         W, single = self._batch(w)

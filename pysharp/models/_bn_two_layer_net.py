@@ -59,7 +59,7 @@ class BNTwoLayerNet(ScaleInvariantModel):
     """
 
     _declared_as = ("bn_two_layer_net.hpp", "BNTwoLayerNet")
-    _backends = ("cpp", "cuda", "cupy", "numpy")  # no Numba port (pysharp._backends._fallback)
+    _backends = ("cpp", "cuda", "cupy", "jax", "numpy")  # no Numba port (_backends._fallback)
 
     _undefined_reason = ("some hidden unit's output X @ W_j is constant over the samples, "
                          "so its BatchNorm (and the loss) is undefined")
@@ -85,6 +85,11 @@ class BNTwoLayerNet(ScaleInvariantModel):
     @property
     def dim(self) -> int:
         return self.width * self.X.shape[1]
+
+    @property
+    def group_bounds(self) -> np.ndarray:
+        """Offsets of the parameter groups, the rows of W: row j is ``w[j d:(j + 1) d]``."""
+        return np.arange(self.width + 1, dtype=np.int64) * self.X.shape[1]
 
     @property
     def n(self) -> int:

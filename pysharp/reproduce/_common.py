@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..sharpness import spherical_sharpness
 from . import plt
 
 
@@ -38,8 +39,6 @@ def refined_entry(model, trajectory) -> int:
     no snapshot lies in between. A one-trajectory run whose theta snapshots are records
     (``theta_every`` a multiple of ``record_every``) is assumed.
     """
-    from .. import spherical_sharpness
-
     entry = int(np.asarray(trajectory.eos_entry_step).reshape(-1)[0])
     if entry < 0 or trajectory.theta is None:
         return entry
