@@ -244,6 +244,29 @@ struct Binder {
   }
 };
 
+// The offsets of the model's parameter groups, group_begin(model, k) for k = 0..G
+// (core/config.hpp), checked: from 0 to dim(), each group non-empty.
+template <class Model>
+std::vector<int> checked_group_bounds(const Model& model) {
+  const int D = model.dim(), G = n_groups(model);
+  const std::string g = "the model's n_groups() = " + std::to_string(G);
+  require(G >= 1 && G <= D, g + " must be between 1 and its dim() = " + std::to_string(D));
+  if constexpr (!has_group_begin<Model>::value)
+    require(D % G == 0, g + " equal blocks do not divide its dim() = " + std::to_string(D) +
+                            "; declare group_begin(k) for blocks of unequal sizes");
+  std::vector<int> b(G + 1);
+  for (int k = 0; k <= G; ++k) b[k] = group_begin(model, k);
+  const auto at = [&](int k) { return "group_begin(" + std::to_string(k) + ") = " +
+                                      std::to_string(b[k]); };
+  require(b[0] == 0, "the model's " + at(0) + ", must be 0");
+  require(b[G] == D, "the model's " + at(G) + " (k = n_groups()), must be its dim() = " +
+                         std::to_string(D));
+  for (int k = 0; k < G; ++k)
+    require(b[k] < b[k + 1], "the model's groups must be non-empty and in order: " + at(k) +
+                                 ", " + at(k + 1));
+  return b;
+}
+
 // The holder: the bound arrays stay alive as long as the model that views them.
 template <class Model>
 struct DeclaredCore {
@@ -256,6 +279,7 @@ struct DeclaredCore {
     pysharp_fields(model, b);
     require(model.dim() >= 1, "the model's dim() must be >= 1 for this data");
     require(model.work_size() >= 0, "the model's work_size() must be >= 0");
+    checked_group_bounds(model);
   }
   DeclaredCore(const DeclaredCore&) = delete;
 };
@@ -269,6 +293,8 @@ void bind(py::module_& m) {
   py::class_<Core> cls(m, "Model", py::module_local());
   cls.def(py::init<const py::dict&>(), py::arg("data"));
   cls.def_property_readonly("n_groups", [](const Core& c) { return n_groups(c.model); });
+  cls.def_property_readonly("group_bounds",
+                            [](const Core& c) { return py::cast(checked_group_bounds(c.model)); });
   // The struct as held here (its scalars and extents set, its pointers host addresses), for
   // the CuPy backend, which copies it to a kernel argument with device pointers instead.
   cls.def_property_readonly("_layout", [](Core& c) {

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._bn_two_layer_net import BNTwoLayerNet
+from ._groups import declared_group_bounds, group_bounds
 from ._square_loss import SquareLossModel
 
 _FRAMEWORKS = ("auto", "jax", "torch", "numpy")
@@ -411,6 +411,8 @@ class CheckReport:
         What is wrong, in words, per failed quantity.
     notes : list of str
         Caveats (a finite-difference fallback, a low-precision reference).
+    group_bounds : tuple of int
+        Offsets of the groups checked: group k is ``w[group_bounds[k]:group_bounds[k + 1]]``.
     """
 
     framework: str
@@ -424,6 +426,7 @@ class CheckReport:
     failing: dict[str, int]
     messages: dict[str, str]
     notes: list[str] = dataclasses.field(default_factory=list)
+    group_bounds: tuple[int, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -455,21 +458,6 @@ class CheckReport:
 
 
 # -- the check -------------------------------------------------------------------------------
-def _declared_groups(model, dtype) -> int:
-    """G of a model invariant per group: ``n_groups`` of a loaded model's core, the rows of
-    a BNTwoLayerNet; 1 otherwise."""
-    n = getattr(model, "n_groups", None)
-    if n is None:
-        try:
-            n = getattr(model._core(dtype), "n_groups", None)
-        except Exception:  # noqa: BLE001 - a model without a compiled core
-            n = None
-    if n is None:
-        if isinstance(model, BNTwoLayerNet):
-            n = model.width
-    return int(n) if n is not None else 1
-
-
 def _validated(model, reference, points, seed, framework, rtol, groups):
     for member in ("dim", "loss_and_grad", "hvp", "third", "random_point"):
         if not hasattr(model, member):
@@ -494,15 +482,11 @@ def _validated(model, reference, points, seed, framework, rtol, groups):
                     not 0 < float(value) < np.inf:
                 raise ValueError(f"rtol must be a positive number or a dict of them, got "
                                  f"{value!r}")
-    D = int(model.dim)
     if groups is not None and not _scale_invariant(model):
         raise ValueError("groups: a square-loss model is not scale-invariant, so there is no "
                          "invariance to check per group")
     if groups is not None:
-        if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1 \
-                or D % groups:
-            raise ValueError(f"groups must be a positive integer dividing the model's dim "
-                             f"{D}, got {groups!r}")
+        group_bounds(groups, int(model.dim))
 
 
 def _scale_invariant(model) -> bool:
@@ -519,7 +503,7 @@ def _relative(diff: np.ndarray, size: np.ndarray, floor: np.ndarray) -> np.ndarr
 
 def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int = 0,
           framework: str = "auto", rtol: float | dict[str, float] | None = None,
-          groups: int | None = None) -> CheckReport:
+          groups: int | list | None = None) -> CheckReport:
     """Check a model against a reference loss written in JAX, PyTorch or NumPy.
 
     At ``points`` random points w (``model.random_point``, rescaled to norms
@@ -582,10 +566,13 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
     rtol : float or dict, optional
         Tolerance for every quantity, or a dict overriding some quantities'
         (keys as in :class:`CheckReport`); default: derived as above.
-    groups : int, optional
-        Check invariance separately on G equal contiguous blocks of w. Default:
-        what the model declares (a loaded model's ``n_groups()``, the rows of
-        a ``BNTwoLayerNet``), else 1 (only the whole w).
+    groups : int or list, optional
+        Check invariance separately on each of these contiguous blocks of w: an
+        int G (G equal blocks), a list of sizes (``[30, 6]``) or a list of
+        ``(start, stop)`` ranges tiling w in order (``[(0, 30), (30, 36)]``).
+        Default: what the model declares (``model.group_bounds``: a loaded
+        model's ``n_groups()`` and ``group_begin(k)``, the rows of a
+        ``BNTwoLayerNet``), else one group (only the whole w).
 
     Returns
     -------
@@ -598,9 +585,9 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
     TypeError
         ``model`` is not a pysharp model or ``reference`` is not callable.
     ValueError
-        ``points`` < 1, unknown ``framework`` or ``rtol`` key, ``groups`` not
-        dividing the dimension, or a reference that returns a non-scalar or
-        cannot be evaluated.
+        ``points`` < 1, unknown ``framework`` or ``rtol`` key, ``groups`` that do
+        not tile w (named: a gap, an overlap, the wrong total), or a reference
+        that returns a non-scalar or cannot be evaluated.
     ImportError
         A forced ``framework`` that is not installed.
 
@@ -618,9 +605,9 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
         dtype = np.dtype(np.float64)
     D = int(model.dim)
     invariant = _scale_invariant(model)
-    G = int(groups) if groups is not None else _declared_groups(model, dtype) if invariant else 1
-    if D % G:
-        raise ValueError(f"the model declares {G} groups, which do not divide its dim {D}")
+    bounds = (group_bounds(groups, D) if groups is not None else
+              declared_group_bounds(model, dtype) if invariant else np.array([0, D]))
+    G = len(bounds) - 1
 
     # Points and directions, in the model's dtype; the reference sees the same values.
     rng = np.random.default_rng([int(seed), 0xC4EC])
@@ -673,11 +660,10 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
         values["L(2w)-L(w)"] = loss2 - loss
     worst_group = None
     if G > 1:
-        size = D // G
         gl, gg = np.zeros((G, points)), np.zeros((G, points))
         dl = np.zeros((G, points))
         for k in range(G):
-            block = slice(k * size, (k + 1) * size)
+            block = slice(int(bounds[k]), int(bounds[k + 1]))
             Wk = W.copy()
             Wk[:, block] *= dtype.type(2)
             lk = f64(model.loss_and_grad(Wk)[0])
@@ -690,7 +676,7 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
         per_point["group L(2w_k)-L(w)"] = np.nanmax(gl, axis=0) if not np.isnan(gl).all() \
             else gl[0]
         per_point["group g_k.w_k"] = np.nanmax(gg, axis=0) if not np.isnan(gg).all() else gg[0]
-        worst_group = (gl, gg, dl, size)
+        worst_group = (gl, gg, dl)
 
     # Tolerances: the model's rounding plus the reference's error.
     model_tol = _rounding(dtype)
@@ -734,10 +720,10 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
             messages[key] = (f"not scale-invariant: L(2w) - L(w) = {values[key][b]:.1e} at "
                              f"w[{b}] (L(w) = {loss[b]:.3g}; {where})")
         else:
-            gl, gg, dl, size = worst_group
+            gl, gg, dl = worst_group
             table = gl if key.startswith("group L") else gg
             k = int(np.nanargmax(table[:, b]))
-            block = f"group {k} of {G} (w[{k * size}:{(k + 1) * size}])"
+            block = f"group {k} of {G} (w[{bounds[k]}:{bounds[k + 1]}])"
             if key.startswith("group L"):
                 messages[key] = (f"not scale-invariant in {block}: L(w with that block "
                                  f"doubled) - L(w) = {dl[k, b]:.1e} at w[{b}] ({where})")
@@ -754,7 +740,8 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
                      "function")
     return CheckReport(framework=ref.name, method=ref.method, dtype=dtype.name, points=points,
                        groups=G, errors=errors, tolerances=tolerances, passed=passed,
-                       failing=failing, messages=messages, notes=notes)
+                       failing=failing, messages=messages, notes=notes,
+                       group_bounds=tuple(int(b) for b in bounds))
 
 
 __all__ = ["check", "CheckReport"]

@@ -33,6 +33,7 @@ import numpy as np
 from ._check import _jax_x64
 from ._check import check as run_check
 from ._compiler import cache_dir, write_private
+from ._groups import equal_blocks, group_bounds
 from ._loaded import LoadedModel, _dtype_name, check_real_data, fields_from_files
 
 #: Primitives translated on values that depend on w (data-only equations may use any
@@ -53,6 +54,7 @@ _CALLS = ("jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_
 _ALIASES = ("reshape", "squeeze", "expand_dims", "copy", "copy_p", "reduce_precision",
             "optimization_barrier")
 _RESERVED = {"w", "loss", "g", "work", "S", "Real", "dim", "work_size", "loss_grad", "n_groups",
+             "group_begin",
              "value_of", "select", "sqrt_", "exp_", "expm1_", "log_", "log1p_", "tanh_", "sin_",
              "cos_", "matvec_rows",
              "matvec_cols", "mask_t", "pysharp"}
@@ -1018,8 +1020,13 @@ def _header(cg: _Codegen, loss_name: str, where: str, w_shape, inputs, groups) -
         f"  PYSHARP_HD int dim() const {{ return {cg.D}; }}",
         f"  PYSHARP_HD int work_size() const {{ return {max(work, 1)}; }}",
     ]
-    if groups is not None and groups > 1:
-        lines.append(f"  PYSHARP_HD int n_groups() const {{ return {groups}; }}")
+    G = len(groups) - 1 if groups is not None else 1
+    if G > 1:
+        lines.append(f"  PYSHARP_HD int n_groups() const {{ return {G}; }}")
+    if G > 1 and not equal_blocks(groups):  # offsets of blocks of unequal sizes
+        lines += ["  PYSHARP_HD int group_begin(int k) const {",
+                  f"    constexpr int begin[] = {{{', '.join(str(int(b)) for b in groups)}}};",
+                  "    return begin[k];", "  }"]
     lines += [
         "",
         "  template <class S>",
@@ -1217,7 +1224,7 @@ class JaxModel(LoadedModel):
 
 
 def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",
-             groups: int | None = None, check_points: int = 3, **data) -> JaxModel:
+             groups: int | list | None = None, check_points: int = 3, **data) -> JaxModel:
     """A compiled model from a loss written in JAX.
 
     ``jax.value_and_grad(loss)`` is traced (float64) to a jaxpr and translated,
@@ -1239,9 +1246,14 @@ def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",
         D^3L[v, v] at ``check_points`` random points) and raise if they differ.
     dtype : {"float64", "float32"}
         The precision the model is compiled in first.
-    groups : int, optional
-        Declare the loss invariant to the scale of each of ``groups`` equal
-        contiguous blocks of w (``n_groups()``; a two-layer net's rows).
+    groups : int or list, optional
+        Declare the loss invariant to the scale of each of these contiguous blocks
+        of w separately, so that runs record each block's squared norm
+        (``Trajectory.group_norm2``) and ``check`` verifies each: an int G (G equal
+        blocks, ``n_groups()``: a two-layer net's rows), a list of sizes summing to
+        D (``[30, 6]``: a 6 x 5 weight matrix and a readout of 6) or a list of
+        ``(start, stop)`` ranges tiling w in order (``[(0, 30), (30, 36)]``); blocks
+        of unequal sizes are declared by ``group_begin(k)`` in the header.
     **data
         Arrays and floats are data: traced with fixed shapes and bound as fields,
         so new values of the same shapes reuse the compiled module. Python ints
@@ -1253,7 +1265,8 @@ def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",
     TypeError
         ``w_example`` is a pytree, or data are not real.
     ValueError
-        Data with a non-finite entry (the keyword and the first index named).
+        Data with a non-finite entry (the keyword and the first index named);
+        ``groups`` that do not tile w (a gap, an overlap, the wrong total, named).
     UnsupportedPrimitive
         A primitive outside the supported subset (``SUPPORTED``) on a value that
         depends on w, named with its source line, before anything is compiled.
@@ -1271,7 +1284,8 @@ def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",
                 data[name] = np.asarray(value, dtype=np.float64)
     if w.size < 1:
         raise ValueError("w_example must have at least one entry")
-    traced = _trace(loss, w, data, groups)
+    bounds = group_bounds(groups, w.size) if groups is not None else None
+    traced = _trace(loss, w, data, bounds)
     header = _write_header(traced.source, traced.struct)
     model = JaxModel(header, fields=traced.fields, dtype=dtype, model_name=traced.struct,
                      source=traced.source, loss_fn=loss, data=dict(data), jaxpr=traced.jaxpr,

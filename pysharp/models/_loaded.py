@@ -291,6 +291,14 @@ class LoadedModel(_Compiled, ScaleInvariantModel):
         super().__init__()
         self._load(header, fields, dtype, model_name, include_dirs, modules)
 
+    @property
+    def group_bounds(self) -> np.ndarray:
+        """The offsets 0 = b_0 < ... < b_G = dim of the parameter groups the header
+        declares (``n_groups()``, and ``group_begin(k)`` for blocks of unequal sizes):
+        group k is ``w[b_k:b_(k+1)]``, recorded as ``Trajectory.group_norm2[..., k]``;
+        ``[0, dim]`` for a header that declares none."""
+        return np.asarray(self._compiled_core(self.dtype).group_bounds, dtype=np.int64)
+
     def _make_core(self, suffix, module):
         """The model's own compiled module's object (``module``, the shared core, has no
         class for it), or on the CuPy backend (a ``module`` with ``loaded``) its device

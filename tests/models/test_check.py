@@ -269,7 +269,7 @@ def test_bad_arguments_raise_before_any_work(phase):
             check(model, reference, points=points)
     with pytest.raises(ValueError, match="framework must be one of"):
         check(model, reference, framework="tensorflow")
-    with pytest.raises(ValueError, match="groups must be a positive integer dividing"):
+    with pytest.raises(ValueError, match="groups=3: 3 equal blocks do not divide the dim 8"):
         check(model, reference, groups=3)
     with pytest.raises(ValueError, match="unknown quantity 'hessian'"):
         check(model, reference, rtol={"hessian": 1e-3})

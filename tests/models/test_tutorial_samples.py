@@ -138,7 +138,8 @@ def test_comparisons_on_every_s_give_a_mask_of_the_value(tmp_path):
 
 #: The example headers the documentation includes, with the scalars their data need; each is
 #: loaded with its reference module's synthetic data and checked against its NumPy loss.
-EXAMPLES = {"phase_retrieval.hpp": {"c": 1.5}, "diagonal_net.hpp": {}}
+EXAMPLES = {"phase_retrieval.hpp": {"c": 1.5}, "diagonal_net.hpp": {},
+            "weight_norm_classifier.hpp": {"m": 6, "s": 2.0}}
 
 #: The code blocks that are fragments of pysharp's own sources, not a model a user loads: a
 #: built-in model's skeleton and the model interface (compiled below, -fsyntax-only), and

@@ -12,8 +12,9 @@
 // (Jet<Real, N>: exact HVPs and third derivatives), SIMD lane blocks
 // (Lanes<Real, W>) and jets of lane blocks. loss_grad returns, per lane,
 // whether the loss is defined at w (a zero normaliser: false). Optional:
-// `int n_groups() const` (the loss is invariant to each of G equal contiguous
-// blocks of w separately, core/config.hpp), and the top-coefficient form
+// `int n_groups() const` (the loss is invariant to the scale of each of G
+// contiguous blocks of w separately: equal blocks, or those whose offsets
+// `int group_begin(int k) const` gives, core/config.hpp), and the top-coefficient form
 // `template <class S, class G> loss_grad(const S*, S*, G* g, S*)` of
 // models/derivatives.hpp.
 //

@@ -116,13 +116,22 @@ PYSHARP_HD void set_lane(T& x, int /*l*/, const U& value) {
 }
 
 // Parameter groups: a model whose loss is invariant to the scale of each of G
-// equal, contiguous blocks of w separately (BNTwoLayerNet: its rows) declares
-// n_groups() = G, and the engine records each block's squared norm. Every
-// other model is one group.
+// contiguous blocks of w separately declares n_groups() = G, and the engine
+// records each block's squared norm. The blocks are equal (D / G values each:
+// BNTwoLayerNet's rows) unless the model also declares
+// `int group_begin(int k) const`, the offset of block k for 0 <= k <= G
+// (0 at k = 0, D at k = G, increasing: a weight-normalised layer of 30 weights
+// and a readout of 6 are blocks [0, 30) and [30, 36)). Every other model is one
+// group. Block k is w[group_begin(m, k), group_begin(m, k + 1)).
 template <class M, class = void>
 struct has_groups : std::false_type {};
 template <class M>
 struct has_groups<M, std::void_t<decltype(std::declval<const M&>().n_groups())>>
+    : std::true_type {};
+template <class M, class = void>
+struct has_group_begin : std::false_type {};
+template <class M>
+struct has_group_begin<M, std::void_t<decltype(std::declval<const M&>().group_begin(0))>>
     : std::true_type {};
 template <class M>
 PYSHARP_HD int n_groups(const M& m) {
@@ -130,6 +139,15 @@ PYSHARP_HD int n_groups(const M& m) {
     return m.n_groups();
   else
     return 1;
+}
+template <class M>
+PYSHARP_HD int group_begin(const M& m, int k) {
+  static_assert(!has_group_begin<M>::value || has_groups<M>::value,
+                "a model that declares group_begin(k) declares n_groups() too");
+  if constexpr (has_group_begin<M>::value)
+    return m.group_begin(k);
+  else
+    return k * (m.dim() / n_groups(m));
 }
 
 }  // namespace pysharp

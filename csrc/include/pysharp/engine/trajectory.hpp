@@ -434,9 +434,13 @@ class TrajectoryRunner {
           out_[l].top_grad[r * S] =
               have_v1_[l] ? norm * (state_.grad_dot(l, v1_[l]) / s) : Real(0) / Real(0);
         if (out_[l].group_norm2) {
-          const int G = out_[l].groups, size = D / G;
+          const int G = out_[l].groups;
           Real* dst = out_[l].group_norm2 + r * S * G;
-          for (int k = 0; k < G; ++k) dst[k] = lane_dot(w + k * size, w + k * size, size) / s / s;
+          for (int k = 0, b = 0; k < G; ++k) {
+            const int e = group_begin(m_, k + 1);
+            dst[k] = lane_dot(w + b, w + b, e - b) / s / s;
+            b = e;
+          }
         }
       }
       if (snapshot) {
