@@ -12,6 +12,10 @@ the batch's (see ``BNLinearRegression.batch_loss_and_grad``).
 Batches I_t are drawn with or without replacement from a counter-based RNG
 keyed by (seed, trajectory, step): results are bit-identical for any thread
 count and any split of a batch of trajectories into chunks (``first_trajectory``).
+
+A JAX network (``pysharp.models.square_loss_from_jax``, k outputs per sample) trains in
+XLA over the same batches (``sgd_batches``), l_i = ||f(x_i; w) - y_i||^2 / 2, with the
+compiled engine's records and divergence rules (``pysharp._backends._jax_square_loss``).
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._backends import core_only
+from ._backends import _jax_square_loss, core_only
 from ._engine.hyper import broadcast_batch, per_trajectory
 from ._engine.loader import core
 from ._engine.validation import as_positive_int, as_real, check_nonzero_rows
 from .models import BNLinearRegression, SquareLossModel
+from .models._xla_square_loss import XlaSquareLossModel
 
 
 @dataclass
@@ -66,16 +71,18 @@ def _batch_sizes(batch, n: int, replacement: bool, minimum: int = 1,
     return a.astype(np.float64)
 
 
-def run_sgd(model: SquareLossModel | BNLinearRegression, w0, lr, batch, steps: int, *, wd=0.0,
+def run_sgd(model: SquareLossModel | BNLinearRegression | XlaSquareLossModel, w0, lr, batch,
+            steps: int, *, wd=0.0,
             replacement: bool = False, record_every: int | None = None, seed: int = 0,
             first_trajectory: int = 0, max_loss: float = 1e100, backend: str = "auto") -> SGDResult:
     """Run mini-batch SGD (with optional weight decay) for a batch of trajectories.
 
     Parameters
     ----------
-    model : SquareLossModel or BNLinearRegression
-        ``LinearRegression`` or ``TwoLayerNet`` with training data, or
-        ``BNLinearRegression`` (ghost BN, see Notes).
+    model : SquareLossModel, BNLinearRegression or XlaSquareLossModel
+        ``LinearRegression`` or ``TwoLayerNet`` with training data,
+        ``BNLinearRegression`` (ghost BN, see Notes), or a JAX network from
+        ``pysharp.models.square_loss_from_jax`` (k outputs; run in XLA, see Notes).
     w0 : array_like, shape (D,) or (T, D)
         Starts (for ``BNLinearRegression`` none with Xc w0 = 0).
     lr : float or array_like, shape (T,)
@@ -102,7 +109,7 @@ def run_sgd(model: SquareLossModel | BNLinearRegression, w0, lr, batch, steps: i
         divergence; the trajectory is frozen, the rest of the batch completes.
     backend : {"auto", "cpp"}
         Core only: the compiled core runs this call; other backends are refused
-        with a message.
+        with a message. A JAX network runs in XLA: "auto" or "jax".
 
     Returns
     -------
@@ -138,12 +145,28 @@ def run_sgd(model: SquareLossModel | BNLinearRegression, w0, lr, batch, steps: i
     trajectory is flagged diverged at that step and frozen. Do not use small B
     with replacement on small n for that reason, and do not use it when you
     mean SGD with full-batch BN statistics (that is not what this computes).
+
+    A JAX network (``square_loss_from_jax``) runs in XLA: the T trajectories vmapped,
+    the steps between two recorded steps one jitted ``fori_loop``, over the batches
+    ``sgd_batches`` draws for trajectories ``first_trajectory`` + 0 .. T - 1 (those the
+    compiled engine draws), drawn before the run: (T, steps, max B) int32 indices must
+    fit in memory (refused in words otherwise; split a long run into calls with other
+    seeds). The recorded full-batch loss runs over chunks of ``model.chunk`` samples.
+    It matches the compiled engine on the same network to rounding; for the small
+    scalar models the compiled ``LinearRegression`` / ``TwoLayerNet`` run far faster.
     """
-    core_only(backend, "run_sgd")
+    is_xla = isinstance(model, XlaSquareLossModel)
+    if is_xla:
+        if backend not in ("auto", "jax"):
+            raise ValueError(f"run_sgd: a square_loss_from_jax model runs in XLA; backend must "
+                             f"be 'auto' or 'jax', got {backend!r}")
+    else:
+        core_only(backend, "run_sgd")
     is_bn = isinstance(model, BNLinearRegression)
-    if not (is_bn or isinstance(model, SquareLossModel)):
+    if not (is_bn or is_xla or isinstance(model, SquareLossModel)):
         raise TypeError(f"model must be a pysharp square-loss model (LinearRegression, "
-                        f"TwoLayerNet) or BNLinearRegression, got {type(model).__name__}")
+                        f"TwoLayerNet, square_loss_from_jax) or BNLinearRegression, got "
+                        f"{type(model).__name__}")
     steps = as_positive_int(steps, "steps", minimum=0)
     if record_every is None:
         record_every = max(1, steps // 100)
@@ -170,6 +193,9 @@ def run_sgd(model: SquareLossModel | BNLinearRegression, w0, lr, batch, steps: i
         check_nonzero_rows(W0, "w0")
         model.loss(W0)  # a start where the loss is undefined is refused, not run
         out = core().bn_linreg_sgd(model._core(W0.dtype), *args)
+    elif is_xla:
+        out = _run_sgd_xla(model, W0, params["lr"], B, params["wd"], steps, record_every,
+                           bool(replacement), seed, first_trajectory, max_loss)
     else:
         out = model._core(W0.dtype).sgd(*args)
     rec_steps = np.arange(steps // record_every + 1) * record_every
@@ -180,6 +206,22 @@ def run_sgd(model: SquareLossModel | BNLinearRegression, w0, lr, batch, steps: i
         res.diverged, res.diverged_step = res.diverged[0], res.diverged_step[0]
         res.lr, res.batch, res.wd = res.lr[0], res.batch[0], res.wd[0]
     return res
+
+
+def _run_sgd_xla(model: XlaSquareLossModel, W0, lr, B, wd, steps, record_every, replacement,
+                 seed, first_trajectory, max_loss) -> dict:
+    """SGD of a JAX network in XLA over the compiled engine's batches."""
+    T = W0.shape[0]
+    b_max = int(B.max())
+    batches = np.zeros((T, steps, b_max), dtype=np.int32)
+    for lane in range(T):
+        batches[lane, :, : B[lane]] = sgd_batches(model.n, int(B[lane]), steps,
+                                                  replacement=replacement, seed=seed,
+                                                  trajectory=first_trajectory + lane)
+    out = _jax_square_loss.run_sgd(model._pred, model.X, model.Y, W0, lr, wd, B, batches, steps,
+                                   record_every, max_loss, model.chunk)
+    out["diverged"] = out["diverged_step"] >= 0
+    return out
 
 
 def sgd_batches(n: int, batch: int, steps: int, *, replacement: bool = False, seed: int = 0,

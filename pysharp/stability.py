@@ -45,8 +45,15 @@ Everything here is computed from the per-sample Jacobian A = [a_1; ...; a_n]
 - ``input_smoothness``: g_W, g_x and the first-layer inequality
   ||grad_x f|| <= ||W1||_2 ||grad_W1 f||_F / ||x||.
 
-The models are ``LinearRegression``, ``TwoLayerNet`` (``pysharp.models``) and
-``BNLinearRegression`` (through its ``per_sample_jacobians``; a_i = grad_w p_i).
+The models are ``LinearRegression``, ``TwoLayerNet`` (``pysharp.models``),
+``BNLinearRegression`` (through its ``per_sample_jacobians``; a_i = grad_w p_i) and any JAX
+network on the square loss (``pysharp.models.square_loss_from_jax``), whose k outputs per
+sample make H_i = J_i^T J_i with J_i (k, D) the Jacobian of sample i: everything above holds
+with the k rows of J_i in place of a_i (Sigma = mean_i H_i^2 - H^2, H_i^2 =
+J_i^T (J_i J_i^T) J_i), the Jacobian held as the (n k, D) matrix of those rows,
+sample-major. Such a model's Jacobians come from ``vmap(jacrev)`` over chunks of samples;
+what needs the dense (n k, D) matrix refuses in words when it cannot fit, and
+``sharpness_nonuniformity(method="lanczos")`` never forms it.
 
 Stability is decided on the range of H (the span of the a_i): along its null
 space x_t never moves, so T_2 has the eigenvalue 1 there whatever eta and B.
@@ -60,8 +67,10 @@ import numpy as np
 
 from ._backends import core_only
 from ._engine.loader import core
+from ._engine.memory import available_memory
 from ._engine.validation import as_batch, as_float_array, as_positive_int, as_real
 from .models import BNLinearRegression, SquareLossModel
+from .models._xla_square_loss import XlaSquareLossModel
 from .sharpness import lanczos
 
 __all__ = ["StabilityQuantities", "SecondMomentOperator", "MomentGrowth", "StabilityConditions",
@@ -74,34 +83,75 @@ __all__ = ["StabilityQuantities", "SecondMomentOperator", "MomentGrowth", "Stabi
 
 # --------------------------------------------------------------------------- inputs
 def _check_model(model) -> None:
-    if not isinstance(model, (SquareLossModel, BNLinearRegression)):
-        raise TypeError("model must be a pysharp LinearRegression, TwoLayerNet or "
-                        f"BNLinearRegression, got {type(model).__name__}")
+    if not isinstance(model, (SquareLossModel, BNLinearRegression, XlaSquareLossModel)):
+        raise TypeError("model must be a pysharp LinearRegression, TwoLayerNet, "
+                        "BNLinearRegression or square_loss_from_jax model, got "
+                        f"{type(model).__name__}")
+
+
+def _backend(model, backend: str, what: str) -> None:
+    """The compiled core runs the algebra; a JAX model's Jacobians come from XLA."""
+    if isinstance(model, XlaSquareLossModel):
+        if backend not in ("auto", "jax"):
+            raise ValueError(f"{what}: a square_loss_from_jax model's Jacobians are computed "
+                             f"by XLA; backend must be 'auto' or 'jax', got {backend!r}")
+        return
+    core_only(backend, what)
+
+
+def _outputs(model) -> int:
+    """k, the outputs per sample (1 but for a JAX model with vector outputs)."""
+    return model.outputs if isinstance(model, XlaSquareLossModel) else 1
 
 
 def per_sample_gradients(model, w, *, backend: str = "auto") -> np.ndarray:
     """a_i = grad_W f(x_i; w) for every training sample: (n, D) or (B, n, D), float64.
 
     For ``BNLinearRegression``, f is the BN prediction p_i with full-batch statistics.
-    Core only (``backend`` "auto" or "cpp"), as every function of this module.
+    For a ``square_loss_from_jax`` model with k outputs (Y of shape (n, k)), the
+    Jacobians J_i: (n, k, D) or (B, n, k, D), computed by XLA over chunks of samples and
+    refused (MemoryError, in words) when the dense array cannot fit; ``backend``
+    "auto" or "jax" there. Core only (``backend`` "auto" or "cpp") otherwise, as every
+    function of this module.
     """
-    core_only(backend, "per_sample_gradients")
+    _backend(model, backend, "per_sample_gradients")
     _check_model(model)
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)
     if isinstance(model, BNLinearRegression):
         A = model.per_sample_jacobians(W)[1]
+    elif isinstance(model, XlaSquareLossModel):
+        A = model.param_gradients(W)
     else:
         A = model.jacobians(W)[1]
     return A[0] if single else A
 
 
+def _rows(model, W: np.ndarray) -> np.ndarray:
+    """The Jacobian rows of points W (B, D): (B, n k, D), sample-major (k = 1: (B, n, D))."""
+    if isinstance(model, XlaSquareLossModel):
+        return model.jacobian_rows(W)
+    return per_sample_gradients(model, W)
+
+
 def _point(model, w) -> np.ndarray:
-    """Validated single point (D,) float64 and its Jacobian (n, D)."""
+    """Validated single point (D,) float64 and its Jacobian rows (n k, D)."""
     _check_model(model)
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)
     if not single:
         raise ValueError(f"w must be a single point of shape ({model.dim},), got {np.shape(w)}")
-    return per_sample_gradients(model, W[0])
+    return _rows(model, W)[0]
+
+
+def _blocks(A: np.ndarray, k: int) -> np.ndarray:
+    """The per-sample Gram blocks J_i J_i^T (n, k, k) of rows A (n k, D)."""
+    J = A.reshape(A.shape[0] // k, k, A.shape[1])
+    return np.einsum("ikd,ild->ikl", J, J)
+
+
+def _block_apply(G: np.ndarray, U: np.ndarray) -> np.ndarray:
+    """blockdiag(G_1, ..., G_n) U for U (n k,) or (n k, m)."""
+    n, k, _ = G.shape
+    return np.einsum("ikl,il...->ik...", G, U.reshape((n, k) + U.shape[1:])).reshape(U.shape)
 
 
 def _lr(lr) -> float:
@@ -163,32 +213,43 @@ def _top_dense(M: np.ndarray) -> tuple[float, np.ndarray]:
     return float(evals[-1]), evecs[:, -1]
 
 
-def _sharp_nonuni_one(A: np.ndarray, method: str, tol: float, seed: int):
-    n, D = A.shape
-    sq = np.einsum("ij,ij->i", A, A)  # ||a_i||^2
+def _sharp_nonuni_one(A: np.ndarray, method: str, tol: float, seed: int, k: int = 1):
+    """A: the Jacobian rows (n k, D), sample-major; k = 1 is the scalar case a_i."""
+    n, D = A.shape[0] // k, A.shape[1]
+    if k == 1:
+        sq = np.einsum("ij,ij->i", A, A)  # ||a_i||^2
+
+        def weigh(U):  # blockdiag(J_i J_i^T) U
+            return (sq * U.T).T
+    else:
+        sq = _blocks(A, k)
+
+        def weigh(U):
+            return _block_apply(sq, U)
 
     def h_mv(v):
         return A.T @ (A @ v) / n
 
     def s_mv(v):
-        return A.T @ (sq * (A @ v)) / n - h_mv(h_mv(v))
+        return A.T @ weigh(A @ v) / n - h_mv(h_mv(v))
 
     if method == "dense":
         H = A.T @ A / n
         a, va = _top_dense(H)
-        S = (A.T * sq) @ A / n - H @ H
+        S = ((A.T * sq) @ A if k == 1 else A.T @ weigh(A)) / n - H @ H
         s2, vs = _top_dense(S)
         conv = True
     elif method == "gram":
-        # Nonzero spectra through the n x n Gram matrix G = A A^T: H = A^T A / n ~ G / n,
-        # Sigma = A^T M A with M = diag(sq)/n - G/n^2 ~ G^(1/2) M G^(1/2).
+        # Nonzero spectra through the n k x n k Gram matrix G = A A^T: H = A^T A / n ~ G / n,
+        # Sigma = A^T M A with M = blockdiag(J_i J_i^T)/n - G/n^2 ~ G^(1/2) M G^(1/2)
+        # (k = 1: blockdiag(J_i J_i^T) = diag(||a_i||^2)).
         G = A @ A.T
         g, U = np.linalg.eigh(0.5 * (G + G.T))
         g = np.clip(g, 0.0, None)
         Gh = (U * np.sqrt(g)) @ U.T
         a = float(g[-1]) / n
         va = A.T @ U[:, -1]
-        M = np.diag(sq) / n - G / n**2
+        M = (np.diag(sq) if k == 1 else weigh(np.eye(n * k))) / n - G / n**2
         s2, c = _top_dense(Gh @ M @ Gh)
         # v = A^T G^(-1/2) c spans the eigenvector; G^(-1/2) on the range only.
         ginv = np.where(g > g[-1] * 1e-12, 1.0 / np.sqrt(np.where(g > 0, g, 1.0)), 0.0)
@@ -205,7 +266,37 @@ def _sharp_nonuni_one(A: np.ndarray, method: str, tol: float, seed: int):
     res = np.array([np.linalg.norm(h_mv(va) - a * va), np.linalg.norm(s_mv(vs) - s2 * vs)])
     s_A = np.linalg.svd(A, compute_uv=False)
     rank = int(np.sum(s_A > 1e-10 * max(s_A[0], np.finfo(float).tiny))) if s_A.size else 0
-    return a, np.sqrt(max(s2, 0.0)), float(sq.sum() / n), rank, res, conv
+    trace = float(sq.sum() / n) if k == 1 else float(np.einsum("ij,ij->", A, A) / n)
+    return a, np.sqrt(max(s2, 0.0)), trace, rank, res, conv
+
+
+def _sharp_nonuni_chunked(model: XlaSquareLossModel, w: np.ndarray, tol: float, seed: int):
+    """Lanczos on H and Sigma through one or two chunked passes over the data per product,
+    the Jacobian never formed whole (rank not computed: -1)."""
+    D = model.dim
+
+    def h_mv(v):
+        return model.gauss_newton_hvp(w, v)
+
+    def s_mv(v):
+        h, s = model.stability_products(w, v)
+        return s[0] - model.gauss_newton_hvp(w, h[0])
+
+    rh = lanczos(h_mv, D, 1, tol=tol, seed=seed)
+    rs = lanczos(s_mv, D, 1, tol=tol, seed=seed + 1)
+    a, va, s2, vs = (float(rh.eigenvalues[0]), rh.eigenvectors[0],
+                     float(rs.eigenvalues[0]), rs.eigenvectors[0])
+    nrm = lambda v: v / max(np.linalg.norm(v), np.finfo(float).tiny)  # noqa: E731
+    va, vs = nrm(va), nrm(vs)
+    res = np.array([np.linalg.norm(h_mv(va) - a * va), np.linalg.norm(s_mv(vs) - s2 * vs)])
+    trace = model.jacobian_moment(w, 1)
+    return a, np.sqrt(max(s2, 0.0)), trace, -1, res, bool(rh.converged and rs.converged)
+
+
+def _jacobian_fits(model) -> bool:
+    """Whether a JAX model's dense Jacobian takes at most a quarter of the free memory."""
+    room = available_memory()
+    return room is None or model.jacobian_bytes() <= room // 4
 
 
 def sharpness_nonuniformity(model, w, *, method: str = "auto", tol: float = 1e-10,
@@ -217,7 +308,7 @@ def sharpness_nonuniformity(model, w, *, method: str = "auto", tol: float = 1e-1
 
     Parameters
     ----------
-    model : LinearRegression, TwoLayerNet or BNLinearRegression
+    model : LinearRegression, TwoLayerNet, BNLinearRegression or square_loss_from_jax model
     w : array_like, shape (D,) or (B, D)
     method : {"auto", "dense", "gram", "lanczos"}
         "dense": eigh of the D x D matrices (small D only). "gram": the same
@@ -226,6 +317,11 @@ def sharpness_nonuniformity(model, w, *, method: str = "auto", tol: float = 1e-1
         matrix-free Lanczos (the core's recurrence) on products with H and
         Sigma built from the a_i, O(n D) per product -- when both n and D
         are large. "auto": dense for D <= 128, else gram for n <= 2048, else lanczos.
+        For a ``square_loss_from_jax`` model with k outputs n counts the n k Jacobian
+        rows, and "lanczos" never forms the Jacobian: each product is one or two passes
+        of ``vmap(jacrev)`` over chunks of samples (the choice for FashionMNIST-sized
+        data; ``rank`` is then -1, not computed); "auto" picks it when the dense (n k, D)
+        Jacobian would take more than a quarter of the free memory.
     tol : float
         Lanczos residual tolerance.
     seed : int
@@ -238,18 +334,24 @@ def sharpness_nonuniformity(model, w, *, method: str = "auto", tol: float = 1e-1
     -------
     StabilityQuantities
     """
-    core_only(backend, "sharpness_nonuniformity")
+    _backend(model, backend, "sharpness_nonuniformity")
     _check_model(model)
     if method not in ("auto", "dense", "gram", "lanczos"):
         raise ValueError(f"method must be 'auto', 'dense', 'gram' or 'lanczos', got {method!r}")
     tol = as_real(tol, "tol", minimum=0.0, strict=True)
     seed = as_positive_int(seed, "seed", minimum=0)
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)
-    A_all = per_sample_gradients(model, W)
-    n, D = A_all.shape[1], A_all.shape[2]
-    if method == "auto":
-        method = "dense" if D <= 128 else ("gram" if n <= 2048 else "lanczos")
-    rows = [_sharp_nonuni_one(A, method, tol, seed) for A in A_all]
+    k = _outputs(model)
+    if isinstance(model, XlaSquareLossModel) and (
+            method == "lanczos" or (method == "auto" and not _jacobian_fits(model))):
+        rows = [_sharp_nonuni_chunked(model, x, tol, seed) for x in W]
+        n, D, method = model.n, model.dim, "lanczos"
+    else:
+        A_all = _rows(model, W)
+        n, D = A_all.shape[1] // k, A_all.shape[2]
+        if method == "auto":
+            method = "dense" if D <= 128 else ("gram" if n * k <= 2048 else "lanczos")
+        rows = [_sharp_nonuni_one(A, method, tol, seed, k) for A in A_all]
     a, s, tr, rank, res, conv = (np.array(c) for c in zip(*rows))
     out = StabilityQuantities(a, s, tr, rank, res, conv.astype(bool), method, n, D)
     if single:
@@ -279,19 +381,27 @@ class _T2Parts:
 
     L(M) = H M + M H, Q_H(M) = H M H, Q_I(M) = mean_i (c_i^T M c_i) c_i c_i^T, as
     (m, m) matrices in the orthonormal basis ``S`` (m = r(r+1)/2); all symmetric,
-    as T_2 is self-adjoint in the Frobenius product.
+    as T_2 is self-adjoint in the Frobenius product. With k outputs per sample (C of
+    n k rows, sample-major) Q_I(M) = mean_i H_i M H_i, H_i = C_i^T C_i.
     """
 
-    def __init__(self, C: np.ndarray):
-        n, r = C.shape
+    def __init__(self, C: np.ndarray, k: int = 1):
+        n, r = C.shape[0] // k, C.shape[1]
         H = C.T @ C / n
-        K = np.einsum("ni,nj->nij", C, C).reshape(n, r * r)  # rows vec(c_i c_i^T)
         eye = np.eye(r)
         self.S = _sym_embedding(r)
         self.L = self.S.T @ (np.kron(H, eye) + np.kron(eye, H)) @ self.S
         self.QH = self.S.T @ np.kron(H, H) @ self.S
-        KS = K @ self.S
-        self.QI = KS.T @ KS / n
+        if k == 1:
+            K = np.einsum("ni,nj->nij", C, C).reshape(n, r * r)  # rows vec(c_i c_i^T)
+            KS = K @ self.S
+            self.QI = KS.T @ KS / n
+        else:
+            C3 = C.reshape(n, k, r)
+            K = np.einsum("nci,ncj->nij", C3, C3).reshape(n, r * r)  # rows vec(H_i)
+            # sum_i kron(H_i, H_i)[(a, c), (b, d)] = sum_i H_i[a, b] H_i[c, d]
+            Q = (K.T @ K / n).reshape(r, r, r, r).transpose(0, 2, 1, 3).reshape(r * r, r * r)
+            self.QI = self.S.T @ Q @ self.S
 
     def matrix(self, lr: float, kap: float) -> np.ndarray:
         Q = (1 - kap) * self.QH + kap * self.QI
@@ -303,21 +413,27 @@ class _T2Parts:
         return float(max(abs(ev[0]), abs(ev[-1])))
 
 
-def _apply_t2(C: np.ndarray, M: np.ndarray, lr: float, kap: float) -> np.ndarray:
-    n = C.shape[0]
+def _apply_t2(C: np.ndarray, M: np.ndarray, lr: float, kap: float, k: int = 1) -> np.ndarray:
+    n = C.shape[0] // k
     H = C.T @ C / n
-    q = np.einsum("ij,jk,ik->i", C, M, C)  # a_i^T M a_i
-    S = (C.T * q) @ C / n
+    if k == 1:
+        q = np.einsum("ij,jk,ik->i", C, M, C)  # a_i^T M a_i
+        S = (C.T * q) @ C / n
+    else:  # mean_i C_i^T (C_i M C_i^T) C_i
+        C3 = C.reshape(n, k, C.shape[1])
+        P = np.einsum("icr,rs,ids->icd", C3, M, C3)
+        S = np.einsum("icr,icd,ids->rs", C3, P, C3) / n
     return M - lr * (H @ M + M @ H) + lr**2 * ((1 - kap) * H @ M @ H + kap * S)
 
 
-def _power_radius(C: np.ndarray, lr: float, kap: float, tol: float, max_iter: int):
+def _power_radius(C: np.ndarray, lr: float, kap: float, tol: float, max_iter: int,
+                  k: int = 1):
     """Power iteration from the identity: (rho, unit eigenmatrix, iterations, converged)."""
     r = C.shape[1]
     M = np.eye(r) / np.sqrt(r)
     rho_old, conv, it, rho = np.inf, False, 0, 0.0
     for it in range(1, max_iter + 1):  # noqa: B007 - it is returned: the iterations run
-        TM = _apply_t2(C, M, lr, kap)
+        TM = _apply_t2(C, M, lr, kap, k)
         rho = float(np.sum(TM * M))  # Rayleigh quotient, ||M||_F = 1
         nrm = np.linalg.norm(TM)
         if not np.isfinite(nrm) or nrm == 0:
@@ -348,6 +464,10 @@ class SecondMomentOperator:
     range; 0 when r = 0) is its top eigenvalue, with a PSD eigenmatrix
     (``eigenmatrix``, unit Frobenius norm). Linearised SGD's second moment
     stays bounded iff spectral_radius <= 1: the exact stability verdict.
+
+    With k outputs per sample (a ``square_loss_from_jax`` model, ``outputs`` = k)
+    mean_i H_i M H_i with H_i = J_i^T J_i, and ``coords`` holds the n k rows of the J_i
+    in the range basis, sample-major; ``n`` counts samples.
     """
 
     lr: float
@@ -363,6 +483,7 @@ class SecondMomentOperator:
     iterations: int
     converged: bool
     method: str
+    outputs: int = 1
 
     @property
     def null_dim(self) -> int:
@@ -376,26 +497,25 @@ class SecondMomentOperator:
         """T_2(M) for symmetric M: (r, r) in the range basis, or (D, D) in full space."""
         M = np.asarray(M, dtype=np.float64)
         if M.shape == (self.rank, self.rank):
-            return _apply_t2(self.coords, M, self.lr, self.kappa)
+            return _apply_t2(self.coords, M, self.lr, self.kappa, self.outputs)
         if M.shape == (self.dim, self.dim):
-            return _apply_t2(self.coords @ self.basis.T, M, self.lr, self.kappa)
+            return _apply_t2(self.coords @ self.basis.T, M, self.lr, self.kappa, self.outputs)
         raise ValueError(f"M must be ({self.rank}, {self.rank}) or ({self.dim}, {self.dim}), "
                          f"got {M.shape}")
 
     def matrix(self) -> np.ndarray:
         """T_2 as an (r^2, r^2) matrix on row-major vec(M) (small r only)."""
         r = self.rank
-        cols = [_apply_t2(self.coords, np.eye(r * r)[j].reshape(r, r), self.lr, self.kappa).ravel()
-                for j in range(r * r)]
+        cols = [_apply_t2(self.coords, np.eye(r * r)[j].reshape(r, r), self.lr, self.kappa,
+                          self.outputs).ravel() for j in range(r * r)]
         return np.array(cols).T
 
     def expected_square(self) -> np.ndarray:
         """E_I (I - eta H_I)^2 = (I - eta H)^2 + eta^2 kappa Sigma, (D, D) in full space."""
         A = self.coords @ self.basis.T
         n, eta = self.n, self.lr
+        Sigma = _sigma(A, self.outputs)
         H = A.T @ A / n
-        sq = np.einsum("ij,ij->i", A, A)
-        Sigma = (A.T * sq) @ A / n - H @ H
         I = np.eye(self.dim)
         return (I - eta * H) @ (I - eta * H) + eta**2 * self.kappa * Sigma
 
@@ -435,9 +555,10 @@ def second_moment_operator(model, w, lr, batch, *, replacement: bool = False,
         ``.spectral_radius`` on the range of H, ``.apply``, ``.matrix``,
         ``.expected_square``.
     """
-    core_only(backend, "second_moment_operator")
+    _backend(model, backend, "second_moment_operator")
     A = _point(model, w)
-    n, D = A.shape
+    k = _outputs(model)
+    n, D = A.shape[0] // k, A.shape[1]
     lr = _lr(lr)
     batch, replacement = _batch(batch, n, replacement)
     if method not in ("auto", "power", "dense"):
@@ -450,11 +571,11 @@ def second_moment_operator(model, w, lr, batch, *, replacement: bool = False,
         method = "dense" if r * (r + 1) // 2 <= _DENSE_MAX else "power"
     kap = kappa(n, batch, replacement)
     op = SecondMomentOperator(lr, batch, replacement, kap, n, D, Q, C,
-                              0.0, np.zeros((r, r)), 0, True, method)
+                              0.0, np.zeros((r, r)), 0, True, method, k)
     if r == 0:
         return op
     if method == "dense":
-        parts = _T2Parts(C)
+        parts = _T2Parts(C, k)
         evals, evecs = np.linalg.eigh(parts.matrix(lr, kap))
         j = 0 if abs(evals[0]) > abs(evals[-1]) else -1
         M = (parts.S @ evecs[:, j]).reshape(r, r)
@@ -462,7 +583,7 @@ def second_moment_operator(model, w, lr, batch, *, replacement: bool = False,
         op.spectral_radius, op.eigenmatrix = float(abs(evals[j])), M / np.linalg.norm(M)
         op.iterations, op.converged = 1, True
         return op
-    rho, M, it, conv = _power_radius(C, lr, kap, tol, max_iter)
+    rho, M, it, conv = _power_radius(C, lr, kap, tol, max_iter, k)
     op.spectral_radius, op.eigenmatrix, op.iterations, op.converged = rho, M, it, conv
     return op
 
@@ -477,7 +598,7 @@ def is_linearly_stable(model, w, lr, batch, *, replacement: bool = False, order:
     confidence interval), with ``n_runs``, ``steps`` and ``seed``. Core only
     (``backend`` "auto" or "cpp").
     """
-    core_only(backend, "is_linearly_stable")
+    _backend(model, backend, "is_linearly_stable")
     order = as_positive_int(order, "order")
     if order == 2:
         op = second_moment_operator(model, w, lr, batch, replacement=replacement)
@@ -488,6 +609,78 @@ def is_linearly_stable(model, w, lr, batch, *, replacement: bool = False, order:
 
 
 # ------------------------------------------------------------------- Monte Carlo
+#: The batch sampler's stream (engine/sgd.hpp, kBatchStream), for the NumPy port below.
+_BATCH_STREAM = np.uint64(0x5BD1E995)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """engine/rng.hpp's mix64 on uint64 arrays (wrapping arithmetic)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _batch_bits(seed: int, runs: np.ndarray, t: int, B: int) -> np.ndarray:
+    """hash4(seed ^ kBatchStream, run, t, j) for every run and slot j: (runs, B) uint64."""
+    base = _mix64(np.array([seed], dtype=np.uint64) ^ _BATCH_STREAM)
+    h = _mix64(base ^ runs.astype(np.uint64))
+    h = _mix64(h ^ np.uint64(t))
+    return _mix64(h[:, None] ^ np.arange(B, dtype=np.uint64)[None, :])
+
+
+def _uniform_index(bits: np.ndarray, m) -> np.ndarray:
+    """engine/sgd.hpp's uniform_index: floor(u m), u in (0, 1) from the top 53 bits."""
+    u = ((bits >> np.uint64(11)).astype(np.float64) + 0.5) * (1.0 / 9007199254740992.0)
+    k = (u * m).astype(np.int64)
+    return np.minimum(k, np.asarray(m) - 1)
+
+
+def _linear_sgd(C: np.ndarray, k: int, X: np.ndarray, lr: float, B: int, replacement: bool,
+                seed: int, t0: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Linearised SGD x <- x - (lr/B) sum_{i in I_t} H_i x of runs X (R, r) for steps
+    t0 .. t0 + steps - 1, renormalised every step: (unit states, log growth (R,)).
+
+    k = 1: the compiled core's ``linear_sgd`` (rows c_i, H_i = c_i c_i^T). k > 1 (rows of
+    the J_i, sample-major, H_i = C_i^T C_i): the same recurrence in NumPy over the same
+    batches (a port of engine/sgd.hpp's draw_batch: run r's batch t keyed by (seed, r, t),
+    the permutation of sampling without replacement reset at t0 as the core resets it).
+    """
+    if k == 1:
+        return core().linear_sgd(C, X, lr, B, replacement, seed, 0, t0, steps)
+    n, r = C.shape[0] // k, C.shape[1]
+    C3 = C.reshape(n, k, r)
+    R = X.shape[0]
+    runs = np.arange(R)
+    X = np.array(X, dtype=np.float64)
+    nrm = np.linalg.norm(X, axis=1)
+    logg = np.where(nrm > 0, -np.log(np.where(nrm > 0, nrm, 1.0)), -np.inf)
+    dead = ~(nrm > 0)
+    X = X / np.where(nrm > 0, nrm, 1.0)[:, None]
+    perm = np.tile(np.arange(n), (R, 1))
+    c = lr / B
+    for t in range(t0, t0 + steps):
+        bits = _batch_bits(seed, runs, t, B)
+        if replacement:
+            idx = _uniform_index(bits, n)
+        else:
+            idx = np.empty((R, B), dtype=np.int64)
+            for j in range(B):
+                pick = j + _uniform_index(bits[:, j], n - j)
+                a, b = perm[runs, j].copy(), perm[runs, pick]
+                perm[runs, j], perm[runs, pick] = b, a
+                idx[:, j] = perm[:, j]
+        Cb = C3[idx]  # (R, B, k, r)
+        U = np.einsum("abkr,ar->abk", Cb, X)
+        Y = X - c * np.einsum("abkr,abk->ar", Cb, U)
+        nrm = np.linalg.norm(Y, axis=1)
+        newly = ~dead & ~(nrm > 0)
+        dead |= newly
+        logg = np.where(dead, -np.inf, logg + np.log(np.where(nrm > 0, nrm, 1.0)))
+        X = np.where(dead[:, None], X, Y / np.where(nrm > 0, nrm, 1.0)[:, None])
+    return X, logg
+
+
 @dataclass
 class MomentGrowth:
     """Monte Carlo growth factor per step of E ||x_t||^k for linearised SGD.
@@ -562,9 +755,10 @@ def moment_growth(model, w, lr, batch, *, order: int = 2, replacement: bool = Fa
     -------
     MomentGrowth
     """
-    core_only(backend, "moment_growth")
+    _backend(model, backend, "moment_growth")
     A = _point(model, w)
-    n, D = A.shape
+    k_out = _outputs(model)
+    n = A.shape[0] // k_out
     lr = _lr(lr)
     batch, replacement = _batch(batch, n, replacement)
     order = as_positive_int(order, "order")
@@ -589,10 +783,9 @@ def moment_growth(model, w, lr, batch, *, order: int = 2, replacement: bool = Fa
     X = rng.standard_normal((n_runs, C.shape[1]))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     t, rec, logm, rounds = 0, [0], [0.0], []
-    _core = core()
     while t < steps:
         h = min(s, steps - t)
-        X, g = _core.linear_sgd(C, X, lr, batch, replacement, seed, 0, t, h)
+        X, g = _linear_sgd(C, k_out, X, lr, batch, replacement, seed, t, h)
         logw = order * g
         lm = _log_mean_exp(logw)
         t += h
@@ -698,9 +891,10 @@ def lyapunov_exponent(model, w, lr, batch, *, replacement: bool = False, runs: i
         Where H = 0 (rank 0) nothing moves and the exponent is -inf; a run that
         lands exactly on 0 (e.g. B = n, eta = 1/a for a rank-one H) makes it -inf too.
     """
-    core_only(backend, "lyapunov_exponent")
+    _backend(model, backend, "lyapunov_exponent")
     A = _point(model, w)
-    n, _ = A.shape
+    k_out = _outputs(model)
+    n = A.shape[0] // k_out
     lr = _lr(lr)
     batch, replacement = _batch(batch, n, replacement)
     runs = as_positive_int(runs, "runs", minimum=2)
@@ -718,10 +912,9 @@ def lyapunov_exponent(model, w, lr, batch, *, replacement: bool = False, runs: i
                                 np.full(runs, -np.inf))
     X = np.random.default_rng([seed, 0x1A9]).standard_normal((runs, r))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
-    _core = core()
     if burn_in:
-        X, _ = _core.linear_sgd(C, X, lr, batch, replacement, seed, 0, 0, burn_in)
-    _, logg = _core.linear_sgd(C, X, lr, batch, replacement, seed, 0, burn_in, steps - burn_in)
+        X, _ = _linear_sgd(C, k_out, X, lr, batch, replacement, seed, 0, burn_in)
+    _, logg = _linear_sgd(C, k_out, X, lr, batch, replacement, seed, burn_in, steps - burn_in)
     per_run = np.asarray(logg, dtype=np.float64) / (steps - burn_in)
     if not np.all(np.isfinite(per_run)):
         return LyapunovExponent(float(np.min(per_run)), 0.0, bound, runs, steps, burn_in, r,
@@ -731,14 +924,23 @@ def lyapunov_exponent(model, w, lr, batch, *, replacement: bool = False, runs: i
 
 
 # ------------------------------------------------- verdict, conditions, critical lr
-def _expected_square_top(C: np.ndarray, lr: float, kap: float) -> float:
+def _sigma(C: np.ndarray, k: int = 1) -> np.ndarray:
+    """Sigma = mean_i H_i^2 - H^2 from the Jacobian rows C (n k, r), sample-major."""
+    n = C.shape[0] // k
+    H = C.T @ C / n
+    if k == 1:
+        sq = np.einsum("ij,ij->i", C, C)
+        return (C.T * sq) @ C / n - H @ H
+    return C.T @ _block_apply(_blocks(C, k), C) / n - H @ H
+
+
+def _expected_square_top(C: np.ndarray, lr: float, kap: float, k: int = 1) -> float:
     """lambda_max((I - eta H)^2 + eta^2 kappa Sigma) on the range of H (0 when r = 0)."""
-    n, r = C.shape
+    n, r = C.shape[0] // k, C.shape[1]
     if r == 0:
         return 0.0
     H = C.T @ C / n
-    sq = np.einsum("ij,ij->i", C, C)
-    Sigma = (C.T * sq) @ C / n - H @ H
+    Sigma = _sigma(C, k)
     P = np.eye(r) - lr * H
     return float(np.linalg.eigvalsh(P @ P + lr**2 * kap * Sigma)[-1])
 
@@ -812,7 +1014,7 @@ def stability_conditions(model, w, lr, batch, *, replacement: bool = False,
     StabilityConditions
         ``stable`` rests on ``second_moment_operator`` (dense T_2 up to rank 44).
     """
-    core_only(backend, "stability_conditions")
+    _backend(model, backend, "stability_conditions")
     _check_model(model)
     lr = _lr(lr)
     batch, replacement = _batch(batch, model.n, replacement)
@@ -824,7 +1026,7 @@ def stability_conditions(model, w, lr, batch, *, replacement: bool = False,
     k = op.kappa
     a_max = 2.0 / lr
     s_max = np.inf if k == 0 else float(1.0 / (lr * np.sqrt(k)))
-    vec = _expected_square_top(op.coords, lr, k)
+    vec = _expected_square_top(op.coords, lr, k, op.outputs)
     return StabilityConditions(lr, batch, k, q.sharpness, q.nonuniformity, a_max, s_max,
                                op.spectral_radius, vec,
                                bool(op.spectral_radius <= 1 + rtol), bool(vec <= 1 + rtol),
@@ -864,9 +1066,10 @@ def critical_lr(model, w, batch, *, replacement: bool = False, criterion: str = 
         eta*, one per batch size; inf where H = 0. B = n without replacement
         (kappa = 0) gives 2/a.
     """
-    core_only(backend, "critical_lr")
+    _backend(model, backend, "critical_lr")
     A = _point(model, w)
-    n = A.shape[0]
+    k_out = _outputs(model)
+    n = A.shape[0] // k_out
     if criterion not in ("exact", "sufficient"):
         raise ValueError(f"criterion must be 'exact' or 'sufficient', got {criterion!r}")
     xtol = as_real(xtol, "xtol", minimum=0.0, strict=True)
@@ -879,18 +1082,19 @@ def critical_lr(model, w, batch, *, replacement: bool = False, criterion: str = 
         from scipy.optimize import brentq
 
         hi = 2.0 * n / np.linalg.svd(C, compute_uv=False)[0] ** 2  # 2 / a
-        parts = _T2Parts(C) if criterion == "exact" and r * (r + 1) // 2 <= _DENSE_MAX else None
+        parts = (_T2Parts(C, k_out) if criterion == "exact" and r * (r + 1) // 2 <= _DENSE_MAX
+                 else None)
         for j, B in enumerate(batches):
             kap = kappa(n, B, replacement)
             if criterion == "sufficient":
                 def f(lr, kap=kap):
-                    return _expected_square_top(C, lr, kap) - 1.0
+                    return _expected_square_top(C, lr, kap, k_out) - 1.0
             elif parts is not None:
                 def f(lr, kap=kap):
                     return parts.radius(lr, kap) - 1.0
             else:
                 def f(lr, kap=kap):
-                    return _power_radius(C, lr, kap, 1e-14, 1_000_000)[0] - 1.0
+                    return _power_radius(C, lr, kap, 1e-14, 1_000_000, k_out)[0] - 1.0
             if f(hi) <= 0:  # the root is 2/a itself (kappa = 0)
                 out[j] = hi
                 continue
@@ -938,14 +1142,24 @@ def gradient_moment_ratio(model, w, lr, batch, *, k: int = 1, backend: str = "au
     a <= 2/eta: its ratio is eta tr(H) / (2D) <= eta a / 2; k >= 2 bound the
     higher moments, the paper's contribution. w (D,) or (B, D): returns a
     float or a (B,) array. Core only (``backend`` "auto" or "cpp").
+
+    For a ``square_loss_from_jax`` model with k_out outputs the moment is entrywise over
+    the Jacobian, (1/n) sum_i sum_{c, d} J_i[c, d]^(2k), computed over chunks of samples
+    (any n). For k = 1 that is tr(H) and the bound still follows from a <= 2/eta
+    (tr(H) <= D a); Ma & Ying prove the k >= 2 bounds for scalar outputs only.
     """
-    core_only(backend, "gradient_moment_ratio")
+    _backend(model, backend, "gradient_moment_ratio")
     _check_model(model)
     lr = _lr(lr)
     k = as_positive_int(k, "k")
     batch = as_positive_int(batch, "batch")
-    A = per_sample_gradients(model, w)
-    moment = np.mean(np.sum(A ** (2 * k), axis=-1), axis=-1)
+    if isinstance(model, XlaSquareLossModel):
+        W, single = as_batch(w, model.dim, "w", dtype=np.float64)
+        moment = np.array([model.jacobian_moment(x, k) for x in W])
+        moment = moment[0] if single else moment
+    else:
+        A = per_sample_gradients(model, w)
+        moment = np.mean(np.sum(A ** (2 * k), axis=-1), axis=-1)
     bound = 2.0 * model.dim * (2.0 * batch) ** (k - 1) / lr**k
     ratio = moment / bound
     return float(ratio) if np.ndim(ratio) == 0 else ratio
@@ -980,9 +1194,11 @@ def input_smoothness(model, w, X=None, *, k: int = 1, backend: str = "auto") -> 
 
     Parameters
     ----------
-    model : SquareLossModel or BNLinearRegression
+    model : SquareLossModel, BNLinearRegression or square_loss_from_jax model
         A model without a first layer (``has_first_layer`` False: a loaded
-        square-loss model) gets the moments without the bound.
+        square-loss model, a JAX network) gets the moments without the bound. For a
+        JAX network with k outputs the moments are entrywise over the Jacobians
+        J_i (k, D) and d f / dx (k, *x.shape), computed over chunks of samples.
     w : array_like, shape (D,) or (B, D)
     X : array_like, shape (N, d), optional
         Inputs to evaluate on (default: the training inputs). For
@@ -997,11 +1213,18 @@ def input_smoothness(model, w, X=None, *, k: int = 1, backend: str = "auto") -> 
     -------
     InputSmoothness
     """
-    core_only(backend, "input_smoothness")
+    _backend(model, backend, "input_smoothness")
     _check_model(model)
     k = as_positive_int(k, "k")
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)
     lhs = rhs = holds = None  # the first-layer bound, for models with a first layer
+    if isinstance(model, XlaSquareLossModel):
+        m = model if X is None else model.with_data(X)
+        g_W = np.array([m.jacobian_moment(x, k) for x in W]) ** (1 / (2 * k))
+        g_x = np.array([m.input_moment(x, k) for x in W]) ** (1 / (2 * k))
+        if single:
+            return InputSmoothness(float(g_W[0]), float(g_x[0]), k, None, None, None)
+        return InputSmoothness(g_W, g_x, k, None, None, None)
     if isinstance(model, BNLinearRegression):
         if X is not None:
             raise ValueError("X: BNLinearRegression evaluates on its training inputs only")

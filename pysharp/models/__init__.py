@@ -17,6 +17,7 @@ from ._registry import REGISTRY, ModelEntry, Summary, entry_of, register
 from ._square_loss import LinearRegression, SquareLossModel, TwoLayerNet  # SGD stability
 from ._toy3d import Toy3D
 from ._xla import XlaModel  # any JAX network, run by XLA
+from ._xla_square_loss import XlaSquareLossModel, square_loss_from_jax  # SGD, in XLA
 
 __all__ = ["ScaleInvariantModel", "BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet",
            "Toy3D"]
@@ -26,3 +27,4 @@ __all__ += ["LoadedModel", "LoadedSquareLossModel", "load_model", "load_model_fi
 __all__ += ["REGISTRY", "ModelEntry", "Summary", "entry_of", "register"]
 __all__ += ["check", "CheckReport"]
 __all__ += ["from_jax", "from_jax_file", "JaxModel", "XlaModel", "UnsupportedPrimitive"]
+__all__ += ["square_loss_from_jax", "XlaSquareLossModel"]

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from ._base import ScaleInvariantModel
 from ._square_loss import SquareLossModel
+from ._xla_square_loss import XlaSquareLossModel
 
 
 def require_scale_invariant(model, tool: str, instead: str) -> None:
     """Raise TypeError unless ``model`` is a ScaleInvariantModel.
 
-    A square-loss model (LinearRegression, TwoLayerNet) is a pysharp model too, so
+    A square-loss model (LinearRegression, TwoLayerNet, a square_loss_from_jax network) is a
+    pysharp model too, so
     its refusal says why (``tool`` needs scale invariance) and what to use
     (``instead``); anything else gets "model must be a pysharp model".
     """
     if isinstance(model, ScaleInvariantModel):
         return
     name = type(model).__name__
-    if isinstance(model, SquareLossModel):
+    if isinstance(model, (SquareLossModel, XlaSquareLossModel)):
         raise TypeError(f"{tool} needs a scale-invariant model; {name} is a square-loss model, "
                         f"not defined up to scale: {instead}")
     raise TypeError(f"model must be a pysharp model, got {name}")
