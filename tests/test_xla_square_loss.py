@@ -272,3 +272,21 @@ def test_refusals_in_words(vec, monkeypatch):
     assert q.method == "lanczos" and q.rank == -1
     with pytest.raises(TypeError, match="square-loss model"):
         ps.spherical_sharpness(model, w)
+
+
+@pytest.mark.slow
+def test_the_tutorial_real_networks_section_runs_as_written():
+    """docs/tutorials/sgd_stability.rst, "Real networks": its code, and what it prints agrees
+    with itself (rho(T_2) <= 1 exactly when the learning rate is below the critical one)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs/tutorials/sgd_stability.rst").read_text()
+    section = text[text.index("Real networks\n-------"):]
+    block = re.search(r"\.\. code-block:: python\n\n((?:   .*\n|\n)+)", section).group(1)
+    env: dict = {}
+    exec("\n".join(line[3:] for line in block.splitlines()), env)
+    assert env["res"].loss[-1] < 1e-6 and env["model"].dim == 48
+    assert (env["T2"].spectral_radius <= 1) == (0.2 <= stability.critical_lr(
+        env["model"], env["res"].w, 2))
+    assert env["W1"].shape == (6, 4)
