@@ -540,7 +540,8 @@ def _reproduce(args) -> int:
             if name not in results:
                 print(f"skipped {name}: {reproduce.missing(name)}")
         return 0
-    summary = reproduce.run(args.name, args.out, quick=args.quick)
+    summary = reproduce.run(args.name, args.out, quick=args.quick, data=args.data,
+                            full=args.full)
     for key, value in summary.items():
         if not isinstance(value, (list, dict)):
             print(f"  {key}: {value}")
@@ -621,6 +622,10 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("name", help="an experiment (listed below), or 'all'")
     rep.add_argument("--out", default="pysharp-figures", help="output folder")
     rep.add_argument("--quick", action="store_true", help="seconds instead of minutes")
+    rep.add_argument("--data", metavar="DIR", help="the dataset's files as published (for "
+                     "experiments on real data: cifar-sharpness); nothing is downloaded")
+    rep.add_argument("--full", action="store_true", help="the paper's own size (a GPU's "
+                     "work; for experiments on real data)")
     rep.set_defaults(func=_reproduce)
     sw = sub.add_parser("sweep", help="run a TOML-configured lr x wd x seed x init_norm sweep "
                                       "(lr x batch x ... for SGD) into a resumable Zarr store")
