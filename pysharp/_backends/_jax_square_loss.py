@@ -8,8 +8,9 @@ Jacobian (chunk, k, D) at once; one compiled program serves every chunk.
 
 - the per-sample Jacobians J_i = d pred(w, x_i) / dw by ``vmap(jacrev)``, and the input
   gradients d pred / dx likewise;
-- the matrix-free products of the SGD stability theory, one pass over the data each:
-  sum_i J_i^T J_i V (n H V) and sum_i J_i^T (J_i J_i^T) J_i V (n mean_i H_i^2 V);
+- the matrix-free products of the SGD stability theory, one pass over the data each, by
+  jvp and vjp (no Jacobian formed): sum_i J_i^T J_i V (n H V) and
+  sum_i J_i^T (J_i J_i^T) J_i V (n mean_i H_i^2 V);
 - loss and gradient of L = (1/2n) sum_i ||pred(w, x_i) - y_i||^2;
 - mini-batch SGD (:func:`run_sgd`), T trajectories vmapped, the steps between two
   recorded steps one jitted ``fori_loop``, over batches the caller draws (the compiled
@@ -72,20 +73,30 @@ class SquareLossKernels:
             return over(w, Xc), jax.vmap(jax.jacrev(pred), in_axes=(None, 0))(w, Xc)
 
         def products(w, V, Xc, m):
-            J = jax.vmap(jax.jacrev(pred), in_axes=(None, 0))(w, Xc) * m[:, None, None]
-            U = jnp.einsum("ckd,md->mck", J, V)  # J_i v
-            G = jnp.einsum("ckd,cld->ckl", J, J)  # J_i J_i^T
-            return (jnp.einsum("ckd,mck->md", J, U),
-                    jnp.einsum("ckd,ckl,mcl->md", J, G, U))
+            # matrix-free: J v by jvp, J^T u by vjp, and G_i u_i = J_i (J_i^T u_i) by a
+            # per-sample vjp then jvp; memory (chunk, D) per vector, no (chunk, k, D)
+            def f(w):
+                return over(w, Xc)
+            _, back = jax.vjp(f, w)
+
+            def one(v):
+                U = jax.jvp(f, (w,), (v,))[1] * m[:, None]  # J_i v
+                T = jax.vmap(lambda x, u: jax.vjp(lambda w: pred(w, x), w)[1](u)[0])(Xc, U)
+                GU = jax.vmap(lambda x, t: jax.jvp(lambda w: pred(w, x), (w,), (t,))[1])(Xc, T)
+                return back(U)[0], back(GU * m[:, None])[0]
+            return jax.lax.map(one, V)
+
+        def gauss_newton(w, V, Xc, m):
+            def f(w):
+                return over(w, Xc)
+            _, back = jax.vjp(f, w)
+            return jax.lax.map(lambda v: back(jax.jvp(f, (w,), (v,))[1] * m[:, None])[0], V)
 
         def loss_grad(w, Xc, Yc, m):
             def f(w):
                 r = over(w, Xc) - Yc
                 return 0.5 * jnp.sum(m[:, None] * r * r)
             return jax.value_and_grad(f)(w)
-
-        def gauss_newton(w, V, Xc, m):
-            return products(w, V, Xc, m)[0]
 
         def moments(w, Xc, m, k):
             J = jax.vmap(jax.jacrev(pred), in_axes=(None, 0))(w, Xc)
