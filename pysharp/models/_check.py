@@ -69,6 +69,10 @@ class _Reference:
                                                               np.ndarray]:
         raise NotImplementedError
 
+    def evaluate_all(self, W: np.ndarray, V: np.ndarray) -> list[tuple]:
+        """``evaluate`` at each point W[b] and direction V[b]."""
+        return [self.evaluate(W[b], V[b]) for b in range(len(W))]
+
     def tolerances(self) -> dict[str, float]:
         return dict(self.expected)
 
@@ -117,6 +121,9 @@ class _Jax(_Reference):
         import jax.numpy as jnp
         self.jax, self.jnp = jax, jnp
         self.eps = _EPS64
+        #: ``f.derivatives(W, V)``, where the reference has it (a from_jax model's bound
+        #: loss): (loss, grad, H v, D^3L[v, v]) at every point at once, compiled once
+        self.batched = getattr(f, "derivatives", None)
 
     def _loss(self, w):
         out = self.f(w)
@@ -126,15 +133,35 @@ class _Jax(_Reference):
 
     def probe(self, w: np.ndarray) -> None:
         """Raise unless the reference is differentiable by JAX; record its precision."""
+        if self.batched is not None:  # traced already; its precision is read off its values
+            return
         with _jax_x64(self.jax):
             x = self.jnp.asarray(w, dtype=self.jnp.float64)
             out = self._loss(x)
             self.jax.grad(self._loss)(x)
-        self.eps = float(np.finfo(np.dtype(out.dtype)).eps)
+        self._precision(out.dtype)
+
+    def _precision(self, dtype) -> None:
+        self.eps = float(np.finfo(np.dtype(dtype)).eps)
         if self.eps > _EPS64:
-            self.notes.append(f"the JAX reference computes in {np.dtype(out.dtype).name} "
+            self.notes.append(f"the JAX reference computes in {np.dtype(dtype).name} "
                               "(arrays it closes over were made outside 64-bit mode?); "
                               "tolerances follow that precision")
+
+    def evaluate_all(self, W, V):
+        if self.batched is None:
+            return super().evaluate_all(W, V)
+        try:
+            with _jax_x64(self.jax):
+                loss, g, hv, d3 = self.batched(W, V)
+        except Exception:  # noqa: BLE001 - not batchable: point by point, as any reference
+            self.batched = None
+            self.probe(W[0])
+            return super().evaluate_all(W, V)
+        self._precision(loss.dtype)
+        f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
+        loss, g, hv, d3 = f64(loss), f64(g), f64(hv), f64(d3)
+        return [(float(loss[b]), g[b], hv[b], d3[b]) for b in range(len(W))]
 
     def evaluate(self, w, v):
         jax, jnp = self.jax, self.jnp
@@ -626,7 +653,7 @@ def check(model, reference: Callable[[Any], Any], *, points: int = 8, seed: int 
     hvp, third = f64(model.hvp(W, V)), f64(model.third(W, V))
 
     # The reference.
-    R = [ref.evaluate(W64[b], V64[b]) for b in range(points)]
+    R = ref.evaluate_all(W64, V64)
     r_loss = np.array([r[0] for r in R])
     r_grad, r_hvp, r_third = (np.stack([r[k] for r in R]) for k in (1, 2, 3))
 

@@ -1216,11 +1216,56 @@ class JaxModel(LoadedModel):
 
     def reference(self) -> Callable:
         """``f(w)`` for flat w: the JAX loss bound to this model's data."""
-        loss, data, shape = self.loss_fn, self.data, self.w_shape
+        return _BoundLoss(self.loss_fn, self.data, self.w_shape)
 
-        def f(w):
-            return loss(w.reshape(shape), **data)
-        return f
+
+#: (loss, its static arguments, w's shape) -> jit(vmap(derivatives)), most recent last
+_DERIVATIVES: dict = {}
+
+
+def _derivatives(loss, static: dict, shape: tuple):
+    """(loss, grad, H v, D^3L[v, v]) of ``loss`` at points W (P, D) along V (P, D), with
+    the data an argument: one XLA compile per function, static arguments and shapes
+    (``jax.jit`` caches by shapes), reused by the check of every model of new data."""
+    import jax
+    import jax.numpy as jnp
+
+    key = (loss, tuple(sorted(static.items())), shape)
+    if key in _DERIVATIVES:
+        _DERIVATIVES[key] = _DERIVATIVES.pop(key)
+        return _DERIVATIVES[key]
+
+    def one(w, v, arrays):
+        def f(x):
+            return jnp.reshape(loss(x.reshape(shape), **arrays, **static), ())
+        value, g = jax.value_and_grad(f)(w)
+        hv, d3 = jax.jvp(lambda y: jax.jvp(jax.grad(f), (y,), (v,))[1], (w,), (v,))
+        return value, g, hv, d3
+
+    _DERIVATIVES[key] = jax.jit(jax.vmap(one, in_axes=(0, 0, None)))
+    while len(_DERIVATIVES) > 32:
+        _DERIVATIVES.pop(next(iter(_DERIVATIVES)))
+    return _DERIVATIVES[key]
+
+
+class _BoundLoss:
+    """``f(w)`` for flat w: a JAX loss bound to its data; ``derivatives`` evaluates the
+    check's reference values at all its points in one compiled call."""
+
+    def __init__(self, loss, data: dict, shape) -> None:
+        self.loss, self.data, self.shape = loss, data, tuple(shape)
+
+    def __call__(self, w):
+        return self.loss(w.reshape(self.shape), **self.data)
+
+    def derivatives(self, W, V):
+        """(loss (P,), grad, H v, D^3L[v, v] (P, D)) at the rows of W along those of V;
+        call in 64-bit mode."""
+        import jax.numpy as jnp
+        static = {k: v for k, v in self.data.items() if _static(v)}
+        arrays = {k: _as_jax(jnp, v) for k, v in self.data.items() if not _static(v)}
+        fn = _derivatives(self.loss, static, self.shape)
+        return fn(jnp.asarray(W, dtype=jnp.float64), jnp.asarray(V, dtype=jnp.float64), arrays)
 
 
 def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",

@@ -378,8 +378,8 @@ def load_model(header, *, dtype="float64", model_name: str | None = None, includ
     templated ``loss_grad`` and declares its data with ``PYSHARP_MODEL`` (see
     ``pysharp/model.hpp`` under :func:`pysharp.include_dir` and the "Your own
     model" tutorial). The first call compiles it with the compiler and flags of
-    pysharp's core (seconds); later calls, in any process of the same user,
-    load the cached module in milliseconds.
+    pysharp's core (about 20 s on two cores); later calls, in any process of the
+    same user, load the cached module in tens of milliseconds.
 
     Parameters
     ----------
