@@ -87,14 +87,14 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as cache:
         os.environ["PYSHARP_CACHE_DIR"] = cache
         t0 = time.perf_counter()
-        model = ps.models.from_jax(bn_linreg, np.ones(40), X=X, y=y, check=False)
+        model = ps.models.from_jax(bn_linreg, np.ones(40), X=X, y=y, check=False, compile=True)
         first = time.perf_counter() - t0
         t0 = time.perf_counter()
         report = ps.models.check(model, model.reference(), framework="jax", points=3)
         t_check = time.perf_counter() - t0
         rng = np.random.default_rng(5)
         t0 = time.perf_counter()
-        ps.models.from_jax(bn_linreg, np.ones(40), X=rng.standard_normal((20, 40)),
+        ps.models.from_jax(bn_linreg, np.ones(40), X=rng.standard_normal((20, 40)), compile=True,
                            y=rng.standard_normal(20), check=False)
         hit = time.perf_counter() - t0
         print(f"BN linreg written in JAX (d 40, n 20): trace + first compile {first:.1f} s, "
@@ -146,7 +146,8 @@ def main(argv=None) -> int:
         net = ps.BNTwoLayerNet.synthetic(n=32, d=8, width=8, seed=0)
         Xn, yn = np.asarray(net.X), np.asarray(net.y)
         t0 = time.perf_counter()
-        traced = ps.models.from_jax(bn_net, np.ones(64), X=Xn, y=yn, width=8, groups=8)
+        traced = ps.models.from_jax(bn_net, np.ones(64), X=Xn, y=yn, width=8, groups=8,
+                                    compile=True)
         first_net = time.perf_counter() - t0
         Bn, steps_n = B // 4, steps // 2  # a net step costs ~30x a linreg step
         Wn = net.random_point(batch=Bn, seed=1)

@@ -107,8 +107,29 @@ def _loaded_two_layer_net() -> Case:
     return Case("loaded_square_loss", model, None)
 
 
+def _xla_bn_linreg() -> Case:
+    """The untraced JAX door: BN linear regression written in JAX as a loss of a parameter
+    dict, run by XLA, checked against the built-in's oracle (skipped without JAX)."""
+    jnp = pytest.importorskip("jax.numpy")
+    from pysharp.models._xla import from_jax
+
+    builtin = get_case("bn_linear_regression").model
+    d = builtin.X.shape[1]
+
+    def bn_linreg(p, X, y):
+        z = X @ jnp.concatenate([p["head"], p["tail"]])
+        pred = y.std() * (z - z.mean()) / z.std() + y.mean()
+        return jnp.mean((pred - y) ** 2)
+
+    model = from_jax(bn_linreg, {"head": np.ones(d // 2), "tail": np.ones(d - d // 2)},
+                     X=builtin.X, y=builtin.y)
+    return Case("from_jax", model, BNLinearRegressionReference(builtin.X, builtin.y))
+
+
 def _registered(name: str) -> Case:
     """The registered model ``name``, built small by its entry's factory, with its oracle."""
+    if name == "from_jax":
+        return _xla_bn_linreg()
     if name == "loaded":
         return _loaded_bn_linreg()
     if name == "loaded_square_loss":
@@ -126,9 +147,10 @@ def _linreg(d: int, n: int) -> Case:
 #: Every registered model (a model registered later is covered without editing this file).
 REGISTERED: list[str] = list(REGISTRY)
 #: The registered scale-invariant models with every backend (``case``): the loaded door
-#: runs on the compiled core alone (numpy and numba refused), so its place is ``any_case``
-#: (tests/test_every_tool.py) and tests/models/test_loaded.py.
-SCALE_INVARIANT: list[str] = [n for n in REGISTERED if n != "loaded"
+#: runs on the compiled core alone (numpy and numba refused) and the JAX door in XLA alone,
+#: so their place is ``any_case`` (tests/test_every_tool.py), tests/models/test_loaded.py
+#: and tests/backends/test_jax_backend.py.
+SCALE_INVARIANT: list[str] = [n for n in REGISTERED if n not in ("loaded", "from_jax")
                               and issubclass(REGISTRY[n].cls, ScaleInvariantModel)]
 
 BUILDERS: dict[str, Callable[[], Case]] = {

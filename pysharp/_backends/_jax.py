@@ -147,7 +147,9 @@ class JaxCore:
             out = self._fns[name](*args, self._data)
             out = out if isinstance(out, tuple) else (out,)
             ok = _finite_rows(*[o.reshape(o.shape[0], -1) for o in out])
-            return tuple(np.asarray(o) for o in out) + (np.asarray(ok, dtype=np.uint8),)
+            # copies: the callers scale results in place, and JAX's buffers are read-only
+            return tuple(np.array(o, dtype=self.dtype) for o in out) + \
+                (np.array(ok, dtype=np.uint8),)
 
     def loss_grad(self, W):
         """(B, D) -> (loss (B,), grad (B, D), ok (B,))."""
@@ -184,7 +186,7 @@ class JaxCore:
             out = self._lanczos(jnp.asarray(W), options, None if start is None
                                 else jnp.asarray(start, dtype=self.dtype),
                                 streams, int(counter))
-        return tuple(np.asarray(a) for a in out)
+        return tuple(np.array(a) for a in out)  # writable copies
 
     def _keys(self, seed: int, streams, counter: int, salt: int):
         jax, jnp = _jax()

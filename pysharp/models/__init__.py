@@ -11,12 +11,12 @@ from ._bn_matrix_completion import BNMatrixCompletion
 from ._bn_two_layer_net import BNTwoLayerNet
 from ._check import CheckReport, check
 from ._compiler import ModelCompileError, include_dir
-from ._from_jax import JaxModel, UnsupportedPrimitive, from_jax, from_jax_file
+from ._from_jax import JaxModel, UnsupportedPrimitive, from_jax_file
 from ._loaded import LoadedModel, LoadedSquareLossModel, load_model, load_model_files
 from ._registry import REGISTRY, ModelEntry, Summary, entry_of, register
 from ._square_loss import LinearRegression, SquareLossModel, TwoLayerNet  # SGD stability
 from ._toy3d import Toy3D
-from ._xla import XlaModel  # any JAX network, run by XLA
+from ._xla import XlaModel, from_jax  # any JAX network, run by XLA (compile=True: traced C++)
 from ._xla_square_loss import XlaSquareLossModel, square_loss_from_jax  # SGD, in XLA
 
 __all__ = ["ScaleInvariantModel", "BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet",

@@ -11,7 +11,6 @@ for each group of parameters where the loss is invariant per group.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import numbers
 import sys
@@ -20,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._backends._jax import x64
 from ._groups import declared_group_bounds, group_bounds
 from ._square_loss import SquareLossModel
 
@@ -77,25 +77,10 @@ class _Reference:
         return dict(self.expected)
 
 
-@contextlib.contextmanager
 def _jax_x64(jax):
-    """64-bit JAX inside the block only; the user's configuration is restored after it."""
-    manager = getattr(jax, "enable_x64", None)
-    if manager is None:
-        try:
-            from jax.experimental import enable_x64 as manager  # older JAX
-        except ImportError:
-            manager = None
-    if manager is not None:
-        with manager(True):
-            yield
-        return
-    previous = bool(jax.config.read("jax_enable_x64"))
-    jax.config.update("jax_enable_x64", True)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", previous)
+    """64-bit JAX inside the block only (the XLA backend's context; ``jax`` for the callers
+    that hold the module)."""
+    return x64()
 
 
 def _scalar_size(out) -> int:

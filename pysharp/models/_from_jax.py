@@ -1218,6 +1218,11 @@ class JaxModel(LoadedModel):
         """``f(w)`` for flat w: the JAX loss bound to this model's data."""
         return _BoundLoss(self.loss_fn, self.data, self.w_shape)
 
+    def unravel(self, w):
+        """The parameters of a flat w (D,) in the shape the loss takes them (a pytree's
+        model, from ``from_jax(..., compile=True)``, gives its pytree back)."""
+        return np.asarray(w).reshape(self.w_shape)
+
 
 #: (loss, its static arguments, w's shape) -> jit(vmap(derivatives)), most recent last
 _DERIVATIVES: dict = {}

@@ -9,6 +9,7 @@ C++ path of :mod:`pysharp.models._from_jax` for small losses, where the compiled
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Callable
 
@@ -18,6 +19,7 @@ from .._backends._jax import x64
 from ._base import ScaleInvariantModel
 from ._from_jax import JaxModel
 from ._from_jax import from_jax as _compiled_from_jax
+from ._registry import ModelEntry, register
 
 
 def _leaf_paths(params) -> list[str]:
@@ -123,6 +125,7 @@ class XlaModel(ScaleInvariantModel):
         self.leaf_paths = _leaf_paths(params)
         sizes = [int(np.size(leaf)) for leaf in leaves]
         self.groups = _group_index(groups, self.leaf_paths, sizes)
+        self._groups_arg = groups
         self._static = {k: v for k, v in data.items() if _static(v)}
         self.data = {k: v for k, v in data.items() if not _static(v)}
         for name, value in self.data.items():
@@ -169,8 +172,10 @@ class XlaModel(ScaleInvariantModel):
         return self._w0.copy()
 
     def spec(self) -> dict:
-        return {"model": "from_jax", "loss": getattr(self.loss_fn, "__qualname__", "loss"),
-                "dim": self.dim, "leaves": self.leaf_paths}
+        """What rebuilds the model in this process: ``XlaModel(**spec)`` less "model". The
+        loss is the function itself (a sweep stores its name and its code's digest)."""
+        return {"model": "from_jax", "loss": self.loss_fn, "params": self.params,
+                "groups": self._groups_arg, **self.data, **self._static}
 
     def __repr__(self) -> str:
         def shown(v):
@@ -179,6 +184,46 @@ class XlaModel(ScaleInvariantModel):
         name = getattr(self.loss_fn, "__qualname__", "loss")
         groups = f", groups={self.n_groups}" if self.groups is not None else ""
         return f"XlaModel({name}: {data}, leaves={len(self.leaf_paths)}, dim={self.dim}{groups})"
+
+
+def _traced(loss: Callable, params, *, groups, **options) -> JaxModel:
+    """``from_jax(..., compile=True)``: one array goes to the traced path as it is; a pytree
+    is flattened, the loss traced through its ``unravel`` (slices and reshapes the
+    translation knows), and leaf groups become the contiguous blocks they are."""
+    import jax
+    from jax.flatten_util import ravel_pytree
+
+    if not isinstance(params, (dict, list, tuple)) and hasattr(params, "shape") or \
+            isinstance(params, np.ndarray):
+        return _compiled_from_jax(loss, params, groups=groups, **options)
+    paths = _leaf_paths(params)
+    with x64():
+        flat, unravel = ravel_pytree(jax.tree_util.tree_map(
+            lambda a: jax.numpy.asarray(a, dtype=jax.numpy.float64), params))
+    if groups is not None and not isinstance(groups, int):
+        sizes = [int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(params)]
+        ids = _group_index(groups, paths, sizes)
+        if ids is not None:
+            change = np.flatnonzero(np.diff(ids)) + 1
+            starts = np.concatenate([[0], change])
+            if not np.array_equal(ids[starts], np.arange(len(starts))):
+                raise ValueError("compile=True declares groups as contiguous blocks of w in "
+                                 "order: list the leaves of each group together, in the order "
+                                 f"of params ({paths}), or use compile=False")
+            groups = np.diff(np.concatenate([starts, [ids.size]])).tolist()
+        else:
+            groups = None
+
+    @functools.wraps(loss)
+    def flat_loss(w, **d):
+        return loss(unravel(w), **d)
+
+    model = _compiled_from_jax(flat_loss, np.asarray(flat), groups=groups, **options)
+    def unravel_x64(w):
+        with x64():
+            return unravel(np.asarray(w, dtype=np.float64))
+    model.unravel = unravel_x64
+    return model
 
 
 def _static(v) -> bool:
@@ -262,13 +307,8 @@ def from_jax(loss: Callable, params, *, compile: bool = False, groups=None,
     import jax  # noqa: F401 - ImportError here says what is missing
 
     if compile:
-        leaves = jax.tree_util.tree_leaves(params)
-        if len(leaves) == 1 and np.ndim(leaves[0]) >= 1 and not isinstance(params, (dict, list,
-                                                                                   tuple)):
-            return _compiled_from_jax(loss, params, check=check, dtype=dtype, groups=groups,
-                                      check_points=check_points, **data)
-        raise TypeError("compile=True traces a loss of one parameter array; for a pytree of "
-                        "parameters use compile=False (the default), which runs it in XLA")
+        return _traced(loss, params, groups=groups, check=check, dtype=dtype,
+                       check_points=check_points, **data)
     model = XlaModel(loss, params, groups=groups, **data)
     if check:
         model.invariance = _measure_invariance(model)
@@ -284,5 +324,8 @@ def from_jax(loss: Callable, params, *, compile: bool = False, groups=None,
                 UserWarning, stacklevel=2)
     return model
 
+
+register(ModelEntry("from_jax", XlaModel, XlaModel,
+                    plot_metrics=("eos_entry_step", "final_sharpness", "final_loss")))
 
 __all__ = ["from_jax", "XlaModel"]

@@ -108,7 +108,7 @@ def build(n_train: int, hidden: int = HIDDEN):
     data = digits_split(n_train)
     X_train, odd_train = data[0], data[1]
     model = from_jax(bn_tanh_loss, np.ones(hidden * X_train.shape[1]), X=X_train,
-                     y=1.0 - 2.0 * odd_train, a=readout(hidden), groups=hidden)
+                     y=1.0 - 2.0 * odd_train, a=readout(hidden), groups=hidden, compile=True)
     return model, data
 
 

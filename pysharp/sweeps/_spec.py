@@ -125,6 +125,14 @@ def describe(spec: dict) -> dict:
             return {k: safe(v) for k, v in value.items()}
         if isinstance(value, np.generic):
             return value.item()
+        if callable(value):  # a loss written in JAX: its name and its code's digest
+            code = getattr(value, "__code__", None)
+            text = code.co_code + repr(code.co_consts).encode() if code else repr(value).encode()
+            return {"function": f"{getattr(value, '__module__', '?')}."
+                                f"{getattr(value, '__qualname__', repr(value))}",
+                    "code_sha256": hashlib.sha256(text).hexdigest()}
+        if hasattr(value, "__array__") and not isinstance(value, (str, bytes)):
+            return safe(np.asarray(value))  # a JAX array
         return value
     out = safe({k: v for k, v in spec.items() if k != "modules"})
     if "modules" in spec:  # their names (the source's key), not where this machine keeps them

@@ -424,7 +424,8 @@ def sweep(model: Any, *, lr, wd=None, seeds=(0,), init_norm=1.0, batch=None,
                                         else max(1, steps // 20), "sharpness_every", minimum=0),
         jitter=as_real(jitter, "jitter", minimum=0.0),
         eos_tol=as_real(eos_tol, "eos_tol", minimum=0.0),
-        backend="cpp" if method == "sgd" else resolve(backend, trajectories=True),
+        backend="cpp" if method == "sgd" else resolve(backend, trajectories=True,
+                                                     model=_spec.cached(spec)),
         method=method, **extra)
     chunk_size = as_positive_int(chunk_size, "chunk_size")
     if executor is not None and not isinstance(executor, Executor):

@@ -7,6 +7,7 @@ net with tanh and with ReLU) and share them through module fixtures.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -19,6 +20,9 @@ jnp = pytest.importorskip("jax.numpy")
 import pysharp as ps  # noqa: E402
 from pysharp.models import _compiler  # noqa: E402
 from pysharp.models._check import _jax_x64  # noqa: E402
+
+#: The traced path (the default, compile=False, runs the loss in XLA: test_jax_backend.py).
+from_jax = functools.partial(ps.models.from_jax, compile=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,7 +97,7 @@ def assert_like_jax(model, f, W, V, loss_tol=1e-13, deriv_tol=1e-12):
 @pytest.fixture(scope="module")
 def linreg():
     X, y = data(n=20, d=8)
-    model = ps.models.from_jax(bn_linreg, np.ones(8), X=X, y=y)
+    model = from_jax(bn_linreg, np.ones(8), X=X, y=y)
     return model, X, y
 
 
@@ -141,7 +145,7 @@ def test_same_shapes_new_data_reuse_the_module(linreg, monkeypatch):
     monkeypatch.setattr(_compiler, "_build", lambda *a, **k: calls.append(a))
     X2, y2 = data(n=20, d=8, seed=7)
     del CALLS[:]
-    other = ps.models.from_jax(bn_linreg, np.ones(8), X=X2, y=y2)
+    other = from_jax(bn_linreg, np.ones(8), X=X2, y=y2)
     assert calls == [] and len(CALLS) == 1
     assert other.report.ok and other.report.points == 3
     # The compiled evaluation equals JAX's point by point, to rounding.
@@ -166,7 +170,7 @@ def test_float32_data_is_warned_nan_data_named_and_a_pytree_refused(linreg, monk
     monkeypatch.setattr(_compiler, "_build", lambda *a, **k: pytest.fail("compiled"))
     with pytest.warns(UserWarning, match=r"X is float32 data for a float64 model: .*"
                                          r"dtype='float32'") as caught:
-        other = ps.models.from_jax(bn_linreg, np.ones(8), X=X.astype(np.float32), y=y)
+        other = from_jax(bn_linreg, np.ones(8), X=X.astype(np.float32), y=y)
     assert [w.filename for w in caught] == [__file__]  # the warning names the user's line
     W, _ = points(8)
     exact = ps.BNLinearRegression(X.astype(np.float32).astype(np.float64), y)
@@ -174,15 +178,27 @@ def test_float32_data_is_warned_nan_data_named_and_a_pytree_refused(linreg, monk
     X_nan = X.copy()
     X_nan[3, 2] = np.nan
     with pytest.raises(ValueError, match=r"^X has a non-finite entry at index \(3, 2\)"):
-        ps.models.from_jax(bn_linreg, np.ones(8), X=X_nan, y=y)
-    W1, a = np.ones((6, 5)), np.ones(6)
-    with pytest.raises(TypeError, match=r"one flat array; w_example is a tuple of 2 arrays "
-                                        r"\(shapes \(6, 5\), \(6,\)\): pytrees .* not supported "
-                                        r"yet.*\n    p0 = w\[0:30\]\.reshape\(6, 5\)\n"
-                                        r"    p1 = w\[30:36\]$"):
-        ps.models.from_jax(lambda w, X: 0.0, (W1, a), X=X)
-    with pytest.raises(TypeError, match=r"W1 = w\[0:30\]\.reshape\(6, 5\)\n    a = w\[30:36\]"):
-        ps.models.from_jax(lambda w, X: 0.0, {"W1": W1, "a": a}, X=X)
+        from_jax(bn_linreg, np.ones(8), X=X_nan, y=y)
+
+
+def test_a_pytree_of_parameters_is_traced_through_its_unravel(linreg):
+    # the same loss on {"head", "tail"} halves of w: the traced model of the pytree equals
+    # the flat one, leaf groups become blocks, and unravel gives the pytree back
+    model, X, y = linreg
+
+    def split(p, X, y):
+        return bn_linreg(jnp.concatenate([p["head"], p["tail"].ravel()]), X, y)
+
+    params = {"head": np.ones(3), "tail": np.ones((5, 1))}
+    tree = from_jax(split, params, X=X, y=y)
+    W, _ = points(8, B=3, seed=4)
+    np.testing.assert_allclose(tree.loss(W), model.loss(W), rtol=1e-13)
+    np.testing.assert_allclose(tree.grad(W), model.grad(W), rtol=1e-12, atol=1e-15)
+    back = tree.unravel(W[0])
+    assert np.array_equal(np.asarray(back["tail"]).ravel(), W[0, 3:])
+    with pytest.raises(ValueError, match="contiguous blocks of w in order"):
+        from_jax(split, {"a": np.ones(2), "b": np.ones(4), "c": np.ones(2)}, X=X, y=y,
+                 groups=[["a", "c"], "b"])
 
 
 def test_run_gd_wd_equals_the_builtin_before_eos(linreg):
@@ -200,7 +216,7 @@ def test_layernorm_net():
     n, d, m = 16, 5, 4
     X, y, a = rng.standard_normal((n, d)), rng.standard_normal(n), rng.standard_normal(m)
     f = layernorm_loss()
-    model = ps.models.from_jax(f, np.ones(m * d), X=X, y=y, a=a)
+    model = from_jax(f, np.ones(m * d), X=X, y=y, a=a)
     W, V = points(m * d)
     assert_like_jax(model, lambda w: f(w, X, y, a), W, V)
 
@@ -209,7 +225,7 @@ def test_layernorm_net():
 def test_bn_two_layer_net(relu):
     X, y = data(n=24, d=6, seed=4)
     m = 4
-    model = ps.models.from_jax(bn_net, np.ones(m * 6), X=X, y=y, width=m, relu=relu, groups=m)
+    model = from_jax(bn_net, np.ones(m * 6), X=X, y=y, width=m, relu=relu, groups=m)
     W, V = points(m * 6, seed=5)
     assert_like_jax(model, lambda w: bn_net(w, X, y, m, relu), W, V)
     builtin = ps.BNTwoLayerNet(X, y, width=m, activation="relu" if relu else "tanh")
@@ -229,12 +245,12 @@ def test_unsupported_primitive_refused_before_compiling(monkeypatch):
         z = jnp.sort(X @ w)
         return jnp.sum(z * y) / jnp.sqrt(w @ w)
     with pytest.raises(ps.models.UnsupportedPrimitive, match=r"'sort' at .*test_from_jax\.py:\d+"):
-        ps.models.from_jax(sorted_loss, np.ones(8), X=X, y=y)
+        from_jax(sorted_loss, np.ones(8), X=X, y=y)
 
     def cumsum_loss(w, X, y):
         return jnp.sum(jnp.cumsum(X @ w) * y) / jnp.sqrt(w @ w)
     with pytest.raises(ps.models.UnsupportedPrimitive, match="cumsum"):
-        ps.models.from_jax(cumsum_loss, np.ones(8), X=X, y=y)
+        from_jax(cumsum_loss, np.ones(8), X=X, y=y)
 
 
 def test_data_only_computations_may_use_any_primitive():
@@ -269,7 +285,7 @@ def test_many_primitives():
         return c * (a.sum() + b.sum() + (cat ** 2).sum() + jnp.where(z > 0, z, 0.5 * z).sum()
                     + e.mean() + bm + jnp.max(z) - jnp.min(z) + jnp.clip(z, -0.5, 0.5).sum()
                     + (1.0 / (1.1 + z ** 2)).sum() + jnp.sum(z ** -2))
-    model = ps.models.from_jax(grab, np.ones(6), X=X, y=y, c=0.7)
+    model = from_jax(grab, np.ones(6), X=X, y=y, c=0.7)
     W, V = points(6)
     assert_like_jax(model, lambda w: grab(w, X, y, 0.7), W, V, 1e-12, 1e-11)
 
@@ -282,7 +298,7 @@ def test_sin_and_cos_to_the_third_derivative():
     def wave(w, X):
         z = X @ (w / jnp.sqrt(w @ w))
         return jnp.mean(jnp.sin(2.0 * z) ** 2 + jnp.cos(z) * z)
-    model = ps.models.from_jax(wave, np.ones(5), X=X)
+    model = from_jax(wave, np.ones(5), X=X)
     assert "sin_(" in model.source and "cos_(" in model.source
     W, V = points(5)
     assert_like_jax(model, lambda w: wave(w, X), W, V, 1e-12, 1e-11)
@@ -297,7 +313,7 @@ def test_expm1_and_log1p_keep_their_accuracy_near_zero():
     def tiny(w, X):
         z = X @ (w / jnp.sqrt(w @ w))
         return jnp.sum(jnp.expm1(1e-9 * z) ** 2) + jnp.sum(jnp.log1p(1e-9 * z * z))
-    model = ps.models.from_jax(tiny, np.ones(4), X=X)
+    model = from_jax(tiny, np.ones(4), X=X)
     assert "expm1_(" in model.source and "log1p_(" in model.source
     W, V = points(4)
     assert_like_jax(model, lambda w: tiny(w, X), W, V, 1e-13, 1e-12)
@@ -318,7 +334,7 @@ def test_float_powers_have_jax_derivatives_wherever_jax_does():
         return (jnp.sum(jax.nn.relu(z) ** 2.0) + 0.1 * jnp.sum(r ** 2.0)
                 + 0.2 * jnp.sum(z ** 3.0) + jnp.sum(p ** 0.5) + 0.3 * jnp.sum(p ** 1.5)
                 + 0.05 * jnp.sum(p ** -2.0))
-    model = ps.models.from_jax(powers, np.ones(5), X=X, check=False)
+    model = from_jax(powers, np.ones(5), X=X, check=False)
     W, V = points(5, B=6)
     z = W @ X.T
     assert (z < 0).any() and (z > 0).any()  # both sides of relu's kink

@@ -8,6 +8,7 @@ of a separately, and to nothing finer); the offsets written by hand.
 
 from __future__ import annotations
 
+import functools
 import textwrap
 
 import numpy as np
@@ -17,6 +18,9 @@ from conftest import EXAMPLE_MODELS, example_module
 import pysharp as ps
 from pysharp.models._from_jax import _trace
 from pysharp.models._groups import group_bounds
+
+#: The traced path (the default, compile=False, runs the loss in XLA).
+from_jax = functools.partial(ps.models.from_jax, compile=True)
 
 needs_core = pytest.mark.skipif(ps.build_info().get("available") is not True,
                                 reason="needs the compiled core")
@@ -195,12 +199,12 @@ def test_from_jax_declares_unequal_groups_given_as_sizes_or_ranges(classifier):
     X, y = example.synthetic(n=40, d=D_IN)
     loss = example.loss_jax  # the function jax_models.rst includes
     w0 = np.ones(DIM)
-    by_size = ps.models.from_jax(loss, w0, X=X, y=y, m=M, s=2.0, groups=[30, 6])
+    by_size = from_jax(loss, w0, X=X, y=y, m=M, s=2.0, groups=[30, 6])
     assert "PYSHARP_HD int n_groups() const { return 2; }" in by_size.source
     assert "constexpr int begin[] = {0, 30, 36};" in by_size.source
     assert by_size.group_bounds.tolist() == [0, 30, 36]
     assert by_size.report.ok and by_size.report.group_bounds == (0, 30, 36)
-    by_range = ps.models.from_jax(loss, w0, X=X, y=y, m=M, s=2.0, groups=[(0, 30), (30, 36)],
+    by_range = from_jax(loss, w0, X=X, y=y, m=M, s=2.0, groups=[(0, 30), (30, 36)],
                                   check=False)
     assert by_range.source == by_size.source and by_range.header == by_size.header
     W0 = loaded.random_point(2, seed=3, norm=2.0)
@@ -214,6 +218,6 @@ def test_from_jax_declares_unequal_groups_given_as_sizes_or_ranges(classifier):
     assert halves[0] == halves[1] == halves[2] and "group_begin" not in halves[0]
     assert "n_groups() const { return 2; }" in halves[0]
     with pytest.raises(ValueError, match=r"a gap between range 0 \(0, 29\) and range 1"):
-        ps.models.from_jax(loss, w0, X=X, y=y, m=M, s=2.0, groups=[(0, 29), (30, 36)])
+        from_jax(loss, w0, X=X, y=y, m=M, s=2.0, groups=[(0, 29), (30, 36)])
     with pytest.raises(ValueError, match=r"sum to 35, not to the dim 36"):
-        ps.models.from_jax(loss, w0, X=X, y=y, m=M, s=2.0, groups=[30, 5])
+        from_jax(loss, w0, X=X, y=y, m=M, s=2.0, groups=[30, 5])
