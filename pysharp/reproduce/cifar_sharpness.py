@@ -58,7 +58,8 @@ class Setting:
     lr: float
     wd: float
     steps: int
-    init_norm: float      # ||w0||: the initial effective LR is lr / ((1 - lr wd) ||w0||^2)
+    init_norm: float | None  # ||w0|| (None: He initialisation's own); the initial effective
+    #                          LR is lr / ((1 - lr wd) ||w0||^2)
     sharpness_every: int
     evals: int            # theta snapshots at which train and test accuracy are measured
     dtype: str = "float32"
@@ -69,13 +70,13 @@ class Setting:
 #: The paper's setting (CIFAR-10-2k, full VGG-11): lambda = 5e-4 is the paper's; lr and the
 #: step count are this entry's (the text extract in shared/papers gives neither).
 FULL = Setting(width=1.0, image=32, per_class=200, test_size=10_000, lr=0.8, wd=5e-4,
-               steps=20_000, init_norm=30.0, sharpness_every=200, evals=100)
+               steps=20_000, init_norm=None, sharpness_every=200, evals=100)
 #: 2 CPU cores, minutes: width / 16, 16 x 16 images, 20 images per class, fewer steps.
 DEFAULT = Setting(width=1 / 16, image=16, per_class=20, test_size=1000, lr=0.8, wd=5e-3,
-                  steps=1500, init_norm=30.0, sharpness_every=50, evals=50)
+                  steps=1500, init_norm=400.0, sharpness_every=50, evals=50)
 #: Seconds: a smoke run.
 QUICK = Setting(width=1 / 32, image=16, per_class=5, test_size=200, lr=0.8, wd=5e-3,
-                steps=200, init_norm=30.0, sharpness_every=20, evals=20)
+                steps=200, init_norm=400.0, sharpness_every=20, evals=20)
 
 
 # -- the network, in plain JAX -------------------------------------------------------------
@@ -259,7 +260,8 @@ def run(out, quick: bool, *, data=None, full: bool = False, setting: Setting | N
     model = from_jax(cross_entropy, init_params(s), groups="leaves", X=X_train, y=split.y_train,
                      plan=plan(s))
     w0 = model.initial_point()
-    w0 *= s.init_norm / np.linalg.norm(w0)
+    if s.init_norm is not None:   # a stable start: eff. LR x sharpness well below 2
+        w0 *= s.init_norm / np.linalg.norm(w0)
     theta_every = max(1, s.steps // s.evals)
     tr = run_gd_wd(model, w0.astype(s.dtype), s.lr, s.wd, s.steps, record_every=theta_every,
                    sharpness_every=s.sharpness_every, theta_every=theta_every,
@@ -267,6 +269,11 @@ def run(out, quick: bool, *, data=None, full: bool = False, setting: Setting | N
     train_acc = accuracy(model, tr.theta, X_train, X_train, split.y_train, plan(s), s.dtype)
     test_acc = accuracy(model, tr.theta, X_train, X_test, split.y_test, plan(s), s.dtype)
     return _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, split)
+
+
+def numbers_floor(tr) -> float:
+    """The EoS band's floor, 2 (1 - eos_tol): where the engine sees the edge reached."""
+    return 2 * (1 - tr.eos_tol)
 
 
 def _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, split) -> dict:
@@ -294,6 +301,16 @@ def _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, spli
         "test_accuracy_start": float(test_acc[0]), "test_accuracy_end": float(test_acc[-1]),
         "test_accuracy_max": float(test_acc.max()),
         "test_accuracy_at_fit": float(test_acc[fit[0]]) if len(fit) else None,
+        # the last snapshot before entry: what the stable phase after the fit reached
+        "test_accuracy_before_entry": float(test_acc[tr.theta_steps < entry][-1])
+        if entered and np.any(tr.theta_steps < entry) else None,
+        # upward crossings of the band's floor by eff. LR x sharpness: one for a run that
+        # enters and stays, several for entries, destabilisations and re-entries
+        "eos_crossings": int(np.sum((ratio[1:] >= numbers_floor(tr)) &
+                                    (ratio[:-1] < numbers_floor(tr)))) +
+        int(ratio[0] >= numbers_floor(tr)),
+        "train_loss_max_after_entry": float(np.max(tr.loss[tr.steps >= entry]))
+        if entered else None,
         "diverged": bool(tr.diverged),
         "invariance_rel_change": float(model.invariance.get("rel_change", np.nan)),
     }
@@ -301,7 +318,8 @@ def _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, spli
                          f"D {model.dim}",
                 "data": f"CIFAR-10, {n_train} train ({n_train // 10} per class) / {n_test} "
                         f"test, {s.image} x {s.image}",
-                "lr": s.lr, "wd": s.wd, "steps": s.steps, "init": f"||w0|| = {s.init_norm:g}",
+                "lr": s.lr, "wd": s.wd, "steps": s.steps,
+                "init": f"||w0|| = {s.init_norm:g}" if s.init_norm else "He initialisation",
                 "sharpness every": s.sharpness_every, "precision": s.dtype}
     paper = "paper's setting" if not shrink else "SHRUNK: " + "; ".join(shrink)
 
@@ -324,8 +342,10 @@ def _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, spli
     for panel in ax:
         if entered:
             panel.axvline(entry, color="C3", ls=":", lw=0.8, label=f"EoS entry (step {entry})")
-        panel.legend(fontsize=8)
-    fig.text(0.5, 0.005, paper, ha="center", va="bottom", fontsize=8,
+        if panel.get_legend_handles_labels()[0]:
+            panel.legend(fontsize=8)
+    fig.get_layout_engine().set(rect=(0, 0.045, 1, 0.955))   # room for the line below
+    fig.text(0.5, 0.004, paper, ha="center", va="bottom", fontsize=8,
              color="C3" if shrink else "k", wrap=True)
     figure = save(fig, out, "cifar-sharpness", "CIFAR-10-2k, scale-invariant VGG-11, "
                   "full-batch GD+WD (Lyu et al. Fig. 2)", settings)
