@@ -4,7 +4,8 @@ The tests write CIFAR-10's python batch files with a few images in tmp_path. The
 run uses a one-convolution network of the same construction (BN after every conv, BN'd
 logits); even so it took 20-83 s on the shared 2-core Xeon (load 6 to 8), nearly all of it
 XLA compiling the engine's programs (value-and-grad loop, measured step, Lanczos), so it is a
-slow test, as is the real VGG-11 at the --quick size through the command line (60-75 s). The fast tests: the refusal without data, and the loss's invariance.
+slow test, as is the real VGG-11 at the --quick size through the command line (60-75 s).
+The fast tests: the refusal without data, and the loss's invariance.
 """
 
 import json
