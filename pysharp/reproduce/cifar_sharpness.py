@@ -314,8 +314,9 @@ def _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, spli
         "diverged": bool(tr.diverged),
         "invariance_rel_change": float(model.invariance.get("rel_change", np.nan)),
     }
-    settings = {"model": f"scale-invariant VGG-11 in JAX (XLA), width x {s.width:g}, "
-                         f"D {model.dim}",
+    net = "VGG-11" if s.arch is None else f"VGG-style net {list(layers(s))}"
+    settings = {"model": f"scale-invariant {net} (BN after every conv, BN'd logits) in JAX "
+                         f"(XLA), width x {s.width:g}, D {model.dim}",
                 "data": f"CIFAR-10, {n_train} train ({n_train // 10} per class) / {n_test} "
                         f"test, {s.image} x {s.image}",
                 "lr": s.lr, "wd": s.wd, "steps": s.steps,
@@ -338,7 +339,8 @@ def _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, spli
               title="eff. LR x sharpness (the edge at 2)", yscale="log")
     ax[3].semilogy(tr.steps, tr.loss, lw=0.8, label="training loss")
     ax[3].semilogy(tr.steps, tr.eff_lr, lw=0.8, label="effective LR")
-    ax[3].set(xlabel="step", title="training loss (cross-entropy) and effective LR")
+    ax[3].set(xlabel="step", ylabel="training loss; effective LR",
+              title="training loss (cross-entropy) and effective LR")
     for panel in ax:
         if entered:
             panel.axvline(entry, color="C3", ls=":", lw=0.8, label=f"EoS entry (step {entry})")

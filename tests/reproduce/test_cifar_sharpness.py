@@ -97,6 +97,8 @@ def test_tiny_run_end_to_end_writes_its_figure_numbers_and_shrinkage(tmp_path):
     assert 0 <= summary["test_accuracy_end"] <= 1 and summary["train_accuracy_end"] >= 0.5
     assert summary["invariance_rel_change"] < 1e-5 and not summary["diverged"]
     assert summary["train_loss_end"] < summary["train_loss_start"]
+    # the figure's title carries the settings, as every reproduce figure's
+    assert "BN after every conv" in summary["settings"]["model"] and summary["settings"]["lr"]
 
 
 @pytest.mark.slow
