@@ -2,7 +2,7 @@
 
 The network is plain JAX (``lax.conv_general_dilated``, batch statistics over the whole
 training set, integer-label cross-entropy), run untraced through pysharp's XLA path
-(:func:`pysharp.models._xla.from_jax`, ``backend="jax"``): the engine's GD+WD with warm-started
+(:func:`pysharp.models.from_jax`, ``backend="jax"``): the engine's GD+WD with warm-started
 Lanczos for the spherical sharpness, and a jitted forward pass for train and test accuracy at
 the run's theta snapshots (the network is scale-invariant, so the accuracy of theta_t is that of
 w_t: exact, and no second run).
@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .. import run_gd_wd
+from ..models import from_jax
 from ._common import save, subplots
 from ._datasets import DataNotFound, how_to_get, load_cifar10
 
@@ -242,7 +243,6 @@ def run(out, quick: bool, *, data=None, full: bool = False, setting: Setting | N
     pysharp.reproduce._datasets.DataNotFound
         No ``data``, or no CIFAR-10 batches in it: the message says what to download.
     """
-    from ..models._xla import from_jax  # lazy: the XLA door imports JAX
 
     if data is None:
         raise DataNotFound(f"`pysharp reproduce cifar-sharpness` needs --data DIR. "
