@@ -23,7 +23,7 @@ shrinkage is written on the figure and in the JSON.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -66,6 +66,7 @@ class Setting:
     dtype: str = "float32"
     seed: int = 0
     arch: tuple | None = None   # channels and "M" (pools); None: VGG-11 for ``image``
+    net: str = "vgg11"          # or "resnet20": the paper's scale-invariant ResNet-20 (ReLU)
 
 
 #: The paper's setting (CIFAR-10-2k, full VGG-11): lambda = 5e-4 is the paper's; lr and the
@@ -75,16 +76,25 @@ FULL = Setting(width=1.0, image=32, per_class=200, test_size=10_000, lr=0.8, wd=
 #: 2 CPU cores, minutes: width / 16, 16 x 16 images, 20 images per class, fewer steps.
 DEFAULT = Setting(width=1 / 16, image=16, per_class=20, test_size=1000, lr=0.8, wd=5e-3,
                   steps=1500, init_norm=400.0, sharpness_every=50, evals=50)
+#: Scale-invariant ResNet-20 (the paper's Appendix P.2), the same data and runs; through the
+#: Python API: ``cifar_sharpness.run(out, False, data=DIR, setting=RESNET20_DEFAULT)``.
+RESNET20_FULL = replace(FULL, net="resnet20")
+RESNET20_DEFAULT = replace(DEFAULT, net="resnet20", width=1 / 4)
 #: Seconds: a smoke run.
 QUICK = Setting(width=1 / 32, image=16, per_class=5, test_size=200, lr=0.8, wd=5e-3,
                 steps=200, init_norm=400.0, sharpness_every=20, evals=20)
 
 
 # -- the network, in plain JAX -------------------------------------------------------------
+RESNET_STAGES = (16, 32, 64)
+
+
 def layers(s: Setting) -> tuple:
     """The network's layers, channels (times the width) and "M" for a 2 x 2 max pool: VGG-11
     for ``s.image`` x ``s.image`` inputs (32 keeps all five pools, 16 drops the last, so the
     features end 1 x 1 either way), or ``s.arch``."""
+    if s.net != "vgg11":
+        raise ValueError(f"layers() describes VGG-style nets, not {s.net!r}")
     arch = s.arch
     if arch is None:
         if s.image not in (16, 32):
@@ -94,7 +104,11 @@ def layers(s: Setting) -> tuple:
 
 
 def plan(s: Setting) -> str:
-    """The layers as the loss's static argument: "C" a convolution, "M" a pool."""
+    """The layers as the loss's static argument: "C" a convolution, "M" a pool; "resnet20"."""
+    if s.net == "resnet20":
+        return "resnet20"
+    if s.net != "vgg11":
+        raise ValueError(f"net must be 'vgg11' or 'resnet20', got {s.net!r}")
     return "".join("M" if c == "M" else "C" for c in layers(s))
 
 
@@ -102,6 +116,8 @@ def init_params(s: Setting, classes: int = 10) -> dict:
     """He-normal filters ``conv0``, ``conv1``, ... (out, in, 3, 3) and the last layer ``fc``
     (classes, features), float64 NumPy. Their scales matter only through the initial norm."""
     rng = np.random.default_rng(s.seed)
+    if s.net == "resnet20":
+        return _resnet_params(s, rng, classes)
     params, cin = {}, 3
     for i, c in enumerate(c for c in layers(s) if c != "M"):
         params[f"conv{i}"] = rng.standard_normal((c, cin, 3, 3)) * np.sqrt(2 / (9 * cin))
@@ -121,6 +137,60 @@ def _bn(z, ref, axes):
     return (z - mean) / sd
 
 
+def _he(rng, cout: int, cin: int, k: int) -> np.ndarray:
+    return rng.standard_normal((cout, cin, k, k)) * np.sqrt(2 / (k * k * cin))
+
+
+def _resnet_params(s: Setting, rng, classes: int) -> dict:
+    """ResNet-20's filters: ``stem``; per stage i and block j ``s{i}b{j}c1``, ``s{i}b{j}c2``
+    and, where the block changes the shape, the 1 x 1 shortcut ``s{i}b{j}sc``; ``fc``."""
+    widths = [max(1, int(round(c * s.width))) for c in RESNET_STAGES]
+    params, cin = {"stem": _he(rng, widths[0], 3, 3)}, widths[0]
+    for i, c in enumerate(widths):
+        for j in range(3):
+            params[f"s{i}b{j}c1"] = _he(rng, c, cin, 3)
+            params[f"s{i}b{j}c2"] = _he(rng, c, c, 3)
+            if (i > 0 and j == 0) or cin != c:
+                params[f"s{i}b{j}sc"] = _he(rng, c, cin, 1)
+            cin = c
+    params["fc"] = rng.standard_normal((classes, cin)) / np.sqrt(cin)
+    return params
+
+
+def _resnet_logits(params, h, r):
+    """Scale-invariant ResNet-20 (the paper's Appendix Q.1): every convolution (3 x 3, and the
+    1 x 1 shortcuts where a block halves the image or changes the width) followed by BN
+    without affine parameters, ReLU, three stages of three basic blocks, global average
+    pooling, the BN'd logits. ``r`` is None (BN with ``h``'s own statistics) or the
+    reference batch passed side by side."""
+    import jax  # lazy: JAX is optional, imported when the network is traced
+
+    same = r is None
+
+    def conv(pair, f, stride):
+        def c(a):
+            return jax.lax.conv_general_dilated(a, f, (stride, stride), "SAME",
+                                                dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        zh = c(pair[0])
+        zr = zh if same else c(pair[1])
+        return _bn(zh, zr, (0, 2, 3)), None if same else _bn(zr, zr, (0, 2, 3))
+
+    def relu(pair):
+        return tuple(None if a is None else jax.nn.relu(a) for a in pair)
+
+    x = relu(conv((h, r), params["stem"], 1))
+    for i in range(len(RESNET_STAGES)):
+        for j in range(3):
+            stride = 2 if i > 0 and j == 0 else 1
+            y = conv(relu(conv(x, params[f"s{i}b{j}c1"], stride)), params[f"s{i}b{j}c2"], 1)
+            sc = conv(x, params[f"s{i}b{j}sc"], stride) if f"s{i}b{j}sc" in params else x
+            x = relu((y[0] + sc[0], None if same else y[1] + sc[1]))
+    fc = params["fc"]
+    zh = x[0].mean(axis=(2, 3)) @ fc.T
+    zr = zh if same else x[1].mean(axis=(2, 3)) @ fc.T
+    return LOGIT_SCALE * _bn(zh, zr, (0,))
+
+
 def logits(params, X, X_ref=None, *, plan: str):
     """The network's logits on ``X`` (n, 3, side, side), every BN with the batch statistics
     of ``X_ref`` (default ``X`` itself: full-batch BN in training; the training set's for test
@@ -133,6 +203,8 @@ def logits(params, X, X_ref=None, *, plan: str):
     real = params["fc"].dtype        # the precision of w: the data follow it
     h = jnp.asarray(X, real)
     r = h if same else jnp.asarray(X_ref, real)
+    if plan == "resnet20":
+        return _resnet_logits(params, h, None if same else r)
     i = 0
     for c in plan:
         if c == "M":
@@ -203,12 +275,16 @@ def setting_for(quick: bool, full: bool) -> Setting:
 def _shrinkage(s: Setting) -> list[str]:
     """How ``s`` departs from the paper's setting, in words (empty for FULL)."""
     out = []
-    if s.arch is not None:
+    if s.net == "resnet20":
+        if s.width != 1:
+            out.append(f"width x {s.width:g} (stage channels {channels(s)})")
+    elif s.arch is not None:
         out.append(f"not VGG-11: layers {list(layers(s))}")
     elif s.width != 1:
         out.append(f"width x {s.width:g} (channels {channels(s)})")
     if s.image != 32:
-        out.append(f"images {s.image} x {s.image} (2 x 2 means; VGG-11's last pool dropped)")
+        pool = "" if s.net == "resnet20" else "; VGG-11's last pool dropped"
+        out.append(f"images {s.image} x {s.image} (2 x 2 means{pool})")
     if s.per_class != 200:
         out.append(f"{s.per_class} training images per class, not 200")
     if s.test_size != 10_000:
@@ -222,6 +298,8 @@ def _shrinkage(s: Setting) -> list[str]:
 
 
 def channels(s: Setting) -> list[int]:
+    if s.net == "resnet20":
+        return [max(1, int(round(c * s.width))) for c in RESNET_STAGES]
     return [c for c in layers(s) if c != "M"]
 
 
@@ -314,7 +392,8 @@ def _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, spli
         "diverged": bool(tr.diverged),
         "invariance_rel_change": float(model.invariance.get("rel_change", np.nan)),
     }
-    net = "VGG-11" if s.arch is None else f"VGG-style net {list(layers(s))}"
+    net = ("ResNet-20 (ReLU)" if s.net == "resnet20" else "VGG-11" if s.arch is None
+           else f"VGG-style net {list(layers(s))}")
     settings = {"model": f"scale-invariant {net} (BN after every conv, BN'd logits) in JAX "
                          f"(XLA), width x {s.width:g}, D {model.dim}",
                 "data": f"CIFAR-10, {n_train} train ({n_train // 10} per class) / {n_test} "
@@ -357,5 +436,5 @@ def _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, spli
             "dim": model.dim, "channels": channels(s), "logit_scale": LOGIT_SCALE, **numbers}
 
 
-__all__ = ["run", "Setting", "FULL", "DEFAULT", "QUICK", "cross_entropy", "logits",
-           "init_params"]
+__all__ = ["run", "Setting", "FULL", "DEFAULT", "QUICK", "RESNET20_FULL", "RESNET20_DEFAULT",
+           "cross_entropy", "logits", "init_params"]

@@ -110,3 +110,28 @@ def test_cli_quick_vgg11_end_to_end(tmp_path, capsys):
     assert saved["quick"] is True and saved["channels"] == [2, 4, 8, 8, 16, 16, 16, 16]
     assert saved["n_train"] == 50 and saved["n_test"] == 20
     assert "cifar-sharpness.png" in capsys.readouterr().out
+
+
+def test_resnet20_is_scale_invariant_in_every_filter_and_its_test_pass_uses_train_statistics():
+    from pysharp._backends._jax import x64
+
+    s = replace(cs.RESNET20_DEFAULT, width=1 / 8)
+    params = cs.init_params(s)
+    assert cs.plan(s) == "resnet20" and cs.channels(s) == [2, 4, 8]
+    # 19 convolutions, the two stage changes' 1 x 1 shortcuts, the last layer
+    assert len(params) == 1 + 18 + 2 + 1 and params["s1b0sc"].shape == (4, 2, 1, 1)
+    rng = np.random.default_rng(1)
+    X, y = rng.standard_normal((12, 3, 8, 8)), np.arange(12) % 10
+    Xt = rng.standard_normal((3, 3, 8, 8))
+    with x64():
+        jp = {k: jax.numpy.asarray(v) for k, v in params.items()}
+        loss = float(cs.cross_entropy(jp, X, y, plan="resnet20"))
+        scaled = {k: v * (0.5 + 0.1 * i) for i, (k, v) in enumerate(jp.items())}
+        assert float(cs.cross_entropy(scaled, X, y, plan="resnet20")) == pytest.approx(
+            loss, rel=1e-12)
+        np.testing.assert_allclose(cs.logits(jp, X, X, plan="resnet20"),
+                                   cs.logits(jp, X, plan="resnet20"), atol=1e-12)
+        both = cs.logits(jp, Xt, X, plan="resnet20")
+        np.testing.assert_allclose(cs.logits(jp, Xt[1:2], X, plan="resnet20"), both[1:2],
+                                   atol=1e-12)
+    assert "stage channels [2, 4, 8]" in " ".join(cs._shrinkage(s))
