@@ -148,6 +148,13 @@ ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
          "s0": ("sharpness_at_entry", 0), "s1": ("sharpness_end", 0.02), "m": ("n_test", 0),
          "t0": ("test_accuracy_at_entry%", 0), "t1": ("test_accuracy_end%", 0.01),
          "chance": ("test_accuracy_chance%", 0)}),
+    # no CIFAR-10 files on the machines that made this table: a row without numbers until a
+    # run on the real data gives them (the check skips an experiment without its JSON)
+    "cifar-sharpness": (
+        "Lyu et al.'s scale-invariant VGG-11 on CIFAR-10-2k by full-batch GD+WD in XLA "
+        "(`from_jax`): train/test accuracy, spherical sharpness and eff. LR × sharpness, as "
+        "their Figure 2; needs the CIFAR-10 files (`--data DIR`), not run for this table",
+        {}),
 }
 
 # Numbers quoted in the README's prose: experiment -> [(template, fields)], as ROWS.

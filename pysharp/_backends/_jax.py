@@ -276,6 +276,10 @@ def _check_memory(nbytes: int, what: str, remedy: str) -> None:
                           f"{limit * 2 / 2 ** 30:.1f} GiB available here; {remedy}")
 
 
+#: Rows of the Krylov basis projected out per step of the reorthogonalisation loop.
+_BLOCK = 16
+
+
 def _build_lanczos_run(hvp: Callable, D: int, dtype, k: int, m_max: int, min_iter: int,
                        tol: float, sign: float) -> Callable:
     """``run(W, start, have_start, keys, locked (B, L, D), data)`` -> (evals (B, k) of
@@ -289,15 +293,28 @@ def _build_lanczos_run(hvp: Callable, D: int, dtype, k: int, m_max: int, min_ite
     def apply(W, X, data):
         return sign * jax.vmap(hvp, in_axes=(0, 0, None))(W, X, data)
 
+    rows = _BLOCK * -(-(m_max + 1) // _BLOCK)  # Q's rows, whole blocks (zero beyond use)
+
     def project(z, basis):  # z (B, D) minus its components on the rows of basis (B, n, D)
         return z - jnp.einsum("bn,bnd->bd", jnp.einsum("bnd,bd->bn", basis, z), basis)
 
-    def random_unit(keys, j, Q, locked):
-        z = jax.vmap(lambda kk: jax.random.normal(jax.random.fold_in(kk, j), (D,), real))(keys)
+    def project_q(z, Q, n):
+        """z minus its components on Q's first n rows, a block of rows at a time: the cost
+        grows with the Krylov dimension reached, not with the cap (rows past n are 0)."""
+        def block(b, z):
+            return project(z, jax.lax.dynamic_slice_in_dim(Q, b * _BLOCK, _BLOCK, axis=1))
+        return jax.lax.fori_loop(0, (n + _BLOCK - 1) // _BLOCK, block, z)
+
+    def orthogonalised(z, Q, n, locked):  # twice is enough
         for _ in range(2):
-            z = project(project(z, locked), Q)
-        n = jnp.linalg.norm(z, axis=1, keepdims=True)
-        return z / jnp.where(n > 0, n, 1), n[:, 0] > 1e-3
+            z = project_q(project(z, locked), Q, n)
+        return z
+
+    def random_unit(keys, j, Q, n, locked):
+        z = jax.vmap(lambda kk: jax.random.normal(jax.random.fold_in(kk, j), (D,), real))(keys)
+        z = orthogonalised(z, Q, n, locked)
+        nrm = jnp.linalg.norm(z, axis=1, keepdims=True)
+        return z / jnp.where(nrm > 0, nrm, 1), nrm[:, 0] > 1e-3
 
     def ritz(alpha, beta, m):
         """Eigen-decomposition of each T_m padded to m_max (padding below the spectrum)."""
@@ -320,12 +337,13 @@ def _build_lanczos_run(hvp: Callable, D: int, dtype, k: int, m_max: int, min_ite
 
     def run(W, start, have_start, keys, locked, data):
         B = W.shape[0]
-        q0, good0 = random_unit(keys, 0, jnp.zeros((B, 1, D), real), locked)
+        Q = jnp.zeros((B, rows, D), real)
+        q0, good0 = random_unit(keys, 0, Q, 0, locked)
         n0 = jnp.linalg.norm(start, axis=1, keepdims=True)
         use = have_start & (n0[:, 0] > 0)
         q0 = jnp.where(use[:, None], start / jnp.where(n0 > 0, n0, 1), q0)
         ok0 = use | good0
-        Q = jnp.zeros((B, m_max + 1, D), real).at[:, 0].set(q0)
+        Q = Q.at[:, 0].set(q0)
         state = (0, Q, jnp.zeros((B, m_max), real), jnp.zeros((B, m_max), real),
                  jnp.zeros(B, jnp.int32), ~ok0, jnp.zeros(B, bool), ok0)
 
@@ -341,8 +359,7 @@ def _build_lanczos_run(hvp: Callable, D: int, dtype, k: int, m_max: int, min_ite
             a = jnp.sum(q * z, axis=1)
             prev = jnp.where(j > 0, beta[:, j - 1], 0)
             z = z - a[:, None] * q - prev[:, None] * Q[:, j - 1]
-            for _ in range(2):
-                z = project(project(z, locked), Q)
+            z = orthogonalised(z, Q, j + 1, locked)
             b = jnp.linalg.norm(z, axis=1)
             live = ~done & ok
             alpha = jnp.where(live[:, None], alpha.at[:, j].set(a), alpha)
@@ -356,7 +373,9 @@ def _build_lanczos_run(hvp: Callable, D: int, dtype, k: int, m_max: int, min_ite
             stop = live & (now | (j + 1 == m_max))
             # an invariant subspace: go on from a fresh direction, or stop when none is left
             tiny = b <= small_rel * jnp.where(jnp.abs(a) + prev > 0, jnp.abs(a) + prev, 1)
-            fresh, found = random_unit(keys, j + 1, Q, locked)
+            fresh, found = jax.lax.cond(  # rare: drawn only when some point needs it
+                jnp.any(live & tiny), lambda: random_unit(keys, j + 1, Q, j + 1, locked),
+                lambda: (z, jnp.ones(B, bool)))
             exhausted = live & ~stop & tiny & ((j + 1 + locked.shape[1] >= D) | ~found)
             conv = conv | exhausted
             beta = jnp.where((live & tiny)[:, None], beta.at[:, j].set(0), beta)
@@ -383,10 +402,10 @@ def _build_lanczos_run(hvp: Callable, D: int, dtype, k: int, m_max: int, min_ite
 
 
 def _engine_functions(core: JaxCore, method: Method, jitter: bool) -> dict[str, Callable]:
-    """The engine's jitted pieces for ``method`` on ``core``: ``plain(state, consts, data,
-    t0, n)`` (n steps with nothing recorded) and ``observe(state, consts, data, t)`` (step
-    t measured, then taken). The scalar options travel in ``consts``, so a new learning
-    rate, seed or RMSprop beta reuses the compiled programs."""
+    """The engine's jitted step program for ``method`` on ``core``: ``segment(state, consts,
+    data, t0, n)``, n steps with nothing recorded, then step t0 + n measured and taken. The
+    scalar options travel in ``consts``, so a new learning rate, seed or RMSprop beta
+    reuses the compiled program."""
     jax, jnp = _jax()
     spec = METHODS[method.name.lower()]
     vg = jax.vmap(core._fns["value_and_grad"], in_axes=(0, None))
@@ -436,14 +455,15 @@ def _engine_functions(core: JaxCore, method: Method, jitter: bool) -> dict[str, 
         return dict(state, w=w, eta=eta, alive=live & finite,
                     div_step=jnp.where(live & ~finite, t + 1, state["div_step"]))
 
-    def plain(state, consts, data, t0, n):
+    def segment(state, consts, data, t0, n):
+        """Steps t0 .. t0 + n - 1 with nothing recorded, then the measured step t = t0 + n:
+        (the state at t before its update, after it, the records of t). One program for
+        both, so a network's forward and backward pass is compiled once."""
         def body(i, s):
             s, ev = evaluate(s, consts, data, t0 + i)
             return step(s, consts, ev, t0 + i)
-        return jax.lax.fori_loop(0, n, body, state)
-
-    def observe(state, consts, data, t):
-        """The measured step t: (state before the update, after it, the records)."""
+        state = jax.lax.fori_loop(0, n, body, state)
+        t = t0 + n
         state, ev = evaluate(state, consts, data, t)
         loss, g, norm2, gnorm2 = ev
         if spec.on_sphere:  # the effective LR of this step on the sphere
@@ -462,7 +482,7 @@ def _engine_functions(core: JaxCore, method: Method, jitter: bool) -> dict[str, 
                 lambda w: jax.ops.segment_sum(w * w, ids, num_segments=G))(state["w"])
         return state, step(state, consts, ev, t), rec
 
-    return {"plain": jax.jit(plain), "observe": jax.jit(observe)}
+    return {"segment": jax.jit(segment)}
 
 
 class _Engine:
@@ -551,11 +571,10 @@ class _Engine:
         fns, data = cache[key], self.core._data
         state, t = self.state, 0
         for te in events:
-            if te > t:  # the state is at step t: plain steps up to the event
-                state = fns["plain"](state, self.consts, data, t, te - t)
+            # the state is at step t: plain steps up to the event, then the event's
+            before, state, rec = fns["segment"](state, self.consts, data, t, te - t)
             t = te
             is_event = {kind: e > 0 and t % e == 0 for kind, e in every.items()}
-            before, state, rec = fns["observe"](state, self.consts, data, t)
             if t == steps:  # the last step is measured, not taken
                 state = before
             alive = np.asarray(before["alive"])

@@ -159,6 +159,9 @@ class XlaModel(ScaleInvariantModel):
             data = {k: jnp.asarray(v) for k, v in self.data.items()}
 
         def f(w, d):
+            # float data in w's precision: XLA's convolutions refuse mixed precisions
+            d = {k: v.astype(w.dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v
+                 for k, v in d.items()}
             return loss(unravel(w), **d, **static)
         return f, data, self.groups
 

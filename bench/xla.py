@@ -1,0 +1,224 @@
+"""Real networks in XLA (``backend="jax"``): pysharp's engine against hand-written JAX.
+
+Rows, each pysharp beside the peer a user would write instead, in one run:
+
+- ``step``: a GD+WD step of ``run_gd_wd`` on an ``XlaModel`` against a hand-written
+  ``jax.jit`` ``fori_loop`` of ``value_and_grad`` and the same update (float64), on a small
+  BN CNN (two 3x3 convolutions with BN on 8x8 images, 4 classes) and on Cohen et al.'s
+  fc-tanh network (3072 -> 200 -> 200 -> 10, tanh; 5000 CIFAR-shaped samples, 1000 with
+  --quick). The targets: <= 1.1x.
+- ``tracking``: the same run with the spherical sharpness every 100 steps (warm-started
+  Lanczos), against no tracking (target: <= 1.5x).
+- ``eigensolve``: one top-2 eigensolve of the Hessian to 1e-6 relative, pysharp's Lanczos
+  against SciPy's ``eigsh`` over jitted JAX HVPs (the reference PyTorch code's way, with
+  JAX for autograd: torch is not needed here), at equal accuracy (target: >= 2x).
+- ``batched``: 16 trajectories at 16 learning rates in one vmapped run against 16 runs
+  one after the other (target: >= 4x the throughput).
+- ``crossover``: BN linear regression d 40, n 20, B 4096 trajectories on the compiled core
+  against the same model on ``backend="jax"``.
+
+The CPU, the load during each measurement (other processes' share, '!' above 15 %) and
+the ratios are printed and, with --json, written.
+
+Usage (from the repository root)::
+
+    python -m bench.xla            # several minutes on 2 cores
+    python -m bench.xla --quick
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+if not __package__:  # run as a script: python bench/<name>.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import BUSY_THRESHOLD, start_benchmark, timed
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def small_cnn(n: int = 64, seed: int = 0):
+    """(loss, params, data) of a scale-invariant CNN: conv-BN-relu twice, mean pooling,
+    a BN-normalised linear read-out, integer-label cross-entropy (D = 356)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    rng = np.random.default_rng(seed)
+    X, y = rng.standard_normal((n, 1, 8, 8)), rng.integers(0, 4, n)
+
+    def bn(z, axes):
+        mu = z.mean(axes, keepdims=True)
+        return (z - mu) / jnp.sqrt(((z - mu) ** 2).mean(axes, keepdims=True) + 1e-5)
+
+    def loss(p, X, y):
+        z = jax.nn.relu(bn(lax.conv_general_dilated(X, p["c1"], (1, 1), "SAME"), (0, 2, 3)))
+        z = jax.nn.relu(bn(lax.conv_general_dilated(z, p["c2"], (1, 1), "SAME"), (0, 2, 3)))
+        logits = bn(z.mean((2, 3)) @ p["fc"], (0,))
+        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(y.shape[0]), y])
+
+    params = {"c1": 0.3 * rng.standard_normal((4, 1, 3, 3)),
+              "c2": 0.3 * rng.standard_normal((8, 4, 3, 3)), "fc": rng.standard_normal((8, 4))}
+    return loss, params, {"X": X, "y": y}
+
+
+def fc_tanh(n: int, seed: int = 0):
+    """(loss, params, data) of Cohen et al.'s fc-tanh (3072-200-200-10, tanh, square loss
+    on one-hot targets; not scale-invariant: a timing workload only)."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 3072)) / np.sqrt(3072)
+    Y = np.eye(10)[rng.integers(0, 10, n)]
+    sizes = (3072, 200, 200, 10)
+    params = [{"W": rng.standard_normal((a, b)) / np.sqrt(a), "b": np.zeros(b)}
+              for a, b in zip(sizes[:-1], sizes[1:])]
+
+    def loss(p, X, Y):
+        h = X
+        for layer in p[:-1]:
+            h = jnp.tanh(h @ layer["W"] + layer["b"])
+        out = h @ p[-1]["W"] + p[-1]["b"]
+        return 0.5 * jnp.mean(jnp.sum((out - Y) ** 2, axis=1))
+
+    return loss, params, {"X": X, "Y": Y}
+
+
+def hand_gd_wd(loss, model, data, lr: float, wd: float):
+    """The peer: jax.jit(fori_loop) of value_and_grad and w <- (1 - lr wd) w - lr g."""
+    import jax
+    import jax.numpy as jnp
+
+    from pysharp._backends._jax import x64
+
+    with x64():
+        arrays = {k: jnp.asarray(v) for k, v in data.items()}
+        f = jax.value_and_grad(lambda w: loss(model.unravel(w), **arrays))
+
+        @jax.jit
+        def run(w, n):
+            def body(_, w):
+                _, g = f(w)
+                return (1 - lr * wd) * w - lr * g
+            return jax.lax.fori_loop(0, n, body, w)
+    return run
+
+
+def main(argv=None) -> int:
+    args, ps = start_benchmark(__doc__, argv, quick="fewer samples and steps",
+                               json="results")
+    import jax
+    import jax.numpy as jnp
+    import scipy.sparse.linalg as sla
+
+    from pysharp._backends._jax import x64
+
+    steps = 100 if args.quick else 400
+    rows, checks = [], []
+    print(f"CPU: {_cpu()}, {jax.device_count()} JAX device(s) ({jax.devices()[0].platform}); "
+          f"float64")
+
+    def report(name, ours, peer, target, better="lower", load=None):
+        ratio = ours / peer
+        ok = ratio <= target if better == "lower" else peer / ours >= target
+        flag = "!" if load is not None and load > BUSY_THRESHOLD else ""
+        print(f"{name:<44} pysharp {ours * 1e3:10.2f} ms  peer {peer * 1e3:10.2f} ms  "
+              f"ratio {ratio:6.2f}  target {'<=' if better == 'lower' else '>='} {target}"
+              f"{'' if better == 'lower' else 'x faster'}  {'ok' if ok else 'MISSED'}{flag}")
+        rows.append({"row": name, "pysharp_s": ours, "peer_s": peer, "ratio": ratio,
+                     "target": target, "ok": bool(ok), "load": load})
+
+    nets = [("small BN CNN (D 356, n 64)", small_cnn()),
+            (f"fc-tanh (D 656,810, n {1000 if args.quick else 5000})",
+             fc_tanh(1000 if args.quick else 5000))]
+    for label, (loss, params, data) in nets:
+        model = ps.models.from_jax(loss, params, check=False, **data)
+        w0 = model.initial_point()
+        lr, wd = 0.05, 5e-4
+        net_steps = steps if "CNN" in label else max(10, steps // 20)
+        hand = hand_gd_wd(loss, model, data, lr, wd)
+        with x64():
+            wj = jnp.asarray(w0)
+            peer, _ = timed(lambda: hand(wj, net_steps).block_until_ready(), repeats=2)
+            w_peer = np.asarray(hand(wj, net_steps))
+        kw = {"lr": lr, "wd": wd, "steps": net_steps, "record_every": net_steps}
+        ours, load = timed(lambda: ps.run_gd_wd(model, w0, sharpness_every=0, **kw), repeats=2)
+        tr = ps.run_gd_wd(model, w0, sharpness_every=0, **kw)
+        dev = float(np.max(np.abs(tr.w - w_peer)) / np.max(np.abs(w_peer)))
+        checks.append({"row": f"step {label}", "rel_dev": dev, "ok": dev < 1e-10})
+        report(f"GD+WD step, {label}", ours / net_steps, peer / net_steps, 1.1, load=load)
+        every = max(1, net_steps // 4)
+        tracked, load = timed(lambda: ps.run_gd_wd(model, w0, sharpness_every=every, **kw),
+                              repeats=1)
+        report(f"sharpness every {every} steps vs none, {label.split(' (')[0]}", tracked, ours,
+               1.5, load=load)
+
+    # one top-2 eigensolve to 1e-6, against scipy eigsh over jitted JAX HVPs
+    loss, params, data = small_cnn()
+    model = ps.models.from_jax(loss, params, check=False, **data)
+    w = model.initial_point()
+    w = w / np.linalg.norm(w)
+    ours, load = timed(lambda: ps.spherical_sharpness(model, w, k=2, tol=1e-6,
+                                                      method="lanczos"), repeats=2)
+    res = ps.spherical_sharpness(model, w, k=2, tol=1e-6, method="lanczos")
+    with x64():
+        arrays = {k: jnp.asarray(v) for k, v in data.items()}
+        g = jax.grad(lambda v: loss(model.unravel(v), **arrays))
+        hvp = jax.jit(lambda v: jax.jvp(g, (jnp.asarray(w),), (v,))[1])
+        op = sla.LinearOperator((model.dim, model.dim), dtype=np.float64, matvec=lambda v:
+                                np.asarray(hvp(jnp.asarray(v.ravel(), dtype=jnp.float64))))
+        peer, _ = timed(lambda: sla.eigsh(op, k=2, which="LA", tol=1e-6), repeats=2)
+        ref = np.sort(sla.eigsh(op, k=2, which="LA", tol=1e-6)[0])[::-1]
+    dev = float(np.max(np.abs(res.eigenvalues - ref) / np.abs(ref)))
+    checks.append({"row": "top-2 eigensolve", "rel_dev": dev, "ok": dev < 1e-5})
+    report("top-2 eigensolve to 1e-6 vs scipy eigsh", ours, peer, 2.0, better="higher",
+           load=load)
+
+    # 16 trajectories at 16 learning rates: one vmapped run vs 16 runs
+    lrs = np.geomspace(0.01, 0.5, 16)
+    W = np.repeat(w[None], 16, axis=0)
+    kw = {"wd": 5e-4, "steps": steps, "record_every": steps, "sharpness_every": 0}
+    batched, load = timed(lambda: ps.run_gd_wd(model, W, lr=lrs, **kw), repeats=1)
+    one = ps.run_gd_wd(model, w, lr=lrs[0], **kw)  # the single-row program, compiled
+    sequential, _ = timed(lambda: [ps.run_gd_wd(model, w, lr=x, **kw) for x in lrs], repeats=1)
+    del one
+    report("16 learning rates: vmapped vs 16 runs", batched, sequential, 4.0, better="higher",
+           load=load)
+
+    # where each engine wins: the compiled core vs XLA on BN linear regression
+    linreg = ps.BNLinearRegression.synthetic(n=20, d=40, seed=0)
+    B = 1024 if args.quick else 4096
+    W = linreg.random_point(B, seed=1)
+    kw = {"lr": 0.05, "wd": 1e-3, "steps": steps, "record_every": steps, "sharpness_every": 0,
+          "reduced": False}
+    cpp, _ = timed(lambda: ps.run_gd_wd(linreg, W, backend="cpp", **kw), repeats=2)
+    xla, load = timed(lambda: ps.run_gd_wd(linreg, W, backend="jax", **kw), repeats=2)
+    print(f"{'BN linreg d40 B' + str(B) + ': compiled core vs XLA':<44} cpp {cpp:.3f} s, "
+          f"jax {xla:.3f} s: the compiled core is {xla / cpp:.1f}x faster"
+          f"{'!' if load and load > BUSY_THRESHOLD else ''}")
+    rows.append({"row": f"crossover BN linreg d40 B{B}", "cpp_s": cpp, "jax_s": xla,
+                 "cpp_speedup": xla / cpp, "load": load})
+    for c in checks:
+        print(f"check {c['row']}: rel. deviation {c['rel_dev']:.1e} {'ok' if c['ok'] else 'FAILED'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cpu": _cpu(), "when": time.strftime("%F %T"),
+                                               "rows": rows, "checks": checks}, indent=1))
+    return 0 if all(c["ok"] for c in checks) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
