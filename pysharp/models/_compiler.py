@@ -104,7 +104,8 @@ def model_names(header: Path) -> list[str]:
 def build_flags() -> dict:
     """How ``pysharp._core`` was compiled: {"compiler": path, "flags": [...]}.
 
-    Read from ``_build_flags.json`` beside the compiled core; the include paths,
+    Read from ``_build_flags.json`` beside the compiled core (in a portable build, the
+    command of the instruction set loaded: see ``pysharp info``); the include paths,
     the output and the source of the recorded command are dropped (load_model
     adds its own).
     """
@@ -116,7 +117,9 @@ def build_flags() -> dict:
     if not record.is_file():
         raise ModelCompileError(f"{record} is missing: this build of pysharp did not record "
                                 "its compile command; reinstall pysharp with `pip install .`")
-    entry = json.loads(record.read_text())["core"]
+    recorded = json.loads(record.read_text())
+    # a portable build records each of its instruction sets: the one loaded is the core
+    entry = recorded.get("targets", {}).get(loader.build_info()["cpu_target"], recorded["core"])
     argv = entry["arguments"] if "arguments" in entry else shlex.split(entry["command"])
     flags, skip = [], False
     for arg in argv[1:]:
