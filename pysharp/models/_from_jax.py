@@ -61,7 +61,62 @@ _RESERVED = {"w", "loss", "g", "work", "S", "Real", "dim", "work_size", "loss_gr
 
 
 class UnsupportedPrimitive(ValueError):
-    """A primitive of the traced loss that from_jax cannot translate (message: which, where)."""
+    """A primitive of the traced loss that from_jax cannot translate (message: which, where,
+    and the way forward)."""
+
+
+#: The way forward common to every refusal: the loss runs as it is, untraced.
+_UNTRACED = "run it untraced in XLA: from_jax(..., compile=False) (the default)"
+
+#: A rewrite that compiles, by the primitive refused (or the family it belongs to).
+_REWRITES = {
+    "gather": "integer-label cross-entropy as one-hot targets, Y = jax.nn.one_hot(labels, k) "
+              "passed as data: -jnp.mean(jnp.sum(jax.nn.log_softmax(z) * Y, axis=1)); an index "
+              "computed from w has no derivative: compute it from the data",
+    "scatter-add": "x.at[i].add(u) with data indices as x + one_hot(i, n).T @ u (a one-hot "
+                   "matrix passed as data)",
+    "sort": "a sort of w-dependent values: where the order is fixed by the data, sort the data "
+            "(data-only computations may use any primitive) or pass the permutation as a "
+            "one-hot matrix P (data) and write P @ z",
+    "cumsum": "a cumulative sum is a product with a constant triangular matrix: "
+              "jnp.tril(jnp.ones((n, n))) @ z",
+    "cumlogsumexp": "jax.nn.logsumexp over masked copies: logsumexp(jnp.where(T, z, -jnp.inf), "
+                    "axis=1) with T = jnp.tril(jnp.ones((n, n), bool))",
+    "argmax": "the index of a maximum is piecewise constant: compute it from the data, or use "
+              "jnp.max's value",
+    "erf": "jax.nn.gelu(z, approximate=True) (the tanh form) compiles",
+    "scan": "a loop with a static trip count: unroll it in Python (for t in range(n): ...), "
+            "which traces to straight-line code",
+    "while": "a while_loop has no static trip count; a fori_loop with static bounds can be "
+             "unrolled in Python (for t in range(n): ...)",
+    "cond": "both branches with jnp.where(pred, a, b) (they are evaluated, then chosen)",
+    "conv_general_dilated": "a convolution of the data by w as a product: the data's patches "
+                            "lax.conv_general_dilated_patches(X, ...) (data only) contracted "
+                            "with the kernel by jnp.einsum; a convolution of w-dependent "
+                            "activations has no rewrite",
+    "reduce_prod": "jnp.prod(z) of positive z as jnp.exp(jnp.sum(jnp.log(z)))",
+    "random_bits": "draw the random numbers outside the loss and pass them as data",
+}
+_REWRITES.update({k: _REWRITES["cumsum"] for k in ("cumprod", "cummax", "cummin")})
+_REWRITES.update({k: _REWRITES["argmax"] for k in ("argmin",)})
+_REWRITES.update({k: _REWRITES["erf"] for k in ("erfc", "erf_inv")})
+_REWRITES.update({k: _REWRITES["scatter-add"] for k in ("scatter", "scatter_add", "scatter-mul",
+                                                          "scatter_mul")})
+_REWRITES.update({k: _REWRITES["random_bits"] for k in ("rng_bit_generator", "threefry2x32",
+                                                         "random_wrap", "random_seed")})
+_REWRITES["switch"] = _REWRITES["cond"]
+
+
+def _refusal(prim: str, where: str, what: str | None = None,
+             rewrite: str | None = None) -> UnsupportedPrimitive:
+    """A refusal naming the primitive, the user's line and the way forward."""
+    what = what or (f"primitive '{prim}' at {where} is not supported on values that depend "
+                    "on w")
+    rewrite = rewrite or _REWRITES.get(prim)
+    forward = f"{_UNTRACED}" + (f"; or rewrite it to compile: {rewrite}" if rewrite else "")
+    return UnsupportedPrimitive(
+        f"from_jax: {what}. The way forward: {forward}. (Translated on values that depend on "
+        f"w: {', '.join(SUPPORTED)}; data-only computations may use any primitive.)")
 
 
 # -- the traced program, calls inlined ---------------------------------------------------------
@@ -398,10 +453,7 @@ class _Codegen:
         bad = [e for e in self.code if e.prim not in SUPPORTED]
         if bad:
             e = bad[0]
-            raise UnsupportedPrimitive(
-                f"from_jax: primitive '{e.prim}' at {e.where} is not supported on values that "
-                f"depend on w (the documented subset: {', '.join(SUPPORTED)}; data-only "
-                "computations may use any primitive)")
+            raise _refusal(e.prim, e.where)
         self.last_use: dict[int, int] = {}
         for k, e in enumerate(self.code):
             for x in e.ins:
@@ -508,7 +560,7 @@ class _Codegen:
 
     # -- primitives -----------------------------------------------------------------------------
     def _p_elementwise(self, e: _Eqn) -> None:  # pragma: no cover - SUPPORTED lists them all
-        raise UnsupportedPrimitive(f"from_jax: no translation of '{e.prim}' at {e.where}")
+        raise _refusal(e.prim, e.where)
 
     def _binary(self, e, op):
         a, b = e.ins
@@ -626,8 +678,9 @@ class _Codegen:
     def _compare(self, e):
         a, b = e.ins
         if a.dtype.kind != "f" or b.dtype.kind != "f":
-            raise UnsupportedPrimitive(f"from_jax: '{e.prim}' of non-float values depending on "
-                                       f"w at {e.where}")
+            raise _refusal(e.prim, e.where, f"'{e.prim}' of non-float values depending on w "
+                           f"at {e.where}", "compare float values, or compute the integers "
+                           "from the data (data-only computations may use any primitive)")
         if e.prim == "ne":
             cond = lambda i: f"!({self.v_at(a, i)} == {self.v_at(b, i)})"  # noqa: E731
         else:
@@ -641,8 +694,9 @@ class _Codegen:
 
     def _bool_only(self, e):
         if any(x.dtype != np.bool_ for x in e.ins):
-            raise UnsupportedPrimitive(f"from_jax: '{e.prim}' of integers depending on w at "
-                                       f"{e.where}")
+            raise _refusal(e.prim, e.where, f"'{e.prim}' of integers depending on w at "
+                           f"{e.where}", "combine float masks (a * b, a + b - a * b, 1 - a) "
+                           "or compute the integers from the data")
 
     def _p_and(self, e):
         self._bool_only(e)
@@ -664,9 +718,6 @@ class _Codegen:
         """The truth value 'p selects case 1' (bool p) or 'p == k' (integer p)."""
         r = self.ref(p)
         if r.is_s:
-            if p.dtype != np.bool_:
-                raise UnsupportedPrimitive("from_jax: an integer select_n predicate computed "
-                                           "from w")
             return f"value_of({self.at(p, i)}) > Real(0.5)"
         x = self.at(p, i)
         if k is None:
@@ -676,6 +727,10 @@ class _Codegen:
     def _p_select_n(self, e):
         p, *cases = e.ins
         r = self.ref(p)
+        if r.is_s and p.dtype != np.bool_:
+            raise _refusal(e.prim, e.where, f"an integer select_n predicate (lax.switch, "
+                           f"jnp.select) computed from w at {e.where}",
+                           "nested jnp.where(mask, a, b) on float comparisons")
         if r.kind == "scalar" and not r.is_s and not r.name.isidentifier():
             # A constant predicate (inlined literal): the case is known now.
             k = int(float(re.sub(r"Real\((.*)\)", r"\1", r.name)))
@@ -697,9 +752,10 @@ class _Codegen:
         (a,) = e.ins
         out = e.outs[0]
         if out.dtype.kind != "f":
-            raise UnsupportedPrimitive(
-                f"from_jax: convert_element_type of a value depending on w to {out.dtype} at "
-                f"{e.where} (only float <-> float and bool -> float are differentiable)")
+            raise _refusal(e.prim, e.where, f"convert_element_type of a value depending on w "
+                           f"to {out.dtype} at {e.where} (only float <-> float and bool -> "
+                           "float are differentiable)", "compute the integers from the data "
+                           "(data-only computations may use any primitive)")
         self.alias(out, a)
 
     def _alias_op(self, e):
@@ -1123,6 +1179,74 @@ def _trace(loss, w, data: dict, groups) -> _Traced:
     return _Traced(source, cg.struct, fields, closed)
 
 
+#: Equations whose derivatives the model and JAX can take differently: JAX rounds where the
+#: model (float64 throughout) does not; JAX differentiates a custom rule where the model
+#: differentiates the rule's equations as traced.
+_NARROW = ("float32", "float16", "bfloat16")
+
+
+def _suspects(loss, w, data: dict) -> list[str]:
+    """Where the model can part from JAX in the primal loss's jaxpr: custom_jvp/custom_vjp
+    calls and casts below float64 on values that depend on w, in program order, with the
+    user's lines (an empty list when the loss cannot be traced again)."""
+    import jax
+    import jax.numpy as jnp
+    from jax._src import core as jcore
+
+    found: list[str] = []
+
+    def walk(jaxpr, wdep_in, outer=""):
+        jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+        dep = {v for v, d in zip(jaxpr.invars, wdep_in) if d}
+        for eqn in jaxpr.eqns:
+            ins = [not isinstance(a, jcore.Literal) and a in dep for a in eqn.invars]
+            where = _where(eqn)
+            where = where if ":" in where else (outer or "an unknown line")
+            name = eqn.primitive.name
+            if any(ins):
+                if name.startswith(("custom_jvp", "custom_vjp")):
+                    kind = "custom_jvp" if "jvp" in name else "custom_vjp"
+                    found.append(f"a {kind} function at {where}: its rule, not its "
+                                 "equations, gives the derivatives, and the model takes them "
+                                 "from the rule's equations as traced")
+                elif name in ("convert_element_type", "reduce_precision") and \
+                        str(eqn.outvars[0].aval.dtype) in _NARROW:
+                    found.append(f"{name} to {eqn.outvars[0].aval.dtype} at {where}: JAX rounds "
+                                 "there, the model computes in float64 (keep the loss in float64)")
+                sub = _inner_jaxpr(eqn)
+                if sub is not None:
+                    walk(sub, ins, where)
+                dep.update(o for o in eqn.outvars if not isinstance(o, jcore.DropVar))
+        return found
+
+    try:
+        arrays = {k: v for k, v in data.items() if not _static(v)}
+        static = {k: v for k, v in data.items() if _static(v)}
+        with _x64(jax):
+            closed = jax.make_jaxpr(lambda x, a: loss(x.reshape(w.shape), **a, **static))(
+                jnp.asarray(w.reshape(-1), dtype=jnp.float64),
+                {k: _as_jax(jnp, v) for k, v in arrays.items()})
+        names = sorted(arrays)
+        return walk(closed, [True] + [False] * len(names))
+    except Exception:  # noqa: BLE001 - a diagnosis only: the check's report stands alone
+        return found
+
+
+def _parting(report, suspects: list[str]) -> str:
+    """Where the model and JAX first part, in words, for the check's failure."""
+    order = ("loss", "gradient", "hvp", "third")
+    first = next((k for k in order if not report.passed[k]), "loss")
+    what = {"loss": "the loss", "gradient": "the gradient", "hvp": "H v",
+            "third": "D^3L[v, v]"}[first]
+    text = f"The model and JAX first part in {what}"
+    if not suspects:
+        return text + (": no custom rule or cast below float64 acts on w, so this is a "
+                       "translation bug: please report it with the header. Meanwhile, "
+                       f"{_UNTRACED}.")
+    return text + ", at the equations where they can:\n" + "\n".join(
+        f"  - {s}" for s in suspects) + f"\nOr {_UNTRACED}."
+
+
 def _flat_parameters(w_example) -> np.ndarray:
     """``w_example`` as one float64 array; a pytree of arrays (a tuple ``(W1, a)``, a dict of
     layers) is refused with the lines that flatten it and unpack it inside the loss."""
@@ -1345,8 +1469,9 @@ def from_jax(loss: Callable, w_example, *, check: bool = True, dtype="float64",
         model.report = report
         compared = ("loss", "gradient", "hvp", "third")
         if not all(report.passed[k] for k in compared):
+            where = _parting(report, _suspects(loss, w, data))
             raise AssertionError(f"from_jax: the generated model differs from JAX "
-                                 f"({model.header}):\n{report}")
+                                 f"({model.header}). {where}\n{report}")
         if not all(report.passed.values()):
             warnings.warn(f"from_jax: the model equals JAX's loss, but the loss is not "
                           f"scale-invariant:\n{report}", stacklevel=2)

@@ -249,8 +249,36 @@ def test_unsupported_primitive_refused_before_compiling(monkeypatch):
 
     def cumsum_loss(w, X, y):
         return jnp.sum(jnp.cumsum(X @ w) * y) / jnp.sqrt(w @ w)
-    with pytest.raises(ps.models.UnsupportedPrimitive, match="cumsum"):
+    with pytest.raises(ps.models.UnsupportedPrimitive, match="cumsum") as caught:
         from_jax(cumsum_loss, np.ones(8), X=X, y=y)
+    # every refusal says what to do: run it untraced, or the rewrite that compiles
+    message = str(caught.value)
+    assert "run it untraced in XLA: from_jax(..., compile=False) (the default)" in message
+    assert "jnp.tril(jnp.ones((n, n))) @ z" in message
+
+
+def test_a_failed_check_names_where_the_model_and_jax_part():
+    """The check's failure names the equations that can part the model from JAX (a cast
+    below float64 on w, a custom_jvp), with the user's lines, not only "differs"."""
+    from types import SimpleNamespace
+
+    from pysharp.models._from_jax import _parting, _suspects
+
+    @jax.custom_jvp
+    def soft(x):
+        return jnp.tanh(x)
+    soft.defjvp(lambda p, t: (jnp.tanh(p[0]), t[0] / (1 + p[0] ** 2)))
+    X = data()[0]
+
+    def rounded(w, X):
+        return jnp.sum(soft(X @ w).astype(jnp.float32).astype(jnp.float64) ** 2)
+    found = _suspects(rounded, np.ones(8), {"X": X})
+    assert len(found) == 2 and all("test_from_jax.py:" in s for s in found)
+    assert found[0].startswith("a custom_jvp function") and "to float32" in found[1]
+    report = SimpleNamespace(passed=dict(loss=False, gradient=False, hvp=True, third=True))
+    text = _parting(report, found)
+    assert text.startswith("The model and JAX first part in the loss") and "compile=False" in text
+    assert "translation bug" in _parting(report, [])
 
 
 def test_data_only_computations_may_use_any_primitive():
