@@ -623,7 +623,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--out", default="pysharp-figures", help="output folder")
     rep.add_argument("--quick", action="store_true", help="seconds instead of minutes")
     rep.add_argument("--data", metavar="DIR", help="the dataset's files as published (for "
-                     "experiments on real data: cifar-sharpness); nothing is downloaded")
+                     "experiments on real data: cifar-sharpness, fashion-stability); nothing is "
+                     "downloaded")
     rep.add_argument("--full", action="store_true", help="the paper's own size (a GPU's "
                      "work; for experiments on real data)")
     rep.set_defaults(func=_reproduce)

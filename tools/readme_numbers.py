@@ -155,6 +155,13 @@ ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
         "(`from_jax`): train/test accuracy, spherical sharpness and eff. LR × sharpness, as "
         "their Figure 2; needs the CIFAR-10 files (`--data DIR`), not run for this table",
         {}),
+    # likewise no FashionMNIST files: a row without numbers
+    "fashion-stability": (
+        "Ma & Ying's fully connected ReLU net on FashionMNIST, square loss on one-hot labels, "
+        "trained by SGD in XLA (`square_loss_from_jax`) over a grid of learning rates and "
+        "batch sizes: sharpness, non-uniformity and g_W against g_x at each end point, as "
+        "their Figure 1; needs the FashionMNIST files (`--data DIR`), not run for this table",
+        {}),
 }
 
 # Numbers quoted in the README's prose: experiment -> [(template, fields)], as ROWS.

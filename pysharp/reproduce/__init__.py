@@ -34,6 +34,7 @@ REGISTRY: dict[str, str] = {
     "period-two": "period_two",
     "digits": "digits",
     "cifar-sharpness": "cifar_sharpness",
+    "fashion-stability": "fashion_stability",
 }
 
 
