@@ -47,7 +47,8 @@ SUPPORTED = (
     "dot_general", "reduce_sum", "reduce_max", "reduce_min", "broadcast_in_dim", "reshape",
     "transpose", "squeeze", "expand_dims", "concatenate", "slice", "pad", "split",
     "convert_element_type", "copy", "copy_p", "stop_gradient", "reduce_precision",
-    "optimization_barrier",
+    "optimization_barrier", "is_finite", "stack", "unstack", "rev", "gather", "scatter-add",
+    "dynamic_slice", "dynamic_update_slice",
 )
 _CALLS = ("jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
           "custom_vjp_call_jaxpr", "remat", "checkpoint", "remat2")
@@ -480,7 +481,10 @@ class _Codegen:
                 continue
             a = np.asarray(values[id(x)])
             flat = a.reshape(-1)
-            if flat.size and np.all(flat == flat[0]) and a.dtype.kind in "fiub":
+            # uniform: NaN too (jnp.var's ddof guard is an all-NaN array, NaN != NaN)
+            if flat.size and a.dtype.kind in "fiub" and np.all(
+                    (flat == flat[0]) | (np.isnan(flat) & np.isnan(flat[0]))
+                    if a.dtype.kind == "f" else flat == flat[0]):
                 lit = _real_literal(flat[0])
                 self.refs[id(x)] = _Ref("scalar", lit, is_s=False)
                 self.constants[id(x)] = float(flat[0])
@@ -692,6 +696,12 @@ class _Codegen:
 
     _p_gt = _p_lt = _p_ge = _p_le = _p_eq = _p_ne = _compare
 
+    def _p_is_finite(self, e):
+        """A guard (jax.nn.logsumexp's): the value tested, a truth value held as 1 or 0."""
+        (a,) = e.ins
+        self.elementwise(e.outs[0], "is_finite", lambda i: (
+            f"select(pysharp::is_finite({self.v_at(a, i)}), S(Real(1)), S(Real(0)))"))
+
     def _bool_only(self, e):
         if any(x.dtype != np.bool_ for x in e.ins):
             raise _refusal(e.prim, e.where, f"'{e.prim}' of integers depending on w at "
@@ -863,23 +873,215 @@ class _Codegen:
             pos += x.shape[dim]
 
     def _p_pad(self, e):
+        """Padding in both directions: a negative pad drops elements (the gradient's
+        transpose of a positive pad), interior padding spaces them."""
         a, value = e.ins
         out = e.outs[0]
         config = [tuple(int(c) for c in cfg) for cfg in e.params["padding_config"]]
-        if any(lo < 0 or hi < 0 for lo, hi, _ in config):
-            raise UnsupportedPrimitive(f"from_jax: pad with negative padding at {e.where}")
+        if all(lo <= 0 and hi <= 0 and it == 0 for lo, hi, it in config):
+            self._slice(out, a, [-lo for lo, _, _ in config], (1,) * len(config), "pad")
+            return
         name = self.new_array(out, "pad")
         self.emit(f"for (int i = 0; i < {out.size}; ++i) {name}[i] = {self.s_at(value, '0')};")
         ostr = _strides(out.shape)
+        idx, depth, dst, ranges = [], 0, [], []
+        const = sum(lo * s for (lo, _, _), s in zip(config, ostr))
+        for n, (lo, _, it), m in zip(a.shape, config, out.shape):
+            step = it + 1
+            first = (-lo + step - 1) // step if lo < 0 else 0
+            ranges.append((first, min(n, (m - 1 - lo) // step + 1), step))
+        if any(stop <= first for first, stop, _ in ranges):
+            return  # nothing of a lands in out
+        for k, ((first, stop, step), m) in enumerate(zip(ranges, out.shape)):
+            if stop - first == 1:
+                var = str(first)
+            else:
+                var = f"p{k}"
+                self.emit("  " * depth + f"for (int {var} = {first}; {var} < {stop}; ++{var})")
+                depth += 1
+            idx.append(var)
+            if var != "0" and m != 1:
+                dst.append(var if step * ostr[k] == 1 else f"{var} * {step * ostr[k]}")
+        if const:
+            dst.append(f"({const})")
+        self.emit("  " * depth + f"{name}[{' + '.join(dst) or '0'}] = "
+                  f"{self.s_at(a, _flat(idx, a.shape))};")
 
-        def dst(idx):
-            terms = [str(sum(lo * s for (lo, _, _), s in zip(config, ostr)))]
-            for k, i in enumerate(idx):
-                if i != "0":
-                    m = (config[k][2] + 1) * ostr[k]
-                    terms.append(i if m == 1 else f"{i} * {m}")
-            return " + ".join(t for t in terms if t != "0") or "0"
-        self.loop(a.shape, lambda idx: f"{name}[{dst(idx)}] = {self.at(a, _flat(idx, a.shape))};")
+    def _p_rev(self, e):
+        (a,) = e.ins
+        dims = {int(d) for d in e.params["dimensions"]}
+        astr = _strides(a.shape)
+        self._copy_indexed(e.outs[0], "rev", lambda idx: _flat(
+            [f"({a.shape[k] - 1} - {i})" if k in dims and i != "0" else i
+             for k, i in enumerate(idx)], a.shape, astr), a)
+
+    def _p_stack(self, e):
+        out = e.outs[0]
+        axis = int(e.params["axis"])
+        if out.size == 1:
+            self.new_scalar(out, "stack", self.s_at(e.ins[0], "0"))
+            return
+        name = self.new_array(out, "stack")
+        ostr = _strides(out.shape)
+        for k, x in enumerate(e.ins):
+            self.loop(x.shape, lambda idx, k=k, x=x: (
+                f"{name}[{_flat([*idx[:axis], str(k), *idx[axis:]], out.shape, ostr)}] = "
+                f"{self.s_at(x, _flat(idx, x.shape))};"))
+
+    def _p_unstack(self, e):
+        (a,) = e.ins
+        axis = int(e.params["axis"])
+        astr = _strides(a.shape)
+        for k, out in enumerate(e.outs):
+            self._copy_indexed(out, "unstack", lambda idx, k=k: _flat(
+                [*idx[:axis], str(k), *idx[axis:]], a.shape, astr), a)
+
+    # -- indexing by integers: data, or constants ----------------------------------------------
+    def _index(self, v: _Val, idx: str, e) -> str:
+        """An integer index of ``e`` read from the data or a constant (never from w)."""
+        r = self.ref(v)
+        if r.is_s:
+            raise _refusal(e.prim, e.where, f"'{e.prim}' with indices computed from w at "
+                           f"{e.where}", "an index computed from w has no derivative: "
+                           "compute it from the data (data-only computations may use any "
+                           "primitive)")
+        x = self.at(v, idx)
+        return x if r.is_int else f"int({x})"
+
+    def _start(self, var: str, raw: str, top: int) -> str:
+        """Statements: ``var`` = raw clamped into [0, top] (XLA's dynamic_slice and gather)."""
+        return (f"int {var} = {raw}; if ({var} < 0) {var} = 0; if ({var} > {top}) "
+                f"{var} = {top};")
+
+    def _mode(self, e) -> str:
+        mode = str(e.params.get("mode", "")).rsplit(".", 1)[-1].upper()
+        if e.params.get("dimension_numbers") is not None and tuple(getattr(
+                e.params["dimension_numbers"], "operand_batching_dims", ())):
+            raise _refusal(e.prim, e.where, f"'{e.prim}' with batching dimensions at {e.where}")
+        return mode
+
+    def _p_gather(self, e):
+        """XLA's gather: out-of-range starts clamped (clip, promise_in_bounds) or filled."""
+        op, ind = e.ins
+        out = e.outs[0]
+        dn = e.params["dimension_numbers"]
+        mode = self._mode(e)
+        offset_dims, collapsed = tuple(dn.offset_dims), tuple(dn.collapsed_slice_dims)
+        smap, sizes = tuple(dn.start_index_map), tuple(e.params["slice_sizes"])
+        batch_pos = [d for d in range(len(out.shape)) if d not in offset_dims]
+        window = [d for d in range(len(op.shape)) if d not in collapsed]
+        ostr = _strides(op.shape)
+        fill = e.params.get("fill_value")
+        fill = _real_literal(float("nan") if fill is None else fill)
+        pre = self.fresh("s")
+
+        def body(idx):
+            lines, terms, ok = [], [], []
+            bidx = [idx[d] for d in batch_pos]
+            for k, d in enumerate(smap):
+                raw = self._index(ind, _flat([*bidx, str(k)], ind.shape), e)
+                top = op.shape[d] - sizes[d]
+                if mode == "FILL_OR_DROP":
+                    lines.append(f"const int {pre}_{k} = {raw};")
+                    ok.append(f"{pre}_{k} >= 0 && {pre}_{k} <= {top}")
+                else:
+                    lines.append(self._start(f"{pre}_{k}", raw, top))
+            for d in range(len(op.shape)):
+                parts = [f"{pre}_{smap.index(d)}"] if d in smap else []
+                if d in window and idx[offset_dims[window.index(d)]] != "0":
+                    parts.append(idx[offset_dims[window.index(d)]])
+                if parts and op.shape[d] != 1:
+                    p = " + ".join(parts)
+                    terms.append(p if ostr[d] == 1 else f"({p}) * {ostr[d]}")
+            value = self.s_at(op, " + ".join(terms) or "0")
+            if ok:
+                value = f"({' && '.join(ok)}) ? {value} : S({fill})"
+            return lines, value
+
+        if out.size == 1:
+            lines, value = body(["0"] * len(out.shape))
+            for line in lines:
+                self.emit(line)
+            self.new_scalar(out, "gather", value)
+            return
+        name = self.new_array(out, "gather")
+        def statement(idx):
+            lines, value = body(idx)
+            return "{ " + " ".join(lines) + f" {name}[{_flat(idx, out.shape)}] = {value}; }}"
+        self.loop(out.shape, statement)
+
+    def _p_scatter_add(self, e):
+        """XLA's scatter-add (the gradient of gather): out-of-range updates dropped, or
+        clamped in clip mode."""
+        op, ind, upd = e.ins
+        out = e.outs[0]
+        dn = e.params["dimension_numbers"]
+        mode = self._mode(e)
+        uwin, inserted = tuple(dn.update_window_dims), tuple(dn.inserted_window_dims)
+        smap = tuple(dn.scatter_dims_to_operand_dims)
+        scatter_pos = [d for d in range(len(upd.shape)) if d not in uwin]
+        window = [d for d in range(len(out.shape)) if d not in inserted]
+        ostr = _strides(out.shape)
+        name = self.new_array(out, "scatter_add")
+        self.emit(f"for (int i = 0; i < {out.size}; ++i) {name}[i] = {self.s_at(op, 'i')};")
+        pre = self.fresh("s")
+
+        def body(idx):
+            lines, terms, ok = [], [], []
+            sidx = [idx[d] for d in scatter_pos]
+            wsize = {d: upd.shape[uwin[window.index(d)]] if d in window else 1
+                     for d in range(len(out.shape))}
+            for k, d in enumerate(smap):
+                raw = self._index(ind, _flat([*sidx, str(k)], ind.shape), e)
+                top = out.shape[d] - wsize[d]
+                if mode == "CLIP":
+                    lines.append(self._start(f"{pre}_{k}", raw, top))
+                else:
+                    lines.append(f"const int {pre}_{k} = {raw};")
+                    ok.append(f"{pre}_{k} >= 0 && {pre}_{k} <= {top}")
+            for d in range(len(out.shape)):
+                parts = [f"{pre}_{smap.index(d)}"] if d in smap else []
+                if d in window and idx[uwin[window.index(d)]] != "0":
+                    parts.append(idx[uwin[window.index(d)]])
+                if parts and out.shape[d] != 1:
+                    p = " + ".join(parts)
+                    terms.append(p if ostr[d] == 1 else f"({p}) * {ostr[d]}")
+            value = self.s_at(upd, _flat(idx, upd.shape))
+            target = f"{name}[{' + '.join(terms) or '0'}] += {value};"
+            if ok:
+                target = f"if ({' && '.join(ok)}) {target}"
+            return "{ " + " ".join(lines) + " " + target + " }"
+        self.loop(upd.shape, body)
+
+    def _starts(self, e, op_shape, sizes, index_vals) -> list[str]:
+        """dynamic_slice's starts: one integer each, clamped as XLA does, as variables."""
+        out = []
+        for k, (v, n, m) in enumerate(zip(index_vals, op_shape, sizes)):
+            var = self.fresh(f"start{k}")
+            self.emit(self._start(var, self._index(v, "0", e), n - m))
+            out.append(var)
+        return out
+
+    def _p_dynamic_slice(self, e):
+        op, *index_vals = e.ins
+        out = e.outs[0]
+        starts = self._starts(e, op.shape, out.shape, index_vals)
+        astr = _strides(op.shape)
+        self._copy_indexed(out, "dynamic_slice", lambda idx: _flat(
+            [f"({s} + {i})" if i != "0" else s for s, i in zip(starts, idx)], op.shape, astr),
+            op)
+
+    def _p_dynamic_update_slice(self, e):
+        op, upd, *index_vals = e.ins
+        out = e.outs[0]
+        starts = self._starts(e, op.shape, upd.shape, index_vals)
+        name = self.new_array(out, "dynamic_update_slice")
+        self.emit(f"for (int i = 0; i < {out.size}; ++i) {name}[i] = {self.s_at(op, 'i')};")
+        def at(idx):
+            return _flat([f"({s} + {i})" if i != "0" else s for s, i in zip(starts, idx)],
+                         out.shape)
+        self.loop(upd.shape, lambda idx: (
+            f"{name}[{at(idx)}] = {self.s_at(upd, _flat(idx, upd.shape))};"))
 
     def _reduce(self, e, kind):
         (a,) = e.ins

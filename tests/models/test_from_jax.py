@@ -421,3 +421,37 @@ def test_pysharp_run_and_sweep_take_a_jax_loss_file(tmp_path):
     bad = subprocess.run(cmd + ["run", "mymodels.py:phase", "--data", "phase.npz"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "needs --dim D" in bad.stderr
+
+
+def test_norms_indexing_and_shapes_to_the_third_derivative():
+    """Issue 44.1 in one model: jnp.var/jnp.std (the all-NaN constant of var's ddof guard is
+    inlined, not a field the loader refuses), jax.nn.logsumexp (through is_finite),
+    integer-label cross-entropy (gather; its gradient scatter-add), jnp.pad both ways (its
+    gradient is a negative pad) and interior, jnp.stack (unstack), z[::-1] (rev) and
+    dynamic_slice at a static and at a data index (dynamic_update_slice): loss, gradient,
+    H v and D^3L[v, v] equal JAX's."""
+    rng = np.random.default_rng(5)
+    n, d, k = 6, 4, 3
+    X, labels = rng.standard_normal((n, d)), rng.integers(0, k, n)
+    start = np.array([2, 0])
+
+    def layered(w, X, labels, start):
+        W = (w / jnp.sqrt(w @ w)).reshape(k, d)  # scale-invariant, as the check asks
+        Z = X @ W.T
+        H = (Z - Z.mean(-1, keepdims=True)) / jnp.sqrt(jnp.var(Z, axis=-1, keepdims=True) + 1e-3)
+        ce = -jnp.mean(jax.nn.log_softmax(H + 0.1 * Z)[jnp.arange(n), labels]) + jnp.sum(
+            H[jnp.arange(n), labels] ** 3)
+        z = Z[:, 0] / jnp.std(Z[:, 1])
+        p = jnp.pad(z, (1, 2)) * jnp.arange(n + 3.0) + jnp.sum(
+            jax.lax.pad(z, 0.5, [(-1, 2, 1)]) ** 2)
+        s = jnp.stack([z, z[::-1] * z], axis=1)
+        ds = jax.lax.dynamic_slice(z, (2,), (3,)) @ jax.lax.dynamic_slice(z, (start[0],), (3,))
+        return ce + jax.nn.logsumexp(z) + 0.1 * jnp.sum(p ** 2) + jnp.sum(jnp.tanh(s)) + ds
+    model = from_jax(layered, np.ones(k * d), X=X, labels=labels, start=start)
+    body = model.source.split("mask_t<S> loss_grad", 1)[1]
+    for prim in ("is_finite", "gather", "scatter-add", "pad", "stack", "unstack", "rev",
+                 "dynamic_slice", "dynamic_update_slice"):
+        assert f"// {prim} ->" in body, prim
+    assert all(np.isfinite(v).all() for v in model.fields.values() if np.ndim(v))
+    W, V = points(k * d, seed=6)
+    assert_like_jax(model, lambda w: layered(w, X, labels, start), W, V, 1e-12, 1e-11)
