@@ -293,6 +293,21 @@ def _unravel(var: str, sizes, strides) -> str:
     return " + ".join(reversed(terms)) if terms else "0"
 
 
+def _window_offset(shape, smap, pre: str, window, window_pos, idx) -> str:
+    """Gather's and scatter's flat offset into ``shape``: the start variable ``pre_k`` on
+    axis ``smap[k]`` plus the window's index, axis ``window[j]`` read at
+    ``idx[window_pos[j]]``."""
+    strides, terms = _strides(shape), []
+    for d, n in enumerate(shape):
+        parts = [f"{pre}_{smap.index(d)}"] if d in smap else []
+        if d in window and idx[window_pos[window.index(d)]] != "0":
+            parts.append(idx[window_pos[window.index(d)]])
+        if parts and n != 1:
+            p = " + ".join(parts)
+            terms.append(p if strides[d] == 1 else f"({p}) * {strides[d]}")
+    return " + ".join(terms) or "0"
+
+
 # -- storage of the values in the generated code ------------------------------------------------
 class _Buffer:
     def __init__(self, size: int, first: int) -> None:
@@ -970,13 +985,12 @@ class _Codegen:
         smap, sizes = tuple(dn.start_index_map), tuple(e.params["slice_sizes"])
         batch_pos = [d for d in range(len(out.shape)) if d not in offset_dims]
         window = [d for d in range(len(op.shape)) if d not in collapsed]
-        ostr = _strides(op.shape)
         fill = e.params.get("fill_value")
         fill = _real_literal(float("nan") if fill is None else fill)
         pre = self.fresh("s")
 
         def body(idx):
-            lines, terms, ok = [], [], []
+            lines, ok = [], []
             bidx = [idx[d] for d in batch_pos]
             for k, d in enumerate(smap):
                 raw = self._index(ind, _flat([*bidx, str(k)], ind.shape), e)
@@ -986,14 +1000,7 @@ class _Codegen:
                     ok.append(f"{pre}_{k} >= 0 && {pre}_{k} <= {top}")
                 else:
                     lines.append(self._start(f"{pre}_{k}", raw, top))
-            for d in range(len(op.shape)):
-                parts = [f"{pre}_{smap.index(d)}"] if d in smap else []
-                if d in window and idx[offset_dims[window.index(d)]] != "0":
-                    parts.append(idx[offset_dims[window.index(d)]])
-                if parts and op.shape[d] != 1:
-                    p = " + ".join(parts)
-                    terms.append(p if ostr[d] == 1 else f"({p}) * {ostr[d]}")
-            value = self.s_at(op, " + ".join(terms) or "0")
+            value = self.s_at(op, _window_offset(op.shape, smap, pre, window, offset_dims, idx))
             if ok:
                 value = f"({' && '.join(ok)}) ? {value} : S({fill})"
             return lines, value
@@ -1021,13 +1028,12 @@ class _Codegen:
         smap = tuple(dn.scatter_dims_to_operand_dims)
         scatter_pos = [d for d in range(len(upd.shape)) if d not in uwin]
         window = [d for d in range(len(out.shape)) if d not in inserted]
-        ostr = _strides(out.shape)
         name = self.new_array(out, "scatter_add")
         self.emit(f"for (int i = 0; i < {out.size}; ++i) {name}[i] = {self.s_at(op, 'i')};")
         pre = self.fresh("s")
 
         def body(idx):
-            lines, terms, ok = [], [], []
+            lines, ok = [], []
             sidx = [idx[d] for d in scatter_pos]
             wsize = {d: upd.shape[uwin[window.index(d)]] if d in window else 1
                      for d in range(len(out.shape))}
@@ -1039,15 +1045,9 @@ class _Codegen:
                 else:
                     lines.append(f"const int {pre}_{k} = {raw};")
                     ok.append(f"{pre}_{k} >= 0 && {pre}_{k} <= {top}")
-            for d in range(len(out.shape)):
-                parts = [f"{pre}_{smap.index(d)}"] if d in smap else []
-                if d in window and idx[uwin[window.index(d)]] != "0":
-                    parts.append(idx[uwin[window.index(d)]])
-                if parts and out.shape[d] != 1:
-                    p = " + ".join(parts)
-                    terms.append(p if ostr[d] == 1 else f"({p}) * {ostr[d]}")
             value = self.s_at(upd, _flat(idx, upd.shape))
-            target = f"{name}[{' + '.join(terms) or '0'}] += {value};"
+            target = (f"{name}[{_window_offset(out.shape, smap, pre, window, uwin, idx)}] += "
+                      f"{value};")
             if ok:
                 target = f"if ({' && '.join(ok)}) {target}"
             return "{ " + " ".join(lines) + " " + target + " }"
