@@ -235,3 +235,27 @@ def test_the_xla_model_equals_the_traced_model_of_the_same_loss():
     a = ps.run_gd_wd(model, W, lr=0.05, wd=1e-2, steps=30, record_every=10, sharpness_every=10)
     b = ps.run_gd_wd(xla, W, lr=0.05, wd=1e-2, steps=30, record_every=10, sharpness_every=10)
     assert rel_err(b.sharpness, a.sharpness) < 1e-10 and rel_err(b.w, a.w) < 1e-10
+
+
+@pytest.mark.slow
+def test_the_real_networks_tutorial_runs_as_written():
+    """examples/real_network.py, which docs/tutorials/real_networks.rst includes: the CNN is
+    invariant to each layer's scale, every learning rate trains it and the largest ones
+    reach the edge."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "real_network.py"
+    if not path.is_file():
+        pytest.skip("examples/ not next to the tests")
+    spec = importlib.util.spec_from_file_location("real_network_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    out = example.main(steps=600)
+    tr, model = out["trajectory"], out["model"]
+    assert model.dim == 680 and model.n_groups == 3
+    assert model.invariance["rel_change_per_group"] < 1e-12
+    assert not tr.diverged.any() and (tr.loss[-1] < 0.05 * tr.loss[0]).all()
+    assert (tr.eos_entry_step[2:] >= 0).all()  # lr 0.2 and 0.4 reach the edge by step 600
+    assert np.allclose(tr.group_norm2[:, -1].sum(axis=1), tr.norm2[:, -1], rtol=1e-12)
+    assert out["params"]["conv2"].shape == (8, 8, 3, 3)
