@@ -212,9 +212,6 @@ def test_bad_params_and_data_are_refused_in_words(net_data):
         _xla(_bn_net, params, X=X_nan, y=y)
     with pytest.warns(UserWarning, match="not scale-invariant"):
         _xla(lambda p, X, y: jax.numpy.sum(p["head"] ** 2), params, X=X, y=y)
-    # the traced path takes the pytree but not its integer-label gather: run it untraced
-    with pytest.raises(ps.models.UnsupportedPrimitive, match="primitive 'gather'"):
-        _xla(_bn_net, params, compile=True, X=X, y=y)
 
 
 def test_the_xla_model_equals_the_traced_model_of_the_same_loss():

@@ -211,6 +211,7 @@ def test_run_gd_wd_equals_the_builtin_before_eos(linreg):
     np.testing.assert_allclose(a.w, b.w, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow  # compiles a traced header (15-30 s): run by CI's slow step
 def test_layernorm_net():
     rng = np.random.default_rng(2)
     n, d, m = 16, 5, 4
@@ -221,6 +222,7 @@ def test_layernorm_net():
     assert_like_jax(model, lambda w: f(w, X, y, a), W, V)
 
 
+@pytest.mark.slow  # compiles a traced header (15-30 s): run by CI's slow step
 @pytest.mark.parametrize("relu", [False, True])
 def test_bn_two_layer_net(relu):
     X, y = data(n=24, d=6, seed=4)
@@ -318,6 +320,7 @@ def test_many_primitives():
     assert_like_jax(model, lambda w: grab(w, X, y, 0.7), W, V, 1e-12, 1e-11)
 
 
+@pytest.mark.slow  # compiles a traced header (15-30 s): run by CI's slow step
 def test_sin_and_cos_to_the_third_derivative():
     """sin and cos: the jets' coupled recurrence against JAX's own derivatives."""
     rng = np.random.default_rng(1)
@@ -332,6 +335,7 @@ def test_sin_and_cos_to_the_third_derivative():
     assert_like_jax(model, lambda w: wave(w, X), W, V, 1e-12, 1e-11)
 
 
+@pytest.mark.slow  # compiles a traced header (15-30 s): run by CI's slow step
 def test_expm1_and_log1p_keep_their_accuracy_near_zero():
     """expm1 and log1p are their own functions, not exp - 1 and log(1 + x): at arguments
     of 1e-9 the latter lose half the digits, and check() refused the model."""
@@ -347,6 +351,7 @@ def test_expm1_and_log1p_keep_their_accuracy_near_zero():
     assert_like_jax(model, lambda w: tiny(w, X), W, V, 1e-13, 1e-12)
 
 
+@pytest.mark.slow  # compiles a traced header (15-30 s): run by CI's slow step
 def test_float_powers_have_jax_derivatives_wherever_jax_does():
     """x ** c for a constant c (issue 43.5): an integral c is an integer power, +-0.5 square
     roots, so relu(z) ** 2.0 at z <= 0 and r ** 2.0, z ** 3.0 at negative bases give JAX's
@@ -385,6 +390,7 @@ def test_data_exponents_stay_general():
     assert two.source == three.source and "log_(" in two.source
 
 
+@pytest.mark.slow  # compiles a traced header (15-30 s): run by CI's slow step
 def test_pysharp_run_and_sweep_take_a_jax_loss_file(tmp_path):
     """``pysharp run FILE.py:FUNCTION --dim D`` and ``[model] python = ...`` (issue 27.5)."""
     import json

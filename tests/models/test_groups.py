@@ -191,6 +191,7 @@ def test_a_header_whose_groups_do_not_tile_w_is_refused_by_name(tmp_path):
 
 # -- from_jax --------------------------------------------------------------------------------
 
+@pytest.mark.slow  # compiles a traced header (15-30 s): run by CI's slow step
 @needs_core
 def test_from_jax_declares_unequal_groups_given_as_sizes_or_ranges(classifier):
     pytest.importorskip("jax")

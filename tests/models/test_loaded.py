@@ -282,6 +282,7 @@ def test_no_compiler_says_what_to_install(tmp_path, monkeypatch):
 
 # -- the cache ----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # two compiles of a header (27 s): run by CI's slow step
 def test_a_cache_hit_compiles_nothing_and_an_edit_recompiles(tmp_path, monkeypatch):
     path = write(tmp_path, "cos.hpp", TRIVIAL.format(extra=""))
     first = ps.load_model(path, c=2.0)
