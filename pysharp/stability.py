@@ -1198,7 +1198,7 @@ def input_smoothness(model, w, X=None, *, k: int = 1, backend: str = "auto") -> 
         A model without a first layer (``has_first_layer`` False: a loaded
         square-loss model, a JAX network) gets the moments without the bound. For a
         JAX network with k outputs the moments are entrywise over the Jacobians
-        J_i (k, D) and d f / dx (k, *x.shape), computed over chunks of samples.
+        J_i (k, D) and d f / dx (k, ``*x.shape``), computed over chunks of samples.
     w : array_like, shape (D,) or (B, D)
     X : array_like, shape (N, d), optional
         Inputs to evaluate on (default: the training inputs). For
