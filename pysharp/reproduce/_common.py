@@ -96,6 +96,14 @@ def subplots(nrows: int, ncols: int, figsize, **kwargs):
     return plt().subplots(nrows, ncols, figsize=figsize, layout="constrained", **kwargs)
 
 
+def footer(fig, text: str, shrunk: bool) -> None:
+    """``text`` in a line under the panels of a constrained-layout figure: how the run
+    departs from the paper's setting, in red when it does (``shrunk``)."""
+    fig.get_layout_engine().set(rect=(0, 0.045, 1, 0.955))   # room for the line below
+    fig.text(0.5, 0.004, text, ha="center", va="bottom", fontsize=8,
+             color="C3" if shrunk else "k", wrap=True)
+
+
 def save(fig, out, stem: str, title: str, settings: dict) -> str:
     """Title the figure with ``title`` and its settings, save ``out/stem.png``, close it.
 

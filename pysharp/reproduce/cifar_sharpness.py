@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import run_gd_wd
 from ..models import from_jax
-from ._common import save, subplots
+from ._common import footer, save, subplots
 from ._datasets import DataNotFound, how_to_get, load_cifar10
 
 DESCRIPTION = ("Lyu et al.'s Figure 2: scale-invariant VGG-11 (BN after every conv, Swish, "
@@ -425,9 +425,7 @@ def _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, spli
             panel.axvline(entry, color="C3", ls=":", lw=0.8, label=f"EoS entry (step {entry})")
         if panel.get_legend_handles_labels()[0]:
             panel.legend(fontsize=8)
-    fig.get_layout_engine().set(rect=(0, 0.045, 1, 0.955))   # room for the line below
-    fig.text(0.5, 0.004, paper, ha="center", va="bottom", fontsize=8,
-             color="C3" if shrink else "k", wrap=True)
+    footer(fig, paper, bool(shrink))
     figure = save(fig, out, "cifar-sharpness", "CIFAR-10-2k, scale-invariant VGG-11, "
                   "full-batch GD+WD (Lyu et al. Fig. 2)", settings)
     return {"figures": [figure], "settings": settings, "setting": asdict(s),

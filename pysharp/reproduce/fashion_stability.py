@@ -32,7 +32,7 @@ from .. import run_sgd
 from ..models import square_loss_from_jax
 from ..stability import input_smoothness, kappa, sharpness_nonuniformity
 from . import plt
-from ._common import save, subplots
+from ._common import footer, save, subplots
 from ._datasets import DataNotFound, how_to_get, load_fashion_mnist
 
 DESCRIPTION = ("Ma & Ying's Figure 1: a fully connected ReLU net in JAX on FashionMNIST, "
@@ -295,9 +295,7 @@ def _report(out, s, model, res, runs, notes, n_train, n_test, split) -> dict:
     for panel in ax[:3]:
         if panel.get_legend_handles_labels()[0]:
             panel.legend(fontsize=8)
-    fig.get_layout_engine().set(rect=(0, 0.045, 1, 0.955))   # room for the line below
-    fig.text(0.5, 0.004, paper, ha="center", va="bottom", fontsize=8,
-             color="C3" if shrink else "k", wrap=True)
+    footer(fig, paper, bool(shrink))
     figure = save(fig, out, "fashion-stability", "FashionMNIST, FC net, SGD over lr x batch: "
                   "sharpness, non-uniformity, g_W vs g_x (Ma & Ying Fig. 1)", settings)
     return {"figures": [figure], "settings": settings, "setting": asdict(s),
