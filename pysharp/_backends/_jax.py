@@ -33,7 +33,7 @@ import numpy as np
 from .._engine import Method
 from .._engine.memory import available_memory
 from .._engine.methods import METHODS
-from .._engine.records import n_records, run_outputs, run_result_names
+from .._engine.records import run_outputs, run_result_names
 from ._errors import BackendUnavailable
 
 
@@ -75,6 +75,12 @@ def x64():
         yield
     finally:
         jax.config.update("jax_enable_x64", previous)
+
+
+def _seed_key(seed: int):
+    """JAX's random key of a 64-bit seed (both halves folded in)."""
+    jax, _ = _jax()
+    return jax.random.fold_in(jax.random.key(seed % 2 ** 32), seed >> 32)
 
 
 def _finite_rows(*arrays) -> Any:
@@ -190,9 +196,7 @@ class JaxCore:
 
     def _keys(self, seed: int, streams, counter: int, salt: int):
         jax, jnp = _jax()
-        base = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed % 2 ** 32),
-                                                     seed >> 32), counter)
-        base = jax.random.fold_in(base, salt)
+        base = jax.random.fold_in(jax.random.fold_in(_seed_key(seed), counter), salt)
         return jax.vmap(lambda s: jax.random.fold_in(base, s))(
             jnp.asarray(np.asarray(streams, dtype=np.uint64) % 2 ** 32, dtype=jnp.uint32))
 
@@ -505,15 +509,13 @@ class _Engine:
         self.consts = {"rate": jnp.asarray(rate), "decay": jnp.asarray(decay),
                        "c": jnp.asarray(h.get("c", zero)),
                        "traj": jnp.asarray(np.arange(B, dtype=np.uint32) + offset),
-                       "key": jax.random.fold_in(jax.random.key(seed % 2 ** 32), seed >> 32),
+                       "key": _seed_key(seed),
                        **{name: jnp.asarray(float(config[name]), real) for name in
                           ("rms_beta", "rms_eps", "qr_kappa", "jitter")}}
         self.state = {"w": jnp.asarray(W0), "eta": jnp.asarray(rate),
                       "rms_v": jnp.zeros(B, real), "alive": jnp.ones(B, bool),
                       "div_step": jnp.full(B, -1, jnp.int64),
                       "v1": jnp.zeros((B, self.D), real), "have_v1": jnp.zeros(B, bool)}
-        groups = core._groups
-        self.groups = None if groups is None or core.n_groups < 2 else jnp.asarray(groups)
         steps = int(config["steps"])
         shapes = run_outputs(B, self.D, core.n_groups, steps=steps,
                              record_every=int(config["record_every"]),
@@ -623,4 +625,4 @@ class _Engine:
         return {name: out[name] for name in run_result_names(groups, top_k)}
 
 
-__all__ = ["JaxCore", "probe", "x64", "n_records"]
+__all__ = ["JaxCore", "probe", "x64"]
