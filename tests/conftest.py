@@ -22,15 +22,29 @@ import importlib.util
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
-# Run-time compiled models (load_model) go to a compile cache of the session's own,
-# shared by every test and subprocess, unless the caller keeps one (PYSHARP_CACHE_DIR).
-os.environ.setdefault("PYSHARP_CACHE_DIR", tempfile.mkdtemp(prefix="pysharp-test-cache-"))
+
+# Run-time compiled models (load_model, from_jax(compile=True)) go to a compile cache kept
+# beside the checkout, under .pytest_cache/, shared by every test, subprocess and later session
+# (CI's several pytest runs and a developer's reruns compile each model once; the key covers
+# the headers, flags and compiler, so a rebuilt core never meets a stale module), unless the
+# caller keeps one (PYSHARP_CACHE_DIR). The tests of the cache itself use folders of their own.
+def _session_cache() -> str:
+    path = Path(__file__).resolve().parents[1] / ".pytest_cache" / "pysharp-models"
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:  # a read-only checkout
+        return tempfile.mkdtemp(prefix="pysharp-test-cache-")
+    return str(path)
+
+
+os.environ.setdefault("PYSHARP_CACHE_DIR", _session_cache())
 
 from pysharp.models import (  # noqa: E402 (after the cache is chosen)
     REGISTRY,
