@@ -48,6 +48,21 @@ def test_experiment_numbers_show_the_theory(results):
     assert per["sign_flip_fraction_last_60_steps"] >= 59 / 60            # period two: 1.0
     assert abs(per["eos_ratio_median_after_entry"] - 2) < 0.02          # 1.989
     assert per["eos_ratio_fraction_in_band"] >= 0.95                      # 1.0
+    # Fig. 5c-d: the slow cycle after entry, in float64 and float32: its period tends to the
+    # small-cycle 2 pi / sqrt(8 lr wd) = 222 (238 after five cycles), its amplitude decays
+    # every cycle (4.96, 2.45, 1.45, ... decades of |h|), and it is gone by tau ~ 0.3 in
+    # both precisions, while with n = 4 samples it lasts (None: through the run)
+    for precision in ("float64", "float32"):
+        cyc = per["cycle"][precision]
+        assert len(cyc["cycle_periods"]) >= 4, precision
+        assert cyc["cycle_periods"][-1] == pytest.approx(per["cycle_period_theory"], rel=0.15)
+        assert np.all(np.diff(cyc["cycle_amplitude_decades"]) < 0), precision
+        assert cyc["cycle_amplitude_decades"][0] > 1, precision
+    assert per["cycle"]["float64"]["h_floor_at_entry"] < per["cycle"]["float32"]["h_floor_at_entry"]
+    assert per["h_proxy_rel_err_max"] < 0.05          # 0.023: <v1, grad L> / lambda_1 ~ h_t
+    life = {v["variant"]: v["lifetime_tau"] for v in per["cycle_lifetimes"]}
+    assert 0.1 < life["paper: float64"] < 1 and 0.1 < life["float32"] < 1    # 0.30, 0.24
+    assert life["n = 4"] is None or life["n = 4"] > 3 * life["paper: float64"]
     mn = res["bn-linreg-minnorm"]
     assert abs(mn["cosine_gd_wd"] - mn["cosine_flow"]) < 1e-3  # 1e-4: GD+WD tracks the flow
     assert 1 - mn["cosine_gd_wd"] < 0.05 * (1 - mn["cosine_gd_no_wd"])   # 0.0033 vs 0.18
@@ -58,6 +73,23 @@ def test_experiment_numbers_show_the_theory(results):
     tr = res["tracking"]
     assert tr["fitted_slope"] >= 0.25 and all(np.diff(tr["max_error"]) < 0)
     toy = res["toy3d"]
+    # Figure 4 (Appendix F's setting): the approach leaves a residue ~1e-5 from Gamma, the
+    # edge is reached there, the oscillation grows to the period-two orbit of amplitude
+    # sqrt(lr wd / 2) (0.1414 vs 0.1414) and z decays as (1 - lr wd)^t once it has settled
+    f4 = toy["figure4"]
+    assert f4["lr"] == 0.5 and f4["wd"] == 0.08 and f4["w0"] == [0.3, 1.3, 1.2]
+    assert f4["loss_at_first_minimiser"] < 1e-6 * f4["loss_start"]          # 7e-11 vs 0.47
+    assert 0.5 < f4["z_first_minimiser"] < 0.7                               # 0.636
+    assert f4["first_minimiser_step"] <= f4["eos_entry_step"] < f4["oscillation_grown_step"]
+    assert f4["h_amplitude_settled"] == pytest.approx(f4["h_amplitude_theory"], rel=0.05)
+    assert f4["sign_flip_fraction_settled"] == 1.0
+    assert abs(f4["eos_ratio_median_settled"] - 2) < 0.1                     # 1.927
+    assert f4["tan_latitude_decay_per_step"] == pytest.approx(
+        f4["tan_latitude_decay_gd_exact"], rel=1e-3)                          # 0.0408
+    assert f4["z_at_step_200"] < 1e-3 * f4["z_first_minimiser"]              # 3.5e-4
+    assert f4["sharpness_end_flow"] == pytest.approx(f4["a"], rel=1e-6)      # a / (1 - 0)
+    # Toy3D in the same setting leaves Gamma (|x - y| up to 1.08) with the ratio far from 2
+    assert f4["toy3d_same_setting"]["max_abs_x_minus_y_after_200"] > 0.3
     # phi moves 0.136 along Gamma; GD+WD ends 0.003 from the flow (2 %): 5 % of the drift
     drift = toy["phi_start"] - toy["phi_end_flow"]
     assert drift > 0.1
@@ -86,6 +118,77 @@ def test_experiment_numbers_show_the_theory(results):
     p2 = res["period-two"]
     assert p2["sign_alternation_min"] >= 0.95 and p2["drift_cosine_min"] > 0.9  # 1.0, 0.956
     assert p2["entry_ratio"][1] < p2["entry_ratio"][0]            # 1.037 < 1.116: Theorem 4.4
+
+
+def test_figure4_loss_against_numpy_and_its_closed_forms():
+    """Figure 4's loss, log(1 + a (1 - cos alpha)) compiled from figure4_toy.hpp: loss,
+    gradient, H v and D3L against a NumPy reference (complex step and its differences) and
+    the identities of scale invariance; the sharpness a / (1 - z^2) on Gamma; the flow's
+    closed form tan(latitude) = tan(latitude_0) exp(-tau); and GD+WD's z, untouched by the
+    loss, decaying by exactly (1 - lr wd) per step."""
+    import pysharp as ps
+    from pysharp.flow import SharpnessReductionFlow
+    from pysharp.reproduce.toy3d import figure4_toy
+
+    a = 4.0
+    model = figure4_toy(a)
+
+    def reference(w):  # analytic in w (no abs, no norm), as the complex step needs
+        rho2 = w[0] * w[0] + w[1] * w[1]
+        return np.log(1 + a * (1 - (w[0] + w[1]) / np.sqrt(2 * rho2)))
+
+    ps.models.check(model, reference).raise_if_failed()
+    lat = np.array([0.0, 0.5, 1.2])
+    gamma = np.stack([np.cos(lat) / np.sqrt(2), np.cos(lat) / np.sqrt(2), np.sin(lat)], 1)
+    assert np.all(model.loss(gamma * 3.0) == 0)                  # minimal on x = y > 0
+    assert model.loss(-gamma[0]) == pytest.approx(np.log(1 + 2 * a))   # x = y < 0: maximal
+    sharp = ps.spherical_sharpness(model, gamma).eigenvalues[:, 0]
+    np.testing.assert_allclose(sharp, a / np.cos(lat) ** 2, rtol=1e-10)
+    sol = SharpnessReductionFlow(model).integrate(gamma[2], 3.0, project_start=False)
+    latitude = np.arctan2(sol.zeta[:, 2], (sol.zeta[:, 0] + sol.zeta[:, 1]) / np.sqrt(2))
+    np.testing.assert_allclose(np.tan(latitude), np.tan(lat[2]) * np.exp(-sol.tau), rtol=1e-8)
+    np.testing.assert_allclose(sol.sharpness, a / np.cos(latitude) ** 2, rtol=1e-10)
+    lr, wd = 0.5, 0.08
+    tr = ps.run_gd_wd(model, [0.3, 1.3, 1.2], lr, wd, 60, record_every=1, sharpness_every=0,
+                      theta_every=1)
+    w_z = tr.theta[:, 2] * np.sqrt(tr.norm2)
+    np.testing.assert_allclose(w_z, 1.2 * (1 - lr * wd) ** np.arange(61), rtol=1e-12)
+
+
+@pytest.mark.parametrize("a, settles", [(4.0, True), (0.5, False)])
+def test_figure4_period_two_orbit_attracts_only_above_a_1(a, settles):
+    """From near the flattest point at the edge (lr wd 1e-3), GD+WD settles on the period-two
+    orbit |h| = sqrt(lr wd / 2) for a > 1; for a < 1 its slow cycle grows until the iterate
+    lands on Gamma (x - y = 0 exactly, the float64 collapse Toy3D needs jitter against)."""
+    import pysharp as ps
+    from pysharp.reproduce._common import theory_start
+    from pysharp.reproduce.toy3d import figure4_toy
+
+    lr, wd = 0.1, 0.01
+    w0 = theory_start(np.array([1, 1, 0]) / np.sqrt(2), a, lr, wd, margin=0.95,
+                      perturbation=1e-2)
+    tr = ps.run_gd_wd(figure4_toy(a), w0, lr, wd, 20_000, record_every=1, sharpness_every=0,
+                      theta_every=1)
+    h = np.abs(tr.theta[-2000:, 1] - tr.theta[-2000:, 0]) / np.sqrt(2)
+    on_orbit = np.allclose(h, np.sqrt(lr * wd / 2), rtol=0.02)
+    assert on_orbit == settles, (h.min(), h.max())
+
+
+def test_cycle_lifetime_ends_at_the_first_quiet_window():
+    """A loss that swings 10x with the small cycle's period until step 5000 (entry at 1000,
+    a floor before it), then holds: the cycle ends where the first window of two periods
+    (444 steps at lr wd = 1e-4) lies past step 5000; a loss still swinging at the end has no
+    lifetime, nor has a run that never enters EoS."""
+    from pysharp.reproduce.bn_linreg_periodic import cycle_lifetime
+
+    lr, wd = 0.5, 2e-4
+    t = np.arange(12_001)
+    swing = 1 + 9 * (np.sin(2 * np.pi * t / 222) > 0)
+    loss = np.where(t < 1000, 1e-30, np.where(t < 5000, swing, 1.0))
+    life = cycle_lifetime(loss, 1000, lr, wd)
+    assert 5000 - 1000 <= life / (lr * wd) < 5000 - 1000 + 44 + 1     # one stride of 44 steps
+    assert cycle_lifetime(np.where(t < 1000, 1e-30, swing), 1000, lr, wd) is None
+    assert cycle_lifetime(loss, -1, lr, wd) is None
 
 
 def test_all_entry_mse_is_the_count_weighted_train_and_held_out_loss():
