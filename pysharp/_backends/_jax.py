@@ -7,8 +7,13 @@ scalar`` (``model._jax_loss()``), differentiated by JAX itself:
 
 - the kernels: ``jax.value_and_grad``, the HVP as ``jvp`` of the gradient, D^3L[v, v] as
   ``jvp`` of the HVP, the Hessian as ``jacfwd(grad)``; rows of a batch by ``vmap``;
-- Lanczos with full reorthogonalisation, the batch in lockstep (one HVP of the whole batch
-  per iteration), locking for k > 1 as engine/lanczos.hpp does;
+- Lanczos with full reorthogonalisation, the batch in lockstep, each solve one compiled
+  program with no return to Python per iteration: the HVPs of a solve are one linear map
+  from ``jax.linearize`` of the gradient (the forward and backward pass at w once per
+  solve), the test is the Ritz residual bound at every step from ``min_iter`` on, and
+  k <= 4 pairs come from one block Lanczos run of block size k, which sees each eigenvalue
+  with its multiplicity up to k without locking; larger k locks and checks the orthogonal
+  complement as engine/lanczos.hpp does. ``iterations`` counts HVPs (k per block step);
 - the trajectory engine: the methods of ``_engine.methods.METHODS`` with the records of
   ``_engine.records.RECORDS``, as engine/trajectory.hpp computes them. The steps between
   two recorded steps run as one jitted ``fori_loop``; a recorded step is one jitted call
@@ -25,8 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from functools import cached_property, partial
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -141,7 +147,7 @@ class JaxCore:
             "hvp": jax.jit(pairs(hvp)),
             "third": jax.jit(pairs(third)),
             "hessian": jax.jit(rows(jax.jacfwd(grad))),
-            "hvp_one": hvp,
+            "grad": grad,
             "value_and_grad": jax.value_and_grad(f),
         }
 
@@ -182,7 +188,7 @@ class JaxCore:
 
         Returns (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,),
         converged (B,), ok (B,)); the random starts from JAX's generator keyed by
-        (seed, streams[b] (default b), counter).
+        (seed, streams[b] (default b), counter). ``iterations`` counts HVPs per point.
         """
         _, jnp = _jax()
         W = np.ascontiguousarray(W, dtype=self.dtype)
@@ -194,40 +200,37 @@ class JaxCore:
                                 streams, int(counter))
         return tuple(np.array(a) for a in out)  # writable copies
 
-    def _keys(self, seed: int, streams, counter: int, salt: int):
-        jax, jnp = _jax()
-        base = jax.random.fold_in(jax.random.fold_in(_seed_key(seed), counter), salt)
-        return jax.vmap(lambda s: jax.random.fold_in(base, s))(
-            jnp.asarray(np.asarray(streams, dtype=np.uint64) % 2 ** 32, dtype=jnp.uint32))
-
     def _lanczos(self, W, o: dict, start, streams, counter: int):
-        """The locked solve of engine/lanczos.hpp on a batch (JAX arrays in and out)."""
-        jax, jnp = _jax()
+        """A solve on a batch (JAX arrays in and out): for k <= ``_MAX_BLOCK`` one block
+        Lanczos run of block size k, one compiled program; above it engine/lanczos.hpp's
+        single-vector run with locking and complement checks."""
+        _, jnp = _jax()
         k, m_max, tol = int(o["k"]), int(o["max_iter"]), float(o["tol"])
         sign = -1.0 if o["smallest"] else 1.0
         D, B = self.dim, W.shape[0]
-        _check_memory(B * (m_max + 1) * D * self.dtype.itemsize,
+        _check_memory(B * (m_max + 2 * k) * D * self.dtype.itemsize,
                       f"a Krylov basis of {m_max} vectors of D = {D} for {B} points",
                       "lower lanczos_max_iter, or fewer points per call")
-        run = self._lanczos_run(k, m_max, int(o["min_iter"]), tol, sign, 0)
-        keys = self._keys(int(o["seed"]), streams, counter, 0)
+        block = k if k <= _MAX_BLOCK else 1
+        run = self._lanczos_run(k, block, m_max, int(o["min_iter"]), tol, sign, 0, True)
+        seed = _seed_words(int(o["seed"]))
+        words = jnp.asarray(np.asarray(streams, dtype=np.uint64) % 2 ** 32, dtype=jnp.uint32)
         have = jnp.zeros(B, bool) if start is None else jnp.ones(B, bool)
         start = jnp.zeros((B, D), self.dtype) if start is None else start
-        evals, evecs, resid, iters, conv, ok, scale = run(W, start, have, keys,
-                                                          jnp.zeros((B, 0, D), self.dtype),
-                                                          self._data)
+        evals, evecs, resid, iters, conv, ok, scale = run(
+            W, start, have, seed, words, counter, 0, jnp.zeros((B, 0, D), self.dtype),
+            self._data)
         m_c = min(m_max, D - k)
-        if k > 1 and m_c >= 1:
+        if block == 1 and k > 1 and m_c >= 1:
             eps = float(np.finfo(self.dtype).eps)
             rel = max(tol, 100 * eps)
             settled = jnp.zeros(B, bool)
             check_conv = jnp.zeros(B, bool)
-            complement = self._lanczos_run(1, m_c, int(o["min_iter"]), tol, sign, k)
+            complement = self._lanczos_run(1, 1, m_c, int(o["min_iter"]), tol, sign, k, True)
             for r in range(1, k + 2):
-                ck = self._keys(int(o["seed"]), streams, counter, 2048 * r)
                 cval, cvec, cres, citers, cconv, cok, cscale = complement(
-                    W, jnp.zeros((B, D), self.dtype), jnp.zeros(B, bool), ck, evecs,
-                    self._data)
+                    W, jnp.zeros((B, D), self.dtype), jnp.zeros(B, bool), seed, words,
+                    counter, 2048 * r, evecs, self._data)
                 iters = iters + jnp.where(settled, 0, citers)
                 ok = ok & (settled | cok)
                 scale = jnp.where(settled, scale, jnp.maximum(scale, cscale))
@@ -252,14 +255,14 @@ class JaxCore:
             conv = jnp.all(resid <= tol * scale[:, None], axis=1)
         return sign * evals, evecs, resid, iters, conv, ok
 
-    def _lanczos_run(self, k: int, m_max: int, min_iter: int, tol: float, sign: float,
-                     n_locked: int) -> Callable:
-        """One jitted Lanczos run (engine/lanczos.hpp's lanczos_run), cached by its shape."""
-        key = ("lanczos", k, m_max, min_iter, tol, sign, n_locked)
+    def _lanczos_run(self, k: int, block: int, m_max: int, min_iter: int, tol: float,
+                     sign: float, n_locked: int, true_resid: bool) -> Callable:
+        """One jitted Lanczos run (:func:`_build_lanczos_run`), cached by its shape."""
+        key = ("lanczos", k, block, m_max, min_iter, tol, sign, n_locked, true_resid)
         cache = self.__dict__.setdefault("_runs", {})
         if key not in cache:
-            cache[key] = _build_lanczos_run(self._fns["hvp_one"], self.dim, self.dtype, k,
-                                            m_max, min_iter, tol, sign)
+            cache[key] = _build_lanczos_run(self._fns["grad"], self.dim, self.dtype,
+                                            k, block, m_max, min_iter, tol, sign, true_resid)
         return cache[key]
 
     # -- the engine --------------------------------------------------------------------------
@@ -280,126 +283,235 @@ def _check_memory(nbytes: int, what: str, remedy: str) -> None:
                           f"{limit * 2 / 2 ** 30:.1f} GiB available here; {remedy}")
 
 
-#: Rows of the Krylov basis projected out per step of the reorthogonalisation loop.
-_BLOCK = 16
+#: The largest k solved by one block Lanczos run of block size k, without locking: a block of
+#: k random starts sees every eigenvalue of multiplicity up to k with its multiplicity. Above
+#: it, single-vector runs with locking (engine/lanczos.hpp's scheme).
+_MAX_BLOCK = 4
 
 
-def _build_lanczos_run(hvp: Callable, D: int, dtype, k: int, m_max: int, min_iter: int,
-                       tol: float, sign: float) -> Callable:
-    """``run(W, start, have_start, keys, locked (B, L, D), data)`` -> (evals (B, k) of
-    sign * H descending, evecs (B, k, D), true residuals (B, k), iterations (B,),
-    converged (B,), ok (B,), spread (B,) the largest |Ritz value|): Lanczos with full
-    reorthogonalisation on the batch in lockstep, each point stopping on its own test."""
+def _seed_words(seed: int):
+    """A 64-bit seed as the two uint32 words :func:`_key_of` folds."""
+    _, jnp = _jax()
+    return jnp.asarray([seed % 2 ** 32, seed >> 32], dtype=jnp.uint32)
+
+
+def _key_of(words):
+    """:func:`_seed_key` of a seed given as its two words (traceable)."""
+    jax, _ = _jax()
+    return jax.random.fold_in(jax.random.key(words[0]), words[1])
+
+
+def _build_lanczos_run(grad: Callable, D: int, dtype, k: int, b: int, m_max: int,
+                       min_iter: int, tol: float, sign: float, true_resid: bool) -> Callable:
+    """One jitted block Lanczos run with full reorthogonalisation on a batch in lockstep.
+
+    ``run(W (B, D), start (B, D), have_start (B,), seed (2,) uint32, streams (B,) uint32,
+    counter, salt, locked (B, L, D), data)`` -> (evals (B, k) of sign * H, descending;
+    evecs (B, k, D); residuals (B, k); iterations (B,) HVPs; converged (B,); ok (B,);
+    spread (B,) the largest |Ritz value|).
+
+    Each step applies sign * H to a block of b rows of the basis, one linear map from
+    ``jax.linearize`` of the gradient at W (the forward and backward pass at W are computed
+    once per solve, not once per HVP). From ``min_iter`` rows on, every step tests the Ritz
+    residual bounds ||R_j s_i|| of the top k pairs (R_j the last block's triangular factor,
+    s_i the last b entries of the Ritz vector in the basis) against tol * spread; the
+    eigenproblem of T is solved at the smallest size of 16, 32, 64, ... that holds it, so a
+    test costs far less than an HVP. Each point stops on its own test. ``true_resid``:
+    the residuals are ||H v - lambda v|| (k more HVPs), else the last bounds.
+    """
     jax, jnp = _jax()
     real = jnp.dtype(dtype)
     small_rel = 1e-12 if real == jnp.float64 else 1e-5
+    steps = -(-m_max // b)                # block steps at most
+    M = steps * b                         # rows of T at most
+    rows = M + b                          # Q's rows: T's and the next block's
+    sizes = sorted({s for s in (16, 32, 64, 128, 256, 512) if s < M} | {M})
+    grads = jax.vmap(grad, in_axes=(0, None))
 
-    def apply(W, X, data):
-        return sign * jax.vmap(hvp, in_axes=(0, 0, None))(W, X, data)
+    def project(Z, Q, n):
+        """Z (B, c, D) minus its components on Q's first n rows (B, >= n, D), one row at a
+        time (modified Gram-Schmidt): each row is read twice in one fused pass, so the cost
+        grows with the Krylov dimension reached, not with the cap."""
+        if Q.shape[1] == 0:
+            return Z
 
-    rows = _BLOCK * -(-(m_max + 1) // _BLOCK)  # Q's rows, whole blocks (zero beyond use)
+        def row(i, Z):
+            q = jax.lax.dynamic_index_in_dim(Q, i, axis=1, keepdims=False)[:, None, :]
+            return Z - jnp.sum(q * Z, axis=2, keepdims=True) * q
+        return jax.lax.fori_loop(0, n, row, Z)
 
-    def project(z, basis):  # z (B, D) minus its components on the rows of basis (B, n, D)
-        return z - jnp.einsum("bn,bnd->bd", jnp.einsum("bnd,bd->bn", basis, z), basis)
+    def orthogonalised(Z, Q, n, extra):
+        """Z against ``extra`` (B, L, D) and Q's first n rows, a second pass only where the
+        first removed more than 1 - 1/sqrt(2) of a row's norm (Daniel-Gragg-Kaufman-Stewart:
+        then one more pass restores orthogonality to rounding)."""
+        def once(Z):
+            return project(project(Z, extra, extra.shape[1]), Q, n)
+        before = jnp.linalg.norm(Z, axis=2)
+        Z = once(Z)
+        again = jnp.any(jnp.linalg.norm(Z, axis=2) < before / math.sqrt(2))
+        return jax.lax.cond(again, once, lambda Z: Z, Z)
 
-    def project_q(z, Q, n):
-        """z minus its components on Q's first n rows, a block of rows at a time: the cost
-        grows with the Krylov dimension reached, not with the cap (rows past n are 0)."""
-        def block(b, z):
-            return project(z, jax.lax.dynamic_slice_in_dim(Q, b * _BLOCK, _BLOCK, axis=1))
-        return jax.lax.fori_loop(0, (n + _BLOCK - 1) // _BLOCK, block, z)
-
-    def orthogonalised(z, Q, n, locked):  # twice is enough
-        for _ in range(2):
-            z = project_q(project(z, locked), Q, n)
-        return z
-
-    def random_unit(keys, j, Q, n, locked):
-        z = jax.vmap(lambda kk: jax.random.normal(jax.random.fold_in(kk, j), (D,), real))(keys)
-        z = orthogonalised(z, Q, n, locked)
+    def random_unit(keys, row, Q, n, extra):
+        """A unit direction orthogonal to Q's first n rows and ``extra``, drawn for ``row``,
+        and whether one was left (False: the space is spent)."""
+        z = jax.vmap(lambda kk: jax.random.normal(jax.random.fold_in(kk, row), (D,), real))(keys)
+        z = orthogonalised(z[:, None], Q, n, extra)[:, 0]
         nrm = jnp.linalg.norm(z, axis=1, keepdims=True)
         return z / jnp.where(nrm > 0, nrm, 1), nrm[:, 0] > 1e-3
 
-    def ritz(alpha, beta, m):
-        """Eigen-decomposition of each T_m padded to m_max (padding below the spectrum)."""
-        idx = jnp.arange(m_max)
-        inside = idx[None, :] < m[:, None]
-        off = jnp.where(idx[None, :-1] + 1 < m[:, None], beta[:, :-1], 0)
-        bound = jnp.max(jnp.where(inside, jnp.abs(alpha), 0), axis=1) + \
-            2 * jnp.max(jnp.abs(off), axis=1, initial=0) + 1
-        diag = jnp.where(inside, alpha, -bound[:, None])
-        T = jax.vmap(jnp.diag)(diag) + jax.vmap(lambda o: jnp.diag(o, 1) + jnp.diag(o, -1))(off)
-        vals, vecs = jnp.linalg.eigh(T)
-        return vals[:, ::-1], vecs[:, :, ::-1], inside  # descending
+    def orthonormal(Z, scale, fallback):
+        """Gram-Schmidt of Z's b rows (B, b, D) against each other (twice); a row that
+        vanishes (norm <= small_rel * scale) is replaced by ``fallback(c, rows so far)`` ->
+        (unit row, found), a row neither kept nor found by 0. Returns the rows, R (B, b, b)
+        upper triangular with Z = R^T rows, and which rows are directions (B, b)."""
+        out, good = [], []
+        R = jnp.zeros((Z.shape[0], b, b), real)
+        for c in range(b):
+            z = Z[:, c]
+            if out:
+                basis = jnp.stack(out, axis=1)
+                for _ in range(2):
+                    coef = jnp.einsum("bnd,bd->bn", basis, z)
+                    z = z - jnp.einsum("bn,bnd->bd", coef, basis)
+                    R = R.at[:, :c, c].add(coef)
+            r = jnp.linalg.norm(z, axis=1)
+            tiny = r <= small_rel * jnp.where(scale > 0, scale, 1)
+            fresh, found = jax.lax.cond(jnp.any(tiny), partial(fallback, c, list(out)),
+                                        lambda z=z: (z, jnp.ones(Z.shape[0], bool)))
+            R = R.at[:, c, c].set(jnp.where(tiny, 0, r))
+            row = jnp.where(tiny[:, None], fresh, z / jnp.where(tiny, 1, r)[:, None])
+            good.append(~tiny | found)
+            out.append(jnp.where(good[-1][:, None], row, 0))
+        return jnp.stack(out, axis=1), R, jnp.stack(good, axis=1)
 
-    def converged_now(alpha, beta, m, j):
-        vals, vecs, inside = ritz(alpha, beta, m)
-        top = jnp.max(jnp.where(inside, jnp.abs(vals), 0), axis=1)
-        floor = jnp.where(top > 0, top, 1)
-        last = jnp.take_along_axis(vecs, (m - 1)[:, None, None], axis=1)[:, 0, :k]
-        return jnp.all(beta[:, j][:, None] * jnp.abs(last) <= tol * floor[:, None], axis=1)
+    def ritz(T, m, valid):
+        """The top k eigenpairs of each T_m (T's first m rows and columns less the rows that
+        are no direction): values (B, k) descending, vectors (B, M, k) zero on the rows left
+        out, the largest |Ritz value| (B,) and the rows kept (B,)."""
+        def at(s):
+            def solve(T, m, valid):
+                inside = (jnp.arange(s)[None, :] < m[:, None]) & valid[:, :s]
+                both = inside[:, :, None] & inside[:, None, :]
+                Ts = jnp.where(both, T[:, :s, :s], 0)
+                # the rows left out: decoupled, below the spectrum
+                low = jnp.max(jnp.sum(jnp.abs(Ts), axis=2), axis=1) + 1
+                Ts = Ts - jax.vmap(jnp.diag)(jnp.where(inside, 0, low[:, None]))
+                vals, vecs = jnp.linalg.eigh(Ts)
+                vals, vecs = vals[:, ::-1], vecs[:, :, ::-1]
+                kept = jnp.sum(inside, axis=1)
+                spread = jnp.max(jnp.where(jnp.arange(s)[None, :] < kept[:, None],
+                                           jnp.abs(vals), 0), axis=1)
+                vecs = jnp.where(inside[:, :, None], vecs[:, :, :k], 0)
+                return (vals[:, :k], jnp.pad(vecs, ((0, 0), (0, M - s), (0, 0))), spread,
+                        kept)
+            return solve
+        index = jnp.searchsorted(jnp.asarray(sizes), jnp.max(m))
+        return jax.lax.switch(index, [at(s) for s in sizes], T, m, valid)
 
-    def run(W, start, have_start, keys, locked, data):
+    def bounds(R, S, m):
+        """||R S_last||: the Ritz residual bound of each pair, S_last the rows m-b..m-1."""
+        last = jnp.take_along_axis(S, (m[:, None] - b + jnp.arange(b))[:, :, None], axis=1)
+        return jnp.linalg.norm(jnp.einsum("bce,bek->bck", R, last), axis=1)
+
+    def run(W, start, have_start, seed, streams, counter, salt, locked, data):
         B = W.shape[0]
+        base = jax.random.fold_in(jax.random.fold_in(_key_of(seed), counter), salt)
+        keys = jax.vmap(lambda s: jax.random.fold_in(base, s))(streams)
+        _, lin = jax.linearize(lambda X: grads(X, data), W)
+
+        def apply(X):  # sign * H of each row of the blocks X (B, c, D)
+            if X.shape[1] == 1:
+                return sign * lin(X[:, 0])[:, None]
+            return sign * jax.vmap(lin, in_axes=1, out_axes=1)(X)
+
         Q = jnp.zeros((B, rows, D), real)
-        q0, good0 = random_unit(keys, 0, Q, 0, locked)
         n0 = jnp.linalg.norm(start, axis=1, keepdims=True)
         use = have_start & (n0[:, 0] > 0)
-        q0 = jnp.where(use[:, None], start / jnp.where(n0 > 0, n0, 1), q0)
-        ok0 = use | good0
-        Q = Q.at[:, 0].set(q0)
-        state = (0, Q, jnp.zeros((B, m_max), real), jnp.zeros((B, m_max), real),
-                 jnp.zeros(B, jnp.int32), ~ok0, jnp.zeros(B, bool), ok0)
+        draws = jax.vmap(lambda kk: jax.vmap(lambda c: jax.random.normal(
+            jax.random.fold_in(kk, c), (D,), real))(jnp.arange(b)))(keys)
+        X0 = draws.at[:, 0].set(jnp.where(use[:, None], start / jnp.where(n0 > 0, n0, 1),
+                                          draws[:, 0]))
+        X0 = orthogonalised(X0, Q, 0, locked)
+        X0, _, good0 = orthonormal(X0, jnp.ones(B, real),
+                                   lambda c, out: (jnp.zeros((B, D), real), jnp.zeros(B, bool)))
+        ok0 = good0[:, 0]
+        Q = jax.lax.dynamic_update_slice_in_dim(Q, X0, 0, axis=1)
+        valid = jnp.zeros((B, rows), bool).at[:, :b].set(good0)
+        T = jnp.zeros((B, M + b, M + b), real)
+        state = (0, Q, T, valid, jnp.zeros((B, b, b), real), jnp.zeros(B, jnp.int32), ~ok0,
+                 jnp.zeros(B, bool), ok0, jnp.zeros((B, k), real))
 
         def cond(s):
-            j, _, _, _, _, done, _, _ = s
-            return (j < m_max) & ~jnp.all(done)
+            return (s[0] < steps) & ~jnp.all(s[6])
 
         def body(s):
-            j, Q, alpha, beta, m, done, conv, ok = s
-            q = Q[:, j]
-            z = apply(W, q, data)
-            ok = ok & (done | jnp.all(jnp.isfinite(z), axis=1))
-            a = jnp.sum(q * z, axis=1)
-            prev = jnp.where(j > 0, beta[:, j - 1], 0)
-            z = z - a[:, None] * q - prev[:, None] * Q[:, j - 1]
-            z = orthogonalised(z, Q, j + 1, locked)
-            b = jnp.linalg.norm(z, axis=1)
+            j, Q, T, valid, R_prev, m, done, conv, ok, est = s
+            n = j * b
+            X = jax.lax.dynamic_slice_in_dim(Q, n, b, axis=1)
+            Z = apply(X)
+            ok = ok & (done | jnp.all(jnp.isfinite(Z.reshape(B, -1)), axis=1))
             live = ~done & ok
-            alpha = jnp.where(live[:, None], alpha.at[:, j].set(a), alpha)
-            beta = jnp.where(live[:, None], beta.at[:, j].set(b), beta)
-            m = jnp.where(live, j + 1, m)
-            test = (j + 1 >= k) & ((j + 1 == m_max) |
-                                   ((j + 1 >= min_iter) & ((j + 1 - min_iter) % 2 == 0)))
-            now = jax.lax.cond(test, lambda: converged_now(alpha, beta, m, j),
-                               lambda: jnp.zeros(B, bool))
-            conv = jnp.where(live & test, now, conv)
-            stop = live & (now | (j + 1 == m_max))
-            # an invariant subspace: go on from a fresh direction, or stop when none is left
-            tiny = b <= small_rel * jnp.where(jnp.abs(a) + prev > 0, jnp.abs(a) + prev, 1)
-            fresh, found = jax.lax.cond(  # rare: drawn only when some point needs it
-                jnp.any(live & tiny), lambda: random_unit(keys, j + 1, Q, j + 1, locked),
-                lambda: (z, jnp.ones(B, bool)))
-            exhausted = live & ~stop & tiny & ((j + 1 + locked.shape[1] >= D) | ~found)
-            conv = conv | exhausted
-            beta = jnp.where((live & tiny)[:, None], beta.at[:, j].set(0), beta)
-            nxt = jnp.where(tiny[:, None], fresh, z / jnp.where(b > 0, b, 1)[:, None])
-            Q = jnp.where(live[:, None, None], Q.at[:, j + 1].set(nxt), Q)
-            done = done | stop | exhausted | ~ok
-            return j + 1, Q, alpha, beta, m, done, conv, ok
+            A = jnp.einsum("bcd,bed->bce", X, Z)
+            A = 0.5 * (A + jnp.swapaxes(A, 1, 2))
+            X_prev = jax.lax.dynamic_slice_in_dim(Q, jnp.maximum(n - b, 0), b, axis=1)
+            Z = Z - jnp.einsum("bec,bed->bcd", A, X) - jnp.einsum("bce,bed->bcd", R_prev,
+                                                                     X_prev)
+            Z = orthogonalised(Z, Q, n + b, locked)
+            scale = jnp.max(jnp.abs(A), axis=(1, 2)) + jnp.max(jnp.abs(R_prev), axis=(1, 2))
 
-        _, Q, alpha, beta, m, _, conv, ok = jax.lax.while_loop(cond, body, state)
-        vals, vecs, inside = ritz(alpha, beta, m)
-        spread = jnp.max(jnp.where(inside, jnp.abs(vals), 0), axis=1)
-        S = jnp.where(inside[:, :, None], vecs[:, :, :k], 0)       # (B, m_max, k)
-        V = jnp.einsum("bmd,bmk->bkd", Q[:, :m_max], S)
+            def fresh(c, out):  # rare: drawn only when some point needs it
+                extra = jnp.concatenate([locked] + [o[:, None] for o in out], axis=1)
+                return random_unit(keys, n + b + c, Q, n + b, extra)
+
+            X_next, R, good = orthonormal(Z, scale, fresh)
+            m = jnp.where(live, n + b, m)
+            keep = live[:, None, None]
+            put = jax.lax.dynamic_update_slice
+            T = put(T, jnp.where(keep, A, 0), (0, n, n))
+            T = put(T, jnp.where(keep, R, 0), (0, n + b, n))
+            T = put(T, jnp.where(keep, jnp.swapaxes(R, 1, 2), 0), (0, n, n + b))
+            Q = jax.lax.dynamic_update_slice_in_dim(Q, jnp.where(keep, X_next, 0), n + b,
+                                                    axis=1)
+            valid = jax.lax.dynamic_update_slice_in_dim(valid, live[:, None] & good, n + b,
+                                                        axis=1)
+            test = (n + b >= max(k, min_iter)) | (j + 1 == steps)
+
+            def check():
+                _, S, spread, _ = ritz(T, m, valid)
+                e = bounds(R, S, m)
+                floor = jnp.where(spread > 0, spread, 1)
+                return jnp.all(e <= tol * floor[:, None], axis=1), e
+            now, e = jax.lax.cond(test, check, lambda: (jnp.zeros(B, bool), est))
+            est = jnp.where(live[:, None], e, est)
+            conv = jnp.where(live & test, now, conv)
+            stop = live & (now | (j + 1 == steps))
+            # the rows applied span the whole space (with the locked ones), or nothing is
+            # left to apply: the Ritz pairs are exact
+            spanned = jnp.sum(valid & (jnp.arange(rows) < n + b), axis=1) + \
+                locked.shape[1] >= D
+            exhausted = live & (spanned | ~jnp.any(good, axis=1))
+            conv = conv | exhausted
+            done = done | stop | exhausted | ~ok
+            return j + 1, Q, T, valid, R, m, done, conv, ok, est
+
+        _, Q, T, valid, _, m, _, conv, ok, est = jax.lax.while_loop(cond, body, state)
+        vals, S, spread, kept = ritz(T, m, valid)
+
+        def gather(i, V):  # the Ritz vectors, one basis row at a time up to m
+            q = jax.lax.dynamic_index_in_dim(Q, i, axis=1, keepdims=False)
+            s = jax.lax.dynamic_index_in_dim(S, i, axis=1, keepdims=False)
+            return V + s[:, :, None] * q[:, None, :]
+        V = jax.lax.fori_loop(0, jnp.max(m), gather, jnp.zeros((B, k, D), real))
         V = V / jnp.linalg.norm(V, axis=2, keepdims=True)
         big = jnp.take_along_axis(V, jnp.argmax(jnp.abs(V), axis=2)[:, :, None], axis=2)
         V = jnp.where(big < 0, -V, V)
-        evals = jnp.where(jnp.arange(k)[None, :] < m[:, None], vals[:, :k], jnp.nan)
-        AV = jax.vmap(lambda v: apply(W, v, data), in_axes=1, out_axes=1)(V)
-        resid = jnp.linalg.norm(AV - evals[:, :, None] * V, axis=2)
-        ok = ok & jnp.all(jnp.isfinite(AV.reshape(B, -1)), axis=1)
+        evals = jnp.where(jnp.arange(k)[None, :] < kept[:, None], vals, jnp.nan)
+        if true_resid:
+            AV = apply(V)
+            resid = jnp.linalg.norm(AV - evals[:, :, None] * V, axis=2)
+            ok = ok & jnp.all(jnp.isfinite(AV.reshape(B, -1)), axis=1)
+        else:
+            resid = est
         return evals, V, resid, m, conv, ok, spread
 
     return jax.jit(run)
@@ -525,16 +637,18 @@ class _Engine:
         self.out = {name: np.full(shape, np.nan, dtype) if dtype.kind == "f"
                     else np.zeros(shape, dtype) for name, (shape, dtype) in shapes.items()}
         self.rows = {"record": 0, "sharpness": 0, "theta": 0}
+        self.seed_words = _seed_words(int(self.lz["seed"]))
+        self.streams = jnp.asarray((np.arange(B, dtype=np.uint64) + self.offset) % 2 ** 32,
+                                   dtype=jnp.uint32)
 
     def _sharpness(self, state, t: int, rec: dict) -> dict:
         """The sharpness solve at step t for the live trajectories: records and v1."""
         jax, jnp = _jax()
         core, lz = self.core, self.lz
-        run = core._lanczos_run(1, int(lz["max_iter"]), int(lz["min_iter"]), float(lz["tol"]),
-                                1.0, 0)
-        streams = np.arange(self.B, dtype=np.uint64) + self.offset
-        keys = core._keys(int(lz["seed"]), streams, t, 0)
-        evals, evecs, _, _, conv, ok, _ = run(state["w"], state["v1"], state["have_v1"], keys,
+        run = core._lanczos_run(1, 1, int(lz["max_iter"]), int(lz["min_iter"]),
+                                float(lz["tol"]), 1.0, 0, False)
+        evals, evecs, _, _, conv, ok, _ = run(state["w"], state["v1"], state["have_v1"],
+                                              self.seed_words, self.streams, t, 0,
                                               jnp.zeros((self.B, 0, self.D), core.dtype),
                                               core._data)
         ev, vec = evals[:, 0], evecs[:, 0]

@@ -66,8 +66,63 @@ def test_lanczos_finds_the_top_and_repeated_eigenvalues(linreg):
 
     model = _xla(loss, {"w": np.arange(1.0, 7.0)})
     w = model.initial_point()
-    top = ps.spherical_sharpness(model, w, k=4, method="lanczos").eigenvalues
-    assert rel_err(top, np.linalg.eigvalsh(model.hessian(w))[::-1][:4] * (w @ w)) < 1e-9
+    w /= np.linalg.norm(w)
+    res = ps.spherical_sharpness(model, w, k=4, method="lanczos")  # one block of 4
+    dense = np.linalg.eigvalsh(model.hessian(w))[::-1]
+    assert dense[0] - dense[1] < 1e-12 * dense[0]  # the repeated top is there
+    assert rel_err(res.eigenvalues, dense[:4]) < 1e-9 and res.converged
+    assert np.allclose(res.residuals, _true_residuals(model, w, res), rtol=0,
+                       atol=1e-12 * dense[0])
+
+
+def _sphere_quadratic(spectrum, seed):
+    """An XlaModel of u^T A u / 2, u = w / ||w||, A with the given spectrum."""
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((len(spectrum), len(spectrum))))[0]
+    a = U @ np.diag(spectrum) @ U.T
+
+    def loss(p):
+        u = p["w"] / jax.numpy.linalg.norm(p["w"])
+        return 0.5 * u @ jax.numpy.asarray(a) @ u
+    return _xla(loss, {"w": rng.standard_normal(len(spectrum))})
+
+
+def _true_residuals(model, w, res):
+    """||H v - lambda v|| of each returned pair at a unit w, from the model's own HVPs."""
+    hv = model.hvp(np.repeat(w[None], len(res.eigenvalues), axis=0), res.eigenvectors)
+    return np.linalg.norm(hv - res.eigenvalues[:, None] * res.eigenvectors, axis=1)
+
+
+def test_lanczos_above_the_block_size_locks_and_sees_multiplicity():
+    # k = 6 > _MAX_BLOCK: single-vector runs with locking and complement checks. A's top
+    # eigenvalue of multiplicity 7 gives H(w) one of multiplicity >= 6 at a unit w, which
+    # one Krylov sequence would see once
+    k, mult = 6, 7
+    D = 12
+    model = _sphere_quadratic(np.concatenate([np.full(mult, 5.0),
+                                              np.linspace(3.0, 0.5, D - mult)]), seed=k)
+    W = np.random.default_rng(10 + k).standard_normal((2, D))
+    W /= np.linalg.norm(W, axis=1, keepdims=True)  # unit rows: eigenvalues of H(w) itself
+    res = ps.spherical_sharpness(model, W, k=k, method="lanczos")
+    assert res.converged.all()
+    for b in range(2):
+        dense = np.linalg.eigvalsh(model.hessian(W[b]))[::-1]
+        assert dense[0] - dense[mult - 2] < 1e-9 * dense[0]  # the repeated top is there
+        assert rel_err(res.eigenvalues[b], dense[:k]) < 1e-9
+        one = ps.sharpness.EigenResult(res.eigenvalues[b], res.eigenvectors[b],
+                                       res.residuals[b], res.iterations[b], res.converged[b])
+        assert np.allclose(res.residuals[b], _true_residuals(model, W[b], one), rtol=0,
+                           atol=1e-12 * dense[0])
+        assert np.allclose(res.eigenvectors[b] @ res.eigenvectors[b].T, np.eye(k), atol=1e-9)
+
+
+def test_a_warm_start_at_the_top_eigenvector_converges_at_the_first_test():
+    model = _sphere_quadratic(np.linspace(6.0, 0.5, 40), seed=1)
+    w = np.random.default_rng(2).standard_normal(40)
+    cold = ps.spherical_sharpness(model, w, method="lanczos")
+    warm = ps.spherical_sharpness(model, w, method="lanczos", start=cold.eigenvectors[0])
+    assert warm.iterations == 8 < cold.iterations  # min_iter = 8
+    assert rel_err(warm.eigenvalues, cold.eigenvalues) < 1e-12
 
 
 @pytest.mark.parametrize("method", list(METHODS))
