@@ -534,12 +534,16 @@ def _run(args) -> int:
 
 def _reproduce(args) -> int:
     if args.name == "all":
-        results = reproduce.run_all(args.out, quick=args.quick)
+        results = reproduce.run_all(args.out, quick=args.quick, workers=args.workers or 1)
         print(f"ran {len(results)} experiments; index at {Path(args.out) / 'index.md'}")
         for name in reproduce.names():
             if name not in results:
                 print(f"skipped {name}: {reproduce.missing(name)}")
+        print(reproduce.timing_line(reproduce.timing(args.out)))
         return 0
+    if args.workers is not None:
+        raise ValueError("--workers is for `pysharp reproduce all`; one experiment runs in "
+                         "this process")
     summary = reproduce.run(args.name, args.out, quick=args.quick, data=args.data,
                             full=args.full)
     for key, value in summary.items():
@@ -627,6 +631,9 @@ def main(argv: list[str] | None = None) -> int:
                      "downloaded")
     rep.add_argument("--full", action="store_true", help="the paper's own size (a GPU's "
                      "work; for experiments on real data)")
+    rep.add_argument("--workers", type=_whole, metavar="N", help="with 'all': run the "
+                     "experiments N at a time in worker processes of one thread each (default "
+                     "1: one after another in this process); for machines with cores to spare")
     rep.set_defaults(func=_reproduce)
     sw = sub.add_parser("sweep", help="run a TOML-configured lr x wd x seed x init_norm sweep "
                                       "(lr x batch x ... for SGD) into a resumable Zarr store")

@@ -8,9 +8,10 @@ Rows live between ``<!-- readme-numbers:begin -->`` and ``<!-- readme-numbers:en
 a row is regenerated only for an experiment with a template here and a JSON file in
 the folder, other rows are left as they are (``--check`` checks those experiments only).
 Every row of the table has a template. ``SENTENCES`` are numbers quoted in the README's
-prose (e.g. the central flow's accuracy in the feature list): they are found anywhere in
-the README (line breaks and indentation allowed between words), checked the same way,
-and rewritten number by number, keeping the text's wrapping.
+prose (e.g. the central flow's accuracy in the feature list, and the wall time of
+``pysharp reproduce all`` from its ``all.json``): they are found anywhere in the README (line
+breaks and indentation allowed between words), checked the same way, and rewritten number
+by number, keeping the text's wrapping.
 
 Numbers measured after EoS entry differ between machines (AVX2 and AVX-512 round
 differently, and the period-two dynamics amplify it), so ``--check`` compares each
@@ -34,21 +35,51 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 # (an integer indexes a list: "lr.-1"); a path ending in "%" is shown in per cent.
 ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
     "toy3d": (
-        "GD+WD on (1 + c z²)(x − y)² drifts along Γ with the flow to the flattest point: "
-        "φ {phi_start:.1f} → {phi_end_gd:.1e} (flow: {phi_end_flow:.1e}), sharpness "
-        "{sharpness_start:.1f} → {sharpness_end_flow:.1f}",
-        {"phi_start": ("phi_start", 0), "phi_end_gd": ("phi_end_gd", 0.2),
+        "Lyu et al.'s Figure 4 in Appendix F's setting (lr 0.5, wd 0.08, w₀ = (0.3, 1.3, 1.2)) on "
+        "log(1 + 4(1 − cos α)), minimal on Γ (x = y > 0): loss {l0:.2f} → {l1:.0e} at the "
+        "first minimiser (step {rest:d}, z {z0:.2f}), the oscillation grown by step {grown:d}, "
+        "then ∣h_t∣ {h:.4f} (√(lr·wd/2) = {hs:.4f}), eff. LR × sharpness {ratio:.2f} and z "
+        "{z200:.0e} at step 200 (its latitude's tangent decays {decay:.4f} per step, the flow's "
+        "{flow:.3f}); Toy3D (c 10) there leaves Γ (∣x − y∣ up to {gap:.1f}). Toy3D from the "
+        "edge at lr·wd 1e-4 drifts with the flow: φ {phi_start:.1f} → {phi_end_gd:.1e} (flow: "
+        "{phi_end_flow:.1e}), sharpness {sharpness_start:.1f} → {sharpness_end_flow:.1f}",
+        # Figure 4's run is 3-D and its orbit attracts: rounding moves its numbers little;
+        # Toy3D's excursions in that setting are chaotic, hence the tolerance of its gap
+        {"l0": ("figure4.loss_start", 0), "l1": ("figure4.loss_at_first_minimiser", 0.1),
+         "rest": ("figure4.first_minimiser_step", 0), "z0": ("figure4.z_first_minimiser", 0),
+         "grown": ("figure4.oscillation_grown_step", 0),
+         "h": ("figure4.h_amplitude_settled", 1e-3), "hs": ("figure4.h_amplitude_theory", 0),
+         "ratio": ("figure4.eos_ratio_median_settled", 0.01),
+         "z200": ("figure4.z_at_step_200", 0.1),
+         "decay": ("figure4.tan_latitude_decay_per_step", 1e-3),
+         "flow": ("figure4.tan_latitude_decay_flow", 0),
+         "gap": ("figure4.toy3d_same_setting.max_abs_x_minus_y_after_200", 0.5),
+         "phi_start": ("phi_start", 0), "phi_end_gd": ("phi_end_gd", 0.2),
          "phi_end_flow": ("phi_end_flow", 0), "sharpness_start": ("sharpness_start", 0),
          "sharpness_end_flow": ("sharpness_end_flow", 0)}),
     "bn-linreg-periodic": (
         "the paper's setting: EoS entry at step {entry:d}, then eff. LR × sharpness "
         "{median:.3f} (median; {inside:.1f} % of the {samples:d} measurements after entry in "
         "[1.9, 2.1], the transient just after entry spans {lo:.2f}–{hi:.2f}) and a sign flip "
-        "of ⟨v₁, ∇L(θ)⟩ in {flips:.0f} % of the last 60 steps",
+        "of ⟨v₁, ∇L(θ)⟩ in {flips:.0f} % of the last 60 steps; Fig. 5c-d's slow cycle of h_t "
+        "and the eff. LR is there after entry: periods {p0:d} → {p1:d} steps (theory "
+        "2π/√(8 lr·wd) = {pt:.0f}), ∣h_t∣ swinging {a0:.1f} → {a1:.2f} decades per cycle, gone "
+        "by τ = lr·wd (t − entry) = {life:.2f} (float32: {life32:.2f}; with n = 4 samples: "
+        "{life4:.1f})",
+        # the cycle starts from the rounding floor at entry (1e-18), which differs between
+        # machines: its first cycles and its lifetime move more than the settled regime
         {"entry": ("eos_entry_step", 0), "median": ("eos_ratio_median_after_entry", 0.002),
          "inside": ("eos_ratio_fraction_in_band%", 0.02), "samples": ("eos_ratio_samples", 0),
          "lo": ("eos_ratio_min_after_entry", 0.05), "hi": ("eos_ratio_max_after_entry", 0.05),
-         "flips": ("sign_flip_fraction_last_60_steps%", 0.05)}),
+         "flips": ("sign_flip_fraction_last_60_steps%", 0.05),
+         "p0": ("cycle.float64.cycle_periods.0", 0.1),
+         "p1": ("cycle.float64.cycle_periods.-1", 0.05),
+         "pt": ("cycle_period_theory", 0),
+         "a0": ("cycle.float64.cycle_amplitude_decades.0", 0.1),
+         "a1": ("cycle.float64.cycle_amplitude_decades.-1", 0.3),
+         "life": ("cycle.float64.lifetime_tau", 0.1),
+         "life32": ("cycle.float32.lifetime_tau", 0.15),
+         "life4": ("cycle_lifetimes.-1.lifetime_tau", 0.2)}),
     "bn-linreg-minnorm": (
         "cosine to the min-norm interpolant: GD+WD {gd:.5f}, the flow 1 − {flow:.0e}, GD "
         "without WD {plain:.3f}",
@@ -164,8 +195,20 @@ ROWS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
         {}),
 }
 
-# Numbers quoted in the README's prose: experiment -> [(template, fields)], as ROWS.
+# Numbers quoted in the README's prose: experiment -> [(template, fields)], as ROWS. "all" is
+# `pysharp reproduce all`'s timing record (all.json); its times depend on the machine's load,
+# which the sentence states, hence their tolerances.
 SENTENCES: dict[str, list[tuple[str, dict[str, tuple[str, float]]]]] = {
+    "all": [(
+        "The last timed run took {seconds:.0f} s for the {n:d} experiments `all` ran, on the "
+        "shared 2-core Xeon at load average {load:.1f}, with {threads:d} core thread(s) per "
+        "experiment, {workers:d} at a time",
+        {"seconds": ("seconds", 1.5), "n": ("experiments#", 0),
+         "load": ("load_average_start.0", 1.0), "threads": ("threads", 0),
+         "workers": ("workers", 0)})],
+    "digits": [(
+        "`digits` took {seconds:.0f} s more",
+        {"seconds": ("seconds", 1.5)})],
     "central-flow": [(
         "on BN linear regression (`pysharp reproduce central-flow`), once the start's "
         "transient has passed, it matches GD+WD's {window:d}-step averages of the loss to "
@@ -184,6 +227,8 @@ _FIELD = re.compile(r"\{(\w+):([^}]*)\}")
 def _value(summary: dict, path: str) -> float:
     if path == "one_minus_cosine_flow":
         return 1.0 - summary["cosine_flow"]
+    if path.endswith("#"):                       # the number of entries of a list or dict
+        return len(_value(summary, path[:-1]))
     percent = path.endswith("%")
     path = path.rstrip("%")
     value = summary
@@ -253,6 +298,8 @@ def _table(text: str) -> tuple[int, int]:
 def _summaries(folder: Path) -> dict[str, dict]:
     found = {name: json.loads((folder / f"{name}.json").read_text())
              for name in ROWS if (folder / f"{name}.json").exists()}
+    if (folder / "all.json").exists():               # `pysharp reproduce all`'s timing
+        found["all"] = json.loads((folder / "all.json").read_text())
     if not found:
         raise SystemExit(f"no experiment JSON in {folder}: "
                          f"run `pysharp reproduce all --out {folder}`")
@@ -278,6 +325,8 @@ def update(text: str, summaries: dict[str, dict]) -> str:
     a, b = _table(text)
     block = text[a:b]
     for name, summary in summaries.items():
+        if name not in ROWS:                         # "all": sentences only
+            continue
         cell = render(name, summary).replace("\\", "\\\\")
         block, n = _row_re(name).subn(f"| `{name}` | {cell} |", block)
         if n != 1:
@@ -301,9 +350,10 @@ def check(text: str, summaries: dict[str, dict]) -> list[str]:
     a, b = _table(text)
     problems = []
     for name, summary in summaries.items():
-        m = _row_re(name).search(text[a:b])
-        problems += [f"README's block has no row for `{name}`"] if m is None else \
-            compare(name, m[1], summary)
+        m = _row_re(name).search(text[a:b]) if name in ROWS else None
+        if name in ROWS:
+            problems += [f"README's block has no row for `{name}`"] if m is None else \
+                compare(name, m[1], summary)
         for entry in SENTENCES.get(name, []):
             s = _sentence(text, name, entry)
             problems += [f"{name}: README does not quote the sentence; expected\n  "

@@ -42,7 +42,9 @@ def figure4_toy(a: float = 4.0):
 
     Scale-invariant on R^3 without the z axis, minimal (0) on Gamma = {x = y > 0} of the
     sphere, spherical sharpness a / (1 - z^2) on Gamma. The first call compiles
-    ``figure4_toy.hpp`` (tens of seconds; cached per user afterwards).
+    ``figure4_toy.hpp`` (tens of seconds; cached per user afterwards). An illustration of
+    the theory in three dimensions, not a model of data; undefined on the z axis (x = y = 0),
+    so a start there is refused. Where a compiler is missing, use ``Toy3D`` (built in).
 
     Parameters
     ----------
@@ -58,6 +60,19 @@ def figure4_toy(a: float = 4.0):
     if not a > 0:
         raise ValueError(f"a must be > 0, got {a!r}")
     return load_model(HEADER, a=float(a))
+
+
+def lacking() -> str | None:
+    """What this experiment needs beyond Python packages and the machine lacks: the C++
+    compiler that compiles ``figure4_toy.hpp`` at its first use (None when one is there)."""
+    from ..models import ModelCompileError
+    from ..models._compiler import compiler
+
+    try:
+        compiler()
+    except ModelCompileError as exc:
+        return f"a C++ compiler for Figure 4's loss ({HEADER.name}): {exc}"
+    return None
 
 
 def _phi(theta):
@@ -180,6 +195,9 @@ def _figure4(quick: bool) -> tuple[object, dict]:
         "tan_latitude_decay_per_step": float(-fit),
         "tan_latitude_decay_gd_exact": float(-np.log(1 - lr * wd)),
         "tan_latitude_decay_flow": lr * wd,
+        # GD+WD runs ahead of the flow in the first swing, then decays at its rate
+        "tan_latitude_gd_over_flow_end": float(
+            tan_phi[-1] / abs(np.tan(_phi(sol.zeta[-1])))),
         "sharpness_end_flow": float(sol.sharpness[-1]), "flow_success": bool(sol.success),
         "toy3d_same_setting": {"max_abs_x_minus_y_after_200": float(toy_gap.max()),
                                "eos_ratio_range_after_200": [float(toy_ratio.min()),

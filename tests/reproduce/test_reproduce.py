@@ -34,7 +34,14 @@ def test_all_experiments_write_figures_and_numbers(results):
         for fig in summary["figures"]:
             assert (out / fig).stat().st_size > 10_000
         assert json.loads((out / f"{name}.json").read_text())["quick"] is True
-    assert "## tracking" in (out / "index.md").read_text()
+    index = (out / "index.md").read_text()
+    assert "## tracking" in index
+    # the total wall time: all.json has it, index.md and the command state it
+    timing = reproduce.timing(out)
+    assert set(timing["experiments"]) == set(res) and timing["quick"] is True
+    assert timing["seconds"] >= sum(timing["experiments"].values()) - 0.1 * len(res)
+    assert reproduce.timing_line(timing) in index
+    assert f"Total wall time: {timing['seconds']:.1f} s for {len(res)} experiments" in index
 
 
 def test_experiment_numbers_show_the_theory(results):
@@ -203,11 +210,47 @@ def test_all_entry_mse_is_the_count_weighted_train_and_held_out_loss():
     np.testing.assert_allclose(all_entry_mse(model, theta), expected, rtol=1e-12)
 
 
+def test_cli_reproduce_all_ends_with_its_total_wall_time(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(reproduce, "REGISTRY", {"tracking": "tracking"})   # one, quick
+    assert main(["reproduce", "all", "--quick", "--out", str(tmp_path)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    timing = reproduce.timing(tmp_path)
+    assert last == reproduce.timing_line(timing)
+    assert last.startswith(f"Total wall time: {timing['seconds']:.1f} s for 1 experiment ")
+    assert last in (tmp_path / "index.md").read_text()
+
+
+def test_all_in_two_worker_processes_gives_the_same_numbers(tmp_path, monkeypatch):
+    """Two experiments two at a time in spawned workers (one thread each): the JSON numbers
+    equal those of a run in this process, bit for bit, and all.json names the workers."""
+    monkeypatch.setattr(reproduce, "REGISTRY", {"tracking": "tracking", "spectra": "spectra"})
+    here = reproduce.run_all(tmp_path / "here", quick=True)
+    there = reproduce.run_all(tmp_path / "there", quick=True, workers=2)
+    assert set(here) == set(there) == {"tracking", "spectra"}
+    for name in here:
+        a = json.loads((tmp_path / "here" / f"{name}.json").read_text())
+        b = json.loads((tmp_path / "there" / f"{name}.json").read_text())
+        a.pop("seconds"), b.pop("seconds")
+        assert a == b, name
+    timing = reproduce.timing(tmp_path / "there")
+    assert timing["workers"] == 2 and "2 worker processes" in reproduce.timing_line(timing)
+
+
+def test_toy3d_without_a_compiler_is_skipped_saying_why(monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-compiler-p47")
+    text = reproduce.missing("toy3d")
+    assert "C++ compiler" in text and "figure4_toy.hpp" in text
+    with pytest.raises(ImportError, match=r"C\+\+ compiler"):
+        reproduce.run("toy3d", "unused-folder", quick=True)
+
+
 def test_cli_reproduce_one_and_unknown(tmp_path, capsys):
     assert main(["reproduce", "tracking", "--quick", "--out", str(tmp_path)]) == 0
     assert "fitted_slope" in capsys.readouterr().out
     assert main(["reproduce", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown experiment" in capsys.readouterr().err
+    assert main(["reproduce", "tracking", "--workers", "2", "--out", str(tmp_path)]) == 2
+    assert "--workers is for `pysharp reproduce all`" in capsys.readouterr().err
 
 
 # -- README's numbers ------------------------------------------------------------------
@@ -228,7 +271,7 @@ def _readme_numbers():
 def test_readme_numbers_are_those_of_a_default_run(tmp_path):
     """The two cheapest experiments at their default settings against README's rows."""
     tool = _readme_numbers()
-    for name in ("tracking", "bn-linreg-periodic"):
+    for name in ("tracking", "spectra"):        # 0.5 s and 1.2 s on the 2-core Xeon
         reproduce.run(name, tmp_path, quick=False)
     assert tool.main([str(tmp_path), "--check"]) == 0
     # a stale number and a changed text are both caught
@@ -257,7 +300,7 @@ def test_readme_covers_every_experiment_and_its_prose_numbers(results):
     feature list is checked against (and rewritten from) the same JSON, keeping its wrapping."""
     tool = _readme_numbers()
     assert set(tool.ROWS) == set(reproduce.names())
-    _, res = results
+    out, res = results
     text = tool.README.read_text()
     a, b = tool._table(text)
     rows = re.findall(r"^\| `([a-z0-9-]+)` \|", text[a:b], flags=re.M)
@@ -267,9 +310,13 @@ def test_readme_covers_every_experiment_and_its_prose_numbers(results):
     rewritten = tool.update(text, quick)
     assert not tool.check(rewritten, quick)
     assert rewritten.count("\n") == text.count("\n")  # numbers replaced in place
+    summaries = {**res, "all": reproduce.timing(out)}   # "all": the timing record
     for name, entries in tool.SENTENCES.items():
+        if name not in summaries:                        # digits without its packages
+            assert reproduce.missing(name) is not None, name
+            continue
         for entry in entries:
-            tool.render(name, res[name], entry)          # every path exists in the JSON
+            tool.render(name, summaries[name], entry)    # every path exists in the JSON
 
 
 def test_refined_entry_finds_the_fine_engine_entry_from_coarse_sharpness():
