@@ -39,7 +39,7 @@ import numpy as np
 from .._engine import Method
 from .._engine.memory import available_memory
 from .._engine.methods import METHODS
-from .._engine.records import run_outputs, run_result_names
+from .._engine.records import BY_NAME, run_outputs, run_result_names
 from ._errors import BackendUnavailable
 
 
@@ -266,11 +266,37 @@ class JaxCore:
         return cache[key]
 
     # -- the engine --------------------------------------------------------------------------
+    @cached_property
+    def rows_apart(self) -> bool:
+        """Whether a batch of trajectories runs one row at a time instead of vmapped: on
+        XLA's CPU, for a loss with convolutions. Vmapped over rows whose kernels differ, a
+        convolution becomes a grouped convolution, which XLA's CPU runs far slower than the
+        rows' convolutions one after another (bench/xla.py: 16 learning rates of a small
+        CNN, 0.3-0.6x the throughput of 16 runs); matrix products batch well and stay
+        vmapped, as everything does on a GPU."""
+        jax, jnp = _jax()
+        if jax.default_backend() != "cpu":
+            return False
+        with x64():
+            program = jax.make_jaxpr(self._fns["value_and_grad"])(
+                jnp.zeros(self.dim, self.dtype), self._data)
+        return "conv_general_dilated" in str(program)
+
     def run(self, W0, hyper: dict, config: dict, offset: int = 0) -> dict:
         """As the compiled core's: ``hyper`` {name: (B,)}, ``config`` ``EngineConfig.to_core()``,
-        ``offset`` the first trajectory's global index (keys its random streams)."""
+        ``offset`` the first trajectory's global index (keys its random streams). A batch
+        runs vmapped, or one row at a time where :attr:`rows_apart` says that is faster
+        (every row keyed by its global index either way)."""
+        W0 = np.asarray(W0)
         with x64():
-            return _Engine(self, W0, hyper, config, offset).run()
+            if W0.shape[0] == 1 or not self.rows_apart:
+                return _Engine(self, W0, hyper, config, offset).run()
+            parts = [_Engine(self, W0[i:i + 1], {name: np.asarray(v)[i:i + 1]
+                                                  for name, v in hyper.items()},
+                             config, offset + i).run() for i in range(W0.shape[0])]
+        return {name: np.concatenate([p[name] for p in parts],
+                                     axis=1 if BY_NAME[name].every else 0)
+                for name in parts[0]}
 
 
 def _check_memory(nbytes: int, what: str, remedy: str) -> None:

@@ -269,6 +269,39 @@ def test_bad_params_and_data_are_refused_in_words(net_data):
         _xla(lambda p, X, y: jax.numpy.sum(p["head"] ** 2), params, X=X, y=y)
 
 
+def test_a_conv_network_runs_its_rows_apart_on_the_cpu_as_the_vmapped_batch_would():
+    # XLA's CPU runs a vmapped convolution with per-row kernels as a grouped convolution, far
+    # slower than the rows one after another: the engine runs such a batch row by row, with
+    # each row keyed by its global index, so the records are the vmapped batch's to rounding
+    lax, jnp = jax.lax, jax.numpy
+    rng = np.random.default_rng(4)
+    X, y = rng.standard_normal((8, 1, 4, 4)), rng.integers(0, 2, 8)
+
+    def loss(p, X, y):
+        z = lax.conv_general_dilated(X, p["c"], (1, 1), "SAME")
+        z = (z - z.mean((0, 2, 3), keepdims=True)) / jnp.sqrt(z.var((0, 2, 3), keepdims=True)
+                                                              + 1e-12)
+        logits = jax.nn.relu(z).mean((2, 3)) @ p["fc"]
+        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(8), y])
+
+    model = _xla(loss, {"c": rng.standard_normal((2, 1, 3, 3)),
+                        "fc": rng.standard_normal((2, 2))}, X=X, y=y, check=False)
+    core = model._core(np.dtype(np.float64), "jax")
+    assert core.rows_apart == (jax.default_backend() == "cpu")
+    W = model.initial_point() + 0.05 * rng.standard_normal((3, model.dim))
+    kw = {"lr": np.array([0.02, 0.05, 0.1]), "wd": 1e-3, "steps": 12, "record_every": 4,
+          "sharpness_every": 0, "theta_every": 12, "jitter": 1e-4, "seed": 3, "backend": "jax"}
+    apart = ps.run_gd_wd(model, W, **kw)
+    core.__dict__["rows_apart"] = not core.rows_apart
+    try:
+        other = ps.run_gd_wd(model, W, **kw)
+    finally:
+        del core.__dict__["rows_apart"]
+    for name in ("loss", "norm2", "eff_lr", "grad_norm", "theta", "w"):
+        assert rel_err(getattr(other, name), getattr(apart, name)) < 1e-10, name
+    assert apart.loss.shape == (4, 3) and apart.theta.shape == (2, 3, model.dim)
+
+
 def test_the_xla_model_equals_the_traced_model_of_the_same_loss():
     # one loss, two paths: traced to C++ (compile=True) and run by XLA
     model = ps.BNLinearRegression.synthetic(n=12, d=6, seed=3)
