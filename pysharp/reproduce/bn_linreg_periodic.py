@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import BNLinearRegression, run_gd_wd
 from ..period_two import period_two_diagnostics
-from ._common import save, subplots
+from ._common import log_ticks, save, subplots
 
 DESCRIPTION = ("The paper's setting (d 40, n 20, lr 0.5, wd 2e-4): the effective LR grows until it "
                "meets 2 / sharpness, then stays there while the top-eigenvector component of the "
@@ -197,9 +197,10 @@ def run(out, quick: bool) -> dict:
     ax[1, 2].set_yticks(range(len(life)), names, fontsize=8)
     ax[1, 2].invert_yaxis()
     ax[1, 2].set_xscale("log")
+    log_ticks(ax[1, 2], "x")
     ax[1, 2].set(xlabel="tau = lr wd (t - entry) until the cycle has died out",
                  ylabel="variant of the paper's setting",
-                 title="how long it lasts (orange: still cycling at the end)")
+                 title="the cycle's lifetime (orange: outlives the run)")
     settings = {"model": f"BNLinearRegression(d={model.dim}, n={model.n})", "lr": lr, "wd": wd,
                 "steps": steps, "init": "random, ||w0|| = 10", "sharpness every": 250,
                 "cycle runs": f"sharpness every step to entry + {span}, float64 and float32"}
