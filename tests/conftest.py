@@ -1,13 +1,10 @@
-"""Shared fixtures: small instances of every model, each with its NumPy oracle.
+"""pytest's fixtures and hooks; what they are built on (small instances of every model with
+their NumPy oracles, the numerical and file helpers) is in ``_cases.py``, which test modules
+import directly (``from _cases import get_case``).
 
-"Every model" means every entry of ``pysharp.models.REGISTRY``, built small by the
-entry's own factory (``SMALL`` holds the sizes; a model registered without an entry
-there is built with its factory's defaults, so it is covered all the same). Tests
-that need scale invariance take ``case`` (every registered scale-invariant model,
-plus the paper's BN-linreg size); tests of every public tool take ``any_case``.
-
-Everything here is cheap (the largest model has D = 40), so the whole suite
-runs in seconds. Models are built once per session; tests must not mutate them.
+Tests that need scale invariance take ``case`` (every registered scale-invariant model,
+plus the paper's BN-linreg size); tests of every public tool take ``any_case``. Everything
+is cheap (the largest model has D = 40); models are built once per session.
 
 The gaps that mutation testing (tools/mutation.py) found are closed beside the other tests
 of their module, with value checks from independent oracles (a hand computation, an
@@ -17,14 +14,9 @@ boundary input whose verdict the documented contract fixes), not "some witness e
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import os
-import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -46,141 +38,13 @@ def _session_cache() -> str:
 
 os.environ.setdefault("PYSHARP_CACHE_DIR", _session_cache())
 
-from pysharp.models import (  # noqa: E402 (after the cache is chosen)
-    REGISTRY,
-    BNLinearRegression,
-    ScaleInvariantModel,
-    include_dir,
-    load_model,
+from _cases import (  # noqa: E402 (after the cache is chosen: _cases imports pysharp.models)
+    DTYPES,
+    REGISTERED,
+    SCALE_INVARIANT,
+    Case,
+    get_case,
 )
-from pysharp.reference import BNLinearRegressionReference  # noqa: E402
-
-DTYPES = (np.float64, np.float32)
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """A model, its oracle, and a typical parameter norm for random points."""
-
-    name: str
-    model: Any
-    ref: Any  # the NumPy oracle (pysharp.reference), None for a model without one
-    norm: float = 2.5
-
-    @property
-    def scale_invariant(self) -> bool:
-        return isinstance(self.model, ScaleInvariantModel)
-
-    @property
-    def dim(self) -> int:
-        return self.model.dim
-
-    def points(self, batch: int | None = None, *, seed: int = 0, dtype=np.float64,
-               norm: float | None = None) -> np.ndarray:
-        """Gaussian points of norm ``norm`` (default: a non-unit one), (D,) or (batch, D).
-
-        Drawn in float64, then cast, so float32 and float64 tests see the same points.
-        """
-        rng = np.random.default_rng(seed)
-        n = 1 if batch is None else batch
-        w = rng.standard_normal((n, self.dim))
-        w *= (self.norm if norm is None else norm) / np.linalg.norm(w, axis=1, keepdims=True)
-        w = w.astype(dtype)
-        return w[0] if batch is None else w
-
-
-# -- builders (cached: one model object per session) ---------------------------------
-#: Factory parameters of a small instance of each registered model (D <= 20).
-SMALL: dict[str, dict[str, Any]] = {
-    "bn_linear_regression": dict(d=12, n=8, seed=0),
-    "bn_matrix_completion": dict(size=6, true_rank=2, rank=3, n_obs=18, seed=0),
-    "bn_two_layer_net": dict(n=8, d=4, width=3, teacher_width=3, seed=0),
-    "linear_regression": dict(d=5, n=8, seed=0),
-    "two_layer_net": dict(d=3, m=4, n=6, seed=0),
-    "toy3d": dict(c=10.0),
-}
-
-
-def _loaded_bn_linreg() -> Case:
-    """The run-time door: BN linear regression's own header compiled by load_model (the
-    small instance's data), checked against the built-in's oracle."""
-    builtin = get_case("bn_linear_regression").model
-    Xc = builtin._Xc
-    model = load_model(include_dir() / "pysharp" / "models" / "bn_linear_regression.hpp",
-                       Xc=Xc, u=builtin._u, scale=builtin._scale, xc_fro2=float(np.sum(Xc * Xc)))
-    return Case("loaded", model, BNLinearRegressionReference(builtin.X, builtin.y))
-
-
-def _loaded_two_layer_net() -> Case:
-    """The run-time door of square-loss models: the built-in TwoLayerNet's own header
-    compiled by load_model with the small instance's data."""
-    builtin = get_case("two_layer_net").model
-    model = load_model(include_dir() / "pysharp" / "models" / "square_loss.hpp",
-                       model_name="TwoLayerNet", X=builtin.X, y=builtin.y, m=builtin.width,
-                       act=0, inv_sqrt_m=1 / np.sqrt(builtin.width))
-    return Case("loaded_square_loss", model, None)
-
-
-def _xla_bn_linreg() -> Case:
-    """The untraced JAX door: BN linear regression written in JAX as a loss of a parameter
-    dict, run by XLA, checked against the built-in's oracle (skipped without JAX)."""
-    jnp = pytest.importorskip("jax.numpy")
-    from pysharp.models._xla import from_jax
-
-    builtin = get_case("bn_linear_regression").model
-    d = builtin.X.shape[1]
-
-    def bn_linreg(p, X, y):
-        z = X @ jnp.concatenate([p["head"], p["tail"]])
-        pred = y.std() * (z - z.mean()) / z.std() + y.mean()
-        return jnp.mean((pred - y) ** 2)
-
-    model = from_jax(bn_linreg, {"head": np.ones(d // 2), "tail": np.ones(d - d // 2)},
-                     X=builtin.X, y=builtin.y)
-    return Case("from_jax", model, BNLinearRegressionReference(builtin.X, builtin.y))
-
-
-def _registered(name: str) -> Case:
-    """The registered model ``name``, built small by its entry's factory, with its oracle."""
-    if name == "from_jax":
-        return _xla_bn_linreg()
-    if name == "loaded":
-        return _loaded_bn_linreg()
-    if name == "loaded_square_loss":
-        return _loaded_two_layer_net()
-    model = REGISTRY[name].factory(**SMALL.get(name, {}))
-    ref = model._reference() if isinstance(model, ScaleInvariantModel) else None
-    return Case(name, model, ref)
-
-
-def _linreg(d: int, n: int) -> Case:
-    model = BNLinearRegression.synthetic(d=d, n=n, seed=0)
-    return Case(f"bn_linreg_d{d}_n{n}", model, BNLinearRegressionReference(model.X, model.y))
-
-
-#: Every registered model (a model registered later is covered without editing this file).
-REGISTERED: list[str] = list(REGISTRY)
-#: The registered scale-invariant models with every backend (``case``): the loaded door
-#: runs on the compiled core alone (numpy and numba refused) and the JAX door in XLA alone,
-#: so their place is ``any_case`` (tests/test_every_tool.py), tests/models/test_loaded.py
-#: and tests/backends/test_jax_backend.py.
-SCALE_INVARIANT: list[str] = [n for n in REGISTERED if n not in ("loaded", "from_jax")
-                              and issubclass(REGISTRY[n].cls, ScaleInvariantModel)]
-
-BUILDERS: dict[str, Callable[[], Case]] = {
-    **{name: (lambda name=name: _registered(name)) for name in REGISTERED},
-    "bn_linreg_paper": lambda: _linreg(40, 20),
-}
-#: Older names of the registry's instances (the same cached Case).
-ALIASES = {"bn_linreg_small": "bn_linear_regression", "bn_mc": "bn_matrix_completion"}
-_CACHE: dict[str, Case] = {}
-
-
-def get_case(key: str) -> Case:
-    key = ALIASES.get(key, key)
-    if key not in _CACHE:
-        _CACHE[key] = BUILDERS[key]()
-    return _CACHE[key]
 
 
 # -- the order tests run in -------------------------------------------------------------
@@ -251,51 +115,3 @@ def linreg_case(request) -> Case:
 @pytest.fixture(params=DTYPES, ids=lambda d: np.dtype(d).name)
 def dtype(request):
     return np.dtype(request.param)
-
-
-# -- numerical helpers -----------------------------------------------------------------
-def rel_err(a, b) -> float:
-    """max |a - b| / max |b| (max-abs normalisation, so zero entries of b are fine)."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    assert a.shape == b.shape, (a.shape, b.shape)
-    scale = np.max(np.abs(b))
-    diff = np.max(np.abs(a - b))
-    if scale == 0:
-        return float(diff)
-    return float(diff / scale)
-
-
-def tol(dtype, f64: float = 1e-12, f32: float = 1e-4) -> float:
-    return f64 if np.dtype(dtype) == np.float64 else f32
-
-
-#: The repository the tests sit in, and its example models' headers and reference modules.
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE_MODELS = REPO / "examples" / "models"
-
-
-def bench_module(name: str):
-    """bench/<name>.py imported as ``bench.<name>``; the calling test module is skipped where
-    bench/ is not next to the tests. The repository root is on sys.path for this import only:
-    left there, it would shadow the installed pysharp (no compiled core in the source tree)
-    in every process later tests start (dask workers, subprocesses)."""
-    if not (REPO / "bench" / f"{name}.py").is_file():
-        pytest.skip("the bench/ folder is not part of this tree", allow_module_level=True)
-    sys.path.insert(0, str(REPO))
-    try:
-        return importlib.import_module(f"bench.{name}")
-    finally:
-        sys.path.remove(str(REPO))
-
-
-def example_module(name: str):
-    """examples/models/<name>.py, imported (its reference losses and synthetic data);
-    the calling test is skipped where examples/ is not next to the tests."""
-    path = EXAMPLE_MODELS / f"{name}.py"
-    if not path.is_file():
-        pytest.skip("examples/ not next to the tests")
-    spec = importlib.util.spec_from_file_location(f"{name}_example", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE_MODELS, example_module
+from _cases import EXAMPLE_MODELS, example_module
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from _cases import rel_err
 
 from pysharp.reference import BNTwoLayerNetReference, complex_step
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from _cases import rel_err
 from test_stability import _linreg, _net
 
 from pysharp._engine import loader

@@ -8,7 +8,7 @@ diagonal operator whose eigenpairs are known.
 
 import numpy as np
 import pytest
-from conftest import get_case
+from _cases import get_case
 
 import pysharp as ps
 from pysharp._engine import LANCZOS_MAX_ITER, LanczosOptions

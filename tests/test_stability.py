@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from _cases import rel_err
 
 import pysharp as ps
 from pysharp import stability

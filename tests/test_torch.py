@@ -7,7 +7,7 @@ import gc
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE_MODELS, example_module
+from _cases import EXAMPLE_MODELS, example_module
 
 torch = pytest.importorskip("torch")
 

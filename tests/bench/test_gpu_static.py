@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, bench_module
+from _cases import REPO, bench_module
 
 from pysharp._backends import _nvrtc
 

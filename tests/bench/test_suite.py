@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import bench_module
+from _cases import bench_module
 
 _common, suite = bench_module("_common"), bench_module("suite")
 

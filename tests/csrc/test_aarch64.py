@@ -9,7 +9,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import REPO
+from _cases import REPO
 
 CXX, QEMU = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
 SYSROOT = "/usr/aarch64-linux-gnu"

@@ -12,7 +12,7 @@ test_trajectory.py and test_backends.py.)
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from _cases import rel_err
 
 import pysharp as ps
 from pysharp._engine import loader

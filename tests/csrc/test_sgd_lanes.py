@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from _cases import rel_err
 
 from pysharp._engine import loader
 from pysharp.models import BNLinearRegression, LinearRegression, TwoLayerNet

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from _cases import rel_err
 
 import pysharp as ps
 from pysharp._engine import loader

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SCALE_INVARIANT, get_case
+from _cases import SCALE_INVARIANT, get_case
 
 import pysharp as ps
 from pysharp._engine.methods import METHODS

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import example_module
+from _cases import example_module
 
 import pysharp as ps
 from pysharp.models import BNTwoLayerNet, CheckReport, Toy3D, check

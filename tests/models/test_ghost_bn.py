@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from _cases import rel_err
 
 from pysharp import run_gd_wd
 from pysharp._engine import loader

@@ -13,7 +13,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE_MODELS, example_module
+from _cases import EXAMPLE_MODELS, example_module
 
 import pysharp as ps
 from pysharp.models._from_jax import _trace

@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import get_case, rel_err, tol
+from _cases import get_case, rel_err, tol
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

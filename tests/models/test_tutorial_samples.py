@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE_MODELS, REPO, example_module
+from _cases import EXAMPLE_MODELS, REPO, example_module
 
 import pysharp as ps
 from pysharp.models import _compiler
