@@ -22,7 +22,7 @@ _RESERVED = {"w", "loss", "g", "work", "S", "Real", "dim", "work_size", "loss_gr
              "group_begin",
              "value_of", "select", "sqrt_", "exp_", "expm1_", "log_", "log1p_", "tanh_", "sin_",
              "cos_", "matvec_rows",
-             "matvec_cols", "mask_t", "pysharp"}
+             "matvec_cols", "mask_t", "pysharp", "erf_", "erfc_", "atan2_"}
 
 
 def _real_literal(x) -> str:
@@ -157,6 +157,9 @@ class _Codegen:
         self.counter = 0
         self.fields: list[tuple] = []   # (name, value, kind, is_int)
         self.constants: dict[int, float] = {}  # uniform constants inlined (not data), by id
+        # pysharp's functions the statements call that model.hpp does not bring to the
+        # global namespace (a plain-Real S finds them only through a using-declaration)
+        self.functions: set[str] = set()
         self.step = 0
 
     # names
@@ -223,9 +226,16 @@ class _Codegen:
         return name
 
     def alias(self, out: _Val, src: _Val, offset: int = 0) -> None:
+        """out is read where src is (at ``offset`` into it); one element of an array
+        broadcast to more (a scan's step of a cotangent, z[2] * ones) is read as a scalar,
+        not as the array from that element on."""
         r = self.ref(src)
-        self.refs[id(out)] = _Ref(r.kind, r.name, is_s=r.is_s, buffer=r.buffer,
-                                  offset=r.offset + offset, is_int=r.is_int)
+        if r.kind == "array" and src.size == 1 and out.size > 1:
+            self.refs[id(out)] = _Ref("scalar", f"{r.name}[{r.offset + offset}]", is_s=r.is_s,
+                                      buffer=r.buffer, is_int=r.is_int)
+        else:
+            self.refs[id(out)] = _Ref(r.kind, r.name, is_s=r.is_s, buffer=r.buffer,
+                                      offset=r.offset + offset, is_int=r.is_int)
         if r.buffer is not None:
             r.buffer.last = max(r.buffer.last, self.last_use[id(out)])
 
@@ -302,7 +312,8 @@ class _Codegen:
         self.frontier = frontier
 
     def bind_constants(self, values: dict[int, np.ndarray]) -> None:
-        """Storage of the frontier values: uniform constants inline, the rest fields."""
+        """Storage of the frontier values (``values``, by id): uniform constants inline, the
+        rest fields."""
         for x in self.frontier:
             if x.datadep or x.input_name is not None:
                 self._field(x)

@@ -58,6 +58,7 @@ def _header(cg: _Codegen, loss_name: str, where: str, w_shape, inputs, groups) -
         "depend on the data",
         "// only were computed by JAX when the model was built and are bound as fields.",
         "#include <pysharp/model.hpp>",
+        *(f"using pysharp::{f};" for f in sorted(cg.functions)),
         "",
         "template <class Real>",
         f"struct {cg.struct} {{",
@@ -141,12 +142,7 @@ def _trace(loss, w, data: dict, groups) -> _Traced:
                 return x.const
             return env[id(x)]
         for e in cg.fold:
-            je = e.jax_eqn
-            bind = je.primitive.get_bind_params(je.params)
-            subfuns, params = ((), bind) if isinstance(bind, dict) else bind
-            res = je.primitive.bind(*subfuns, *[read(x) for x in e.ins], **params)
-            res = res if je.primitive.multiple_results else [res]
-            for o, r in zip(e.outs, res):
+            for o, r in zip(e.outs, e.evaluate(*[read(x) for x in e.ins])):
                 env[id(o)] = r
         values = {id(x): np.asarray(read(x)) for x in cg.frontier if x.const is not None
                   or id(x) in env}

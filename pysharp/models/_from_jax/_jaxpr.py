@@ -9,6 +9,7 @@ the data. The walk of the primal loss for the equations that can part a model fr
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,12 +39,27 @@ class _Val:
 
 @dataclass(eq=False)
 class _Eqn:
+    """One equation: a JAX equation, or one the walk wrote itself (``fold`` then evaluates
+    it on data: the slices and stacks of an unrolled scan)."""
+
     prim: str
     ins: list
     outs: list
     params: dict
     where: str
-    jax_eqn: Any
+    jax_eqn: Any = None
+    fold: Callable | None = None
+
+    def evaluate(self, *args) -> list:
+        """The outputs' values for the inputs' values ``args`` (data: JAX evaluates them)."""
+        if self.fold is not None:
+            res = self.fold(*args)
+            return list(res) if len(self.outs) > 1 else [res]
+        je = self.jax_eqn
+        bind = je.primitive.get_bind_params(je.params)
+        subfuns, params = ((), bind) if isinstance(bind, dict) else bind
+        res = je.primitive.bind(*subfuns, *args, **params)
+        return list(res) if je.primitive.multiple_results else [res]
 
 
 def _where(eqn) -> str:
@@ -68,7 +84,9 @@ def _inner_jaxpr(eqn):
 
 
 class _Program:
-    """The jaxpr of value_and_grad(loss) flattened into equations on _Val."""
+    """The jaxpr of value_and_grad(loss) flattened into equations on _Val: calls inlined,
+    scans (``lax.scan``, ``fori_loop`` with static bounds) unrolled, sorts by data keys
+    split into the data's sort and a gather of the values that depend on w."""
 
     def __init__(self, closed, w_val: _Val, data_vals: list) -> None:
         from jax._src import core as jcore
@@ -103,6 +121,11 @@ class _Program:
                 where = outer or "an unknown line"
             if inner is not None:
                 outs = self._flatten(inner, ins, where)
+            elif eqn.primitive.name == "scan":
+                outs = self._unroll(eqn.params, ins, where)
+            elif eqn.primitive.name == "sort" and any(x.wdep for x in ins) and not any(
+                    x.wdep for x in ins[:int(eqn.params["num_keys"])]):
+                outs = self._sort_by_data(eqn.params, ins, where)
             else:
                 outs = []
                 e = _Eqn(eqn.primitive.name, ins, outs, dict(eqn.params), where, eqn)
@@ -116,6 +139,74 @@ class _Program:
                 if not isinstance(ov, jcore.DropVar):
                     env[ov] = o
         return [read(a) for a in jaxpr.outvars]
+
+    def _unroll(self, params: dict, ins: list, where: str) -> list:
+        """A scan as ``length`` copies of its body in order (reversed for a reverse scan):
+        x_t = xs[t] and ys = stack(y_t) as equations of their own."""
+        n, nc, ncar = int(params["length"]), int(params["num_consts"]), int(params["num_carry"])
+        consts, carry, xs = ins[:nc], list(ins[nc:nc + ncar]), ins[nc + ncar:]
+        steps: dict[int, list] = {}
+        for t in (range(n - 1, -1, -1) if params["reverse"] else range(n)):
+            x_t = [self._synthetic("slice", {"start_indices": (t,) + (0,) * (len(x.shape) - 1),
+                                             "strides": None}, [x], [(1, *x.shape[1:])],
+                                   lambda a, t=t: a[t:t + 1], where)[0] for x in xs]
+            x_t = [self._synthetic("reshape", {}, [x], [x.shape[1:]],
+                                   lambda a, s=x.shape[1:]: a.reshape(s), where)[0]
+                   for x in x_t]
+            out = self._flatten(params["jaxpr"], [*consts, *carry, *x_t], where)
+            carry, steps[t] = out[:ncar], out[ncar:]
+        ys = []
+        body = getattr(params["jaxpr"], "jaxpr", params["jaxpr"])
+        for j, var in enumerate(body.outvars[ncar:]):
+            shape, dtype = tuple(var.aval.shape), np.dtype(var.aval.dtype)
+            if n == 0:
+                ys.append(self._const(np.zeros((0, *shape), dtype)))
+                continue
+            rows = [self._synthetic("reshape", {}, [steps[t][j]], [(1, *shape)],
+                                    lambda a, s=(1, *shape): a.reshape(s), where)[0]
+                    for t in range(n)]
+            ys.append(rows[0] if n == 1 else self._synthetic(
+                "concatenate", {"dimension": 0}, rows, [(n, *shape)],
+                lambda *a: np.concatenate([np.asarray(r) for r in a]), where)[0])
+        return [*carry, *ys]
+
+    def _sort_by_data(self, params: dict, ins: list, where: str) -> list:
+        """A sort whose keys are data (``lax.sort_key_val(t, z)``): the data operands and
+        the order (a sorted iota) are one sort of the data, which JAX evaluates; each
+        operand that depends on w is gathered in that order (a ``sort`` of params
+        ``order=True``: operand and order)."""
+        dim, keys = int(params["dimension"]), int(params["num_keys"])
+        shape = ins[0].shape
+        data = [x for x in ins if not x.wdep]
+        iota = self._const(np.broadcast_to(np.arange(shape[dim], dtype=np.int32).reshape(
+            [-1 if d == dim else 1 for d in range(len(shape))]), shape).copy())
+        sorted_data = self._synthetic(
+            "sort", dict(params), [*data, iota], [shape] * (len(data) + 1),
+            lambda *a: _sort(a, dim, bool(params["is_stable"]), keys), where,
+            [x.dtype for x in data] + [np.dtype(np.int32)])
+        order, it = sorted_data[-1], iter(sorted_data[:-1])
+        return [next(it) if not x.wdep else self._synthetic(
+            "sort", {"dimension": dim, "order": True}, [x, order], [shape],
+            lambda a, p: np.take_along_axis(np.asarray(a), np.asarray(p), dim), where)[0]
+            for x in ins]
+
+    def _synthetic(self, prim: str, params: dict, ins: list, shapes: list, fold: Callable,
+                   where: str, dtypes: list | None = None) -> list:
+        """An equation of the walk's own (its translator reads ``params``; ``fold``
+        evaluates it on data) and its outputs, of ``shapes`` and ``dtypes`` (ins[0]'s)."""
+        e = _Eqn(prim, ins, [], params, where, fold=fold)
+        for shape, dtype in zip(shapes, dtypes or [ins[0].dtype] * len(shapes)):
+            e.outs.append(_Val(tuple(int(s) for s in shape), dtype,
+                               wdep=any(x.wdep for x in ins),
+                               datadep=any(x.datadep for x in ins), producer=e))
+        self.eqns.append(e)
+        return e.outs
+
+
+def _sort(arrays, dimension: int, is_stable: bool, num_keys: int) -> list:
+    """lax.sort of data arrays, as the traced sort would (JAX's order, NaNs and ties)."""
+    from jax import lax
+    return lax.sort(list(arrays), dimension=dimension, is_stable=is_stable, num_keys=num_keys)
 
 
 def _static(v) -> bool:

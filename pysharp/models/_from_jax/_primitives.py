@@ -43,31 +43,19 @@ _REWRITES = {
               "computed from w has no derivative: compute it from the data",
     "scatter-add": "x.at[i].add(u) with data indices as x + one_hot(i, n).T @ u (a one-hot "
                    "matrix passed as data)",
-    "sort": "a sort of w-dependent values: where the order is fixed by the data, sort the data "
-            "(data-only computations may use any primitive) or pass the permutation as a "
-            "one-hot matrix P (data) and write P @ z",
-    "cumsum": "a cumulative sum is a product with a constant triangular matrix: "
-              "jnp.tril(jnp.ones((n, n))) @ z",
+    "sort": "where the order is fixed by the data, sort by the data: lax.sort_key_val(t, z) or "
+            "z[jnp.argsort(t)] with t data (data-only computations may use any primitive)",
     "cumlogsumexp": "jax.nn.logsumexp over masked copies: logsumexp(jnp.where(T, z, -jnp.inf), "
                     "axis=1) with T = jnp.tril(jnp.ones((n, n), bool))",
     "argmax": "the index of a maximum is piecewise constant: compute it from the data, or use "
               "jnp.max's value",
-    "erf": "jax.nn.gelu(z, approximate=True) (the tanh form) compiles",
-    "scan": "a loop with a static trip count: unroll it in Python (for t in range(n): ...), "
-            "which traces to straight-line code",
-    "while": "a while_loop has no static trip count; a fori_loop with static bounds can be "
-             "unrolled in Python (for t in range(n): ...)",
+    "while": "a while_loop has no static trip count: lax.fori_loop(0, n, body, x) with Python "
+             "int bounds, or lax.scan with a fixed length, compiles (unrolled)",
     "cond": "both branches with jnp.where(pred, a, b) (they are evaluated, then chosen)",
-    "conv_general_dilated": "a convolution of the data by w as a product: the data's patches "
-                            "lax.conv_general_dilated_patches(X, ...) (data only) contracted "
-                            "with the kernel by jnp.einsum; a convolution of w-dependent "
-                            "activations has no rewrite",
     "reduce_prod": "jnp.prod(z) of positive z as jnp.exp(jnp.sum(jnp.log(z)))",
     "random_bits": "draw the random numbers outside the loss and pass them as data",
 }
-_REWRITES.update({k: _REWRITES["cumsum"] for k in ("cumprod", "cummax", "cummin")})
 _REWRITES.update({k: _REWRITES["argmax"] for k in ("argmin",)})
-_REWRITES.update({k: _REWRITES["erf"] for k in ("erfc", "erf_inv")})
 _REWRITES.update({k: _REWRITES["scatter-add"] for k in ("scatter", "scatter_add", "scatter-mul",
                                                           "scatter_mul")})
 _REWRITES.update({k: _REWRITES["random_bits"] for k in ("rng_bit_generator", "threefry2x32",
@@ -206,6 +194,20 @@ def _p_sin(cg: _Codegen, e: _Eqn) -> None:
 @_translates("cos")
 def _p_cos(cg: _Codegen, e: _Eqn) -> None:
     _unary(cg, e, lambda x: f"cos_({x})")
+
+
+@_translates("erf", "erfc")
+def _p_erf(cg: _Codegen, e: _Eqn) -> None:
+    """erf_ / erfc_ (core/activation.hpp): <cmath>'s value, the closed-form derivative's jet."""
+    cg.functions.add(e.prim + "_")
+    _unary(cg, e, lambda x: f"{e.prim}_({x})")
+
+
+@_translates("atan2")
+def _p_atan2(cg: _Codegen, e: _Eqn) -> None:
+    a, b = e.ins
+    cg.functions.add("atan2_")
+    cg.elementwise(e.outs[0], "atan2", lambda i: f"atan2_({cg.s_at(a, i)}, {cg.s_at(b, i)})")
 
 
 @_translates("logistic")
@@ -369,11 +371,21 @@ def _p_convert_element_type(cg: _Codegen, e: _Eqn) -> None:
     cg.alias(out, a)
 
 
-@_translates("reshape", "squeeze", "expand_dims", "copy", "copy_p",
-             "reduce_precision")
+@_translates("squeeze", "expand_dims", "copy", "copy_p", "reduce_precision")
 def _p_alias(cg: _Codegen, e: _Eqn) -> None:
     cg.alias(e.outs[0], e.ins[0])
 
+
+@_translates("reshape")
+def _p_reshape(cg: _Codegen, e: _Eqn) -> None:
+    """The same elements in the same order, unless ``dimensions`` permutes the axes first
+    (the gradients of grouped convolutions write that)."""
+    (a,) = e.ins
+    perm = e.params.get("dimensions")
+    if perm is None:
+        cg.alias(e.outs[0], a)
+    else:
+        _transposed(cg, e.outs[0], a, tuple(int(p) for p in perm), "reshape")
 
 
 @_translates("optimization_barrier")
@@ -398,20 +410,27 @@ def _p_broadcast_in_dim(cg: _Codegen, e: _Eqn) -> None:
     cg.copy_indexed(out, "broadcast", src, a)
 
 
-@_translates("transpose")
-def _p_transpose(cg: _Codegen, e: _Eqn) -> None:
-    (a,) = e.ins
-    perm = tuple(e.params["permutation"])
+def _transposed(cg: _Codegen, out: _Val, a: _Val, perm: tuple, base: str) -> None:
+    """out = a with its axes permuted (out's axis k is a's axis perm[k]), in memory order:
+    out may then have any shape of that size (a reshape after the permutation)."""
     strides = _strides(a.shape)
     moved = [p for p in perm if a.shape[p] != 1]
     if cg.is_scalar(a) or moved == sorted(moved):
-        cg.alias(e.outs[0], a)  # only axes of length 1 move
+        cg.alias(out, a)  # only axes of length 1 move
         return
+    shape = [a.shape[p] for p in perm]
 
     def src(idx):
         return " + ".join(f"{idx[k]} * {strides[p]}" if strides[p] != 1 else idx[k]
                           for k, p in enumerate(perm) if idx[k] != "0") or "0"
-    cg.copy_indexed(e.outs[0], "transpose", src, a)
+    name = cg.new_array(out, base)
+    cg.loop(shape, lambda idx: f"{name}[{_flat(idx, shape)}] = {cg.at(a, src(idx))};")
+
+
+@_translates("transpose")
+def _p_transpose(cg: _Codegen, e: _Eqn) -> None:
+    (a,) = e.ins
+    _transposed(cg, e.outs[0], a, tuple(e.params["permutation"]), "transpose")
 
 
 def _slice(cg: _Codegen, out: _Val, a: _Val, start, stride, base: str = "slice") -> None:
@@ -736,6 +755,111 @@ def _p_reduce_max(cg: _Codegen, e: _Eqn) -> None:
 @_translates("reduce_min")
 def _p_reduce_min(cg: _Codegen, e: _Eqn) -> None:
     _reduce(cg, e, "min")
+
+
+@_translates("cumsum")
+def _p_cumsum(cg: _Codegen, e: _Eqn) -> None:
+    """A running sum along ``axis`` (from the end when ``reverse``, as in its gradient): one
+    accumulator walks each line of the axis. (cummax, cummin, cumprod and cumlogsumexp
+    reach the jaxpr of a gradient as JAX's associative scans: slices, pads, max, mul.)"""
+    (a,) = e.ins
+    out = e.outs[0]
+    axis, reverse = int(e.params["axis"]), bool(e.params["reverse"])
+    n = out.shape[axis]
+    if n == 1:
+        cg.alias(out, a)
+        return
+    inner = int(np.prod(out.shape[axis + 1:], dtype=np.int64))
+    outer = int(np.prod(out.shape[:axis], dtype=np.int64))
+    name = cg.new_array(out, e.prim)
+    base = " + ".join(t for t in (f"o * {n * inner}" if outer > 1 else "",
+                                  "i" if inner > 1 else "") if t) or "0"
+    if outer > 1:
+        cg.emit(f"for (int o = 0; o < {outer}; ++o)")
+    if inner > 1:
+        cg.emit(f"for (int i = 0; i < {inner}; ++i)")
+    first = f"{base} + {(n - 1) * inner}" if reverse else base
+    k = f"({n - 1} - k)" if reverse else "k"
+    at = f"{base} + {k}" + (f" * {inner}" if inner > 1 else "")
+    cg.emit(f"{{ S acc = {cg.s_at(a, first)}; {name}[{first}] = acc;")
+    cg.emit(f"  for (int k = 1; k < {n}; ++k) {{ const int at = {at}; acc += "
+            f"{cg.s_at(a, 'at')}; {name}[at] = acc; }} }}")
+
+
+@_translates("sort")
+def _p_sort(cg: _Codegen, e: _Eqn) -> None:
+    """A value that depends on w in the order of a sort of the data (``order=True``: the
+    walk split the sort, :meth:`._jaxpr._Program._sort_by_data`); a sort whose keys depend
+    on w is refused."""
+    if not e.params.get("order"):
+        raise _refusal(e.prim, e.where, f"'sort' at {e.where} orders values that depend on w "
+                       "(the order itself would change with w); a sort whose keys are data "
+                       "compiles")
+    x, order = e.ins
+    out = e.outs[0]
+    dim = int(e.params["dimension"])
+    if out.shape[dim] == 1:
+        cg.alias(out, x)
+        return
+    strides = _strides(out.shape)
+    cg.copy_indexed(out, "sort", lambda idx: _flat(
+        [_index(cg, order, _flat(idx, out.shape), e) if d == dim else i
+         for d, i in enumerate(idx)], out.shape, strides), x)
+
+
+@_translates("conv_general_dilated")
+def _p_conv_general_dilated(cg: _Codegen, e: _Eqn) -> None:
+    """XLA's convolution as loops: out[n, o, y] = sum over the input features of o's group
+    and the kernel's window of lhs[n', f, x] rhs[o, i, k], x_d = (y_d stride_d + k_d
+    rhs_dilation_d - pad_lo_d) / lhs_dilation_d where that is a whole index inside the
+    input (padding, dilations and strides of both directions: the gradients' convolutions
+    too; feature and batch groups)."""
+    lhs, rhs = e.ins
+    out = e.outs[0]
+    prm = e.params
+    lspec, rspec, ospec = (tuple(int(d) for d in s) for s in prm["dimension_numbers"])
+    nsp = len(lspec) - 2
+    ldil = tuple(prm["lhs_dilation"] or (1,) * nsp)
+    rdil = tuple(prm["rhs_dilation"] or (1,) * nsp)
+    stride = tuple(prm["window_strides"])
+    pads = [tuple(int(v) for v in p) for p in prm["padding"]]
+    groups, batches = int(prm["feature_group_count"]), int(prm["batch_group_count"])
+    n_out, n_o, n_i = out.shape[ospec[0]], rhs.shape[rspec[0]], rhs.shape[rspec[1]]
+    size_in = [lhs.shape[lspec[2 + d]] for d in range(nsp)]
+    size_k = [rhs.shape[rspec[2 + d]] for d in range(nsp)]
+    size_out = [out.shape[ospec[2 + d]] for d in range(nsp)]
+    name = cg.new_array(out, "conv")
+    li, ri, oi = ["0"] * len(lhs.shape), ["0"] * len(rhs.shape), ["0"] * len(out.shape)
+    li[lspec[0]] = "n" if batches == 1 else f"(bat * {n_out} + n)"
+    li[lspec[1]] = "i" if groups == 1 else f"(grp * {n_i} + i)"
+    ri[rspec[0]], ri[rspec[1]], oi[ospec[0]], oi[ospec[1]] = "o", "i", "n", "o"
+    lines = [f"for (int n = 0; n < {n_out}; ++n)", f"for (int o = 0; o < {n_o}; ++o) {{"]
+    if groups > 1:
+        lines.append(f"  const int grp = o / {n_o // groups};")
+    if batches > 1:
+        lines.append(f"  const int bat = o / {n_o // batches};")
+    for d in range(nsp):
+        lines.append(f"  for (int y{d} = 0; y{d} < {size_out[d]}; ++y{d})")
+        oi[ospec[2 + d]] = f"y{d}"
+    lines += ["  {", "    S acc = S(Real(0));", f"    for (int i = 0; i < {n_i}; ++i)"]
+    for d in range(nsp):
+        span = (size_in[d] - 1) * ldil[d] + 1  # the dilated input's extent
+        pos = " + ".join(t for t in (f"y{d} * {stride[d]}" if stride[d] != 1 else f"y{d}",
+                                     f"k{d} * {rdil[d]}" if rdil[d] != 1 else f"k{d}",
+                                     str(-pads[d][0]) if pads[d][0] else "") if t)
+        off = f"p{d} % {ldil[d]} != 0 || " if ldil[d] != 1 else ""
+        lines += [f"    for (int k{d} = 0; k{d} < {size_k[d]}; ++k{d}) {{",
+                  f"      const int p{d} = {pos};",
+                  f"      if ({off}p{d} < 0 || p{d} >= {span}) continue;",
+                  f"      const int x{d} = p{d}" + (f" / {ldil[d]};" if ldil[d] != 1 else ";")]
+        li[lspec[2 + d]], ri[rspec[2 + d]] = f"x{d}", f"k{d}"
+    lines.append(f"      acc += {cg.at(lhs, _flat(li, lhs.shape))} * "
+                 f"{cg.at(rhs, _flat(ri, rhs.shape))};")
+    lines += ["    " + "}" * nsp, f"    {name}[{_flat(oi, out.shape)}] = acc;", "  }", "}"]
+    cg.emit("{")
+    for line in lines:
+        cg.emit("  " + line)
+    cg.emit("}")
 
 
 @_translates("dot_general")

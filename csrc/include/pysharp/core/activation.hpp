@@ -1,6 +1,6 @@
-// Elementary functions (tanh_, exp_, expm1_, log_, log1p_, sin_, cos_) on scalars and
-// jets, and the activations of the models with hidden units. Their lane-block versions
-// are in core/lanes.hpp and core/lane_math.hpp.
+// Elementary functions (tanh_, exp_, expm1_, log_, log1p_, sin_, cos_, erf_, erfc_,
+// atan2_) on scalars and jets, and the activations of the models with hidden units. Their
+// lane-block versions are in core/lanes.hpp and core/lane_math.hpp.
 #pragma once
 
 #include "pysharp/core/jet.hpp"
@@ -128,6 +128,57 @@ PYSHARP_HD Jet<T, N> cos_(const Jet<T, N>& x) {
   Jet<T, N> s, c;
   sin_cos_(x, &s, &c);
   return c;
+}
+
+namespace detail {
+// The jet of dx/de, x's derivative in the jet's variable: c_j = (j + 1) x_{j+1}. Its top
+// coefficient would need x_{N+1} and is left 0: integral_of below never reads it.
+template <class T, int N>
+PYSHARP_HD Jet<T, N> derivative_of(const Jet<T, N>& x) {
+  Jet<T, N> d;
+  for (int j = 0; j < N; ++j) d.c[j] = T(j + 1) * x.c[j + 1];
+  return d;
+}
+// The jet y with y_0 = y0 and dy/de = q: y_k = q_{k-1} / k.
+template <class T, int N>
+PYSHARP_HD Jet<T, N> integral_of(const Jet<T, N>& q, const T& y0) {
+  Jet<T, N> y;
+  y.c[0] = y0;
+  for (int k = 1; k <= N; ++k) y.c[k] = q.c[k - 1] / T(k);
+  return y;
+}
+// 2 / sqrt(pi), erf's slope at 0.
+inline constexpr double kTwoOverSqrtPi = 1.1283791670955126;
+}  // namespace detail
+
+// erf and erfc on scalars and jets. erf' = (2 / sqrt(pi)) exp(-x^2) is a closed form, so a
+// jet of erf is the integral of the jet (2 / sqrt(pi)) exp(-x^2) dx/de (erfc: its negative):
+// the value from <cmath> (lane blocks: lane_math.hpp), the orders above from exp_ and two
+// Cauchy products. exp(-x^2) underflows to 0 for |x| > 27, where erf is +-1 to the last bit.
+PYSHARP_HD inline double erf_(double x) { return erf(x); }
+PYSHARP_HD inline float erf_(float x) { return erff(x); }
+PYSHARP_HD inline double erfc_(double x) { return erfc(x); }
+PYSHARP_HD inline float erfc_(float x) { return erfcf(x); }
+template <class T, int N>
+PYSHARP_HD Jet<T, N> erf_(const Jet<T, N>& x) {
+  const Jet<T, N> slope = exp_(-(x * x)) * T(detail::kTwoOverSqrtPi);
+  return detail::integral_of(slope * detail::derivative_of(x), erf_(x.c[0]));
+}
+template <class T, int N>
+PYSHARP_HD Jet<T, N> erfc_(const Jet<T, N>& x) {
+  const Jet<T, N> slope = exp_(-(x * x)) * T(-detail::kTwoOverSqrtPi);
+  return detail::integral_of(slope * detail::derivative_of(x), erfc_(x.c[0]));
+}
+
+// atan2(y, x), the angle of the point (x, y) in (-pi, pi], on scalars and jets: its
+// derivative (x dy - y dx) / (x^2 + y^2) integrated order by order as erf's. Undefined
+// (NaN orders) at the origin, where JAX's derivatives are NaN too.
+PYSHARP_HD inline double atan2_(double y, double x) { return atan2(y, x); }
+PYSHARP_HD inline float atan2_(float y, float x) { return atan2f(y, x); }
+template <class T, int N>
+PYSHARP_HD Jet<T, N> atan2_(const Jet<T, N>& y, const Jet<T, N>& x) {
+  const Jet<T, N> turn = x * detail::derivative_of(y) - y * detail::derivative_of(x);
+  return detail::integral_of(turn / (x * x + y * y), atan2_(y.c[0], x.c[0]));
 }
 
 enum class Activation : int { tanh = 0, relu = 1 };
