@@ -464,8 +464,9 @@ def test_new_constructs_equal_jax_through_their_jets(tmp_path):
     gradient a reverse scan over a cotangent that depends on w), a fori_loop and
     convolutions (strides, padding, dilations, groups), one element of an array broadcast to
     more (which read the array from that element on) and a reshape that permutes axes (a
-    grouped convolution's gradient, which was read as a plain reshape), evaluated on jets of
-    the header alone: loss, gradient, H v and D^3L[v, v] equal JAX's to 1e-12."""
+    grouped convolution's gradient, which was read as a plain reshape), in a header long
+    enough to be split into stages, evaluated on jets of the header alone: loss, gradient,
+    H v and D^3L[v, v] equal JAX's to 1e-12."""
     from pysharp.models._from_jax import _trace
     rng = np.random.default_rng(8)
     X, t, xs = rng.standard_normal((6, 4)), rng.standard_normal(6), rng.standard_normal((3, 6))
@@ -490,6 +491,8 @@ def test_new_constructs_equal_jax_through_their_jets(tmp_path):
                 + jnp.sum(z[2] * jnp.ones(5) * t[:5]))
     data = dict(X=X, t=t, xs=xs, img=img)
     traced = _trace(constructs, np.ones(4), data, None)
+    # long enough to be compiled in stages: arrays and scalars cross from stage to stage
+    assert traced.source.count("PYSHARP_JAX_STAGE PYSHARP_HD void") >= 2
     W, V = points(4, B=3, seed=9)
     loss, grad, hvp, third = jet_harness(traced, W, V, tmp_path)
     with _jax_x64(jax):  # JAX's, the three points in one compiled call (eager is slower)

@@ -345,8 +345,10 @@ class _Codegen:
         self.fields.append((name, x, kind, is_int))
 
     def generate(self) -> None:
+        self.starts: list[int] = []  # where each equation's statements begin in lines
         for k, e in enumerate(self.code):
             self.step = k
+            self.starts.append(len(self.lines))
             where = e.where.replace("\n", " ")
             shapes = ", ".join(f"{o.dtype.name}{list(o.shape)}" for o in e.outs)
             self.lines.append(f"    // {e.prim} -> {shapes}   [{where}]")
@@ -354,6 +356,7 @@ class _Codegen:
         self.place_grad()
         loss_val, grad_val = self.prog.outs
         self.step = len(self.code)
+        self.starts.append(len(self.lines))
         self.lines.append("    // outputs")
         self.lines.append(f"    *loss = {self.s_at(loss_val, '0')};")
         r = self.ref(grad_val)

@@ -21,15 +21,88 @@ from ._codegen import _Codegen
 from ._jaxpr import _as_jax, _Program, _static, _Val
 from ._primitives import TABLE, _refusal
 
+#: A loss_grad of more lines than this is compiled as stages of about this many lines, each
+#: a function of its own that is never inlined: the compiler's work on one function grows
+#: faster than its length, and in a long one it stops inlining the jets' arithmetic (an
+#: unrolled RNN of 948 equations: 80 s of compiler time whole, 58 s in stages; a loss of
+#: 262 equations ran its D^3L 4x faster staged: bench/from_jax.py).
+_STAGE_LINES = 300
+
+#: Where a scalar is defined at the top level of loss_grad, and an array's pointer.
+_SCALAR_DEF = re.compile(r"^    (?:const )?S (\w+) = ")
+_POINTER_DEF = re.compile(r"^    S\* const (\w+) = ")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _stages(cg: _Codegen, lines: list[str], top: int) -> tuple[list[str], list[str], int]:
+    """loss_grad's statements cut at equations into stages of about _STAGE_LINES lines:
+    (the stages' member functions, loss_grad's statements calling them, the work size).
+
+    A stage re-declares the pointers of the arrays it reads from earlier stages (the arrays
+    are in ``work``); a scalar that a later stage reads is stored in a slot of ``work``
+    after ``top`` at the end of its stage and read from it. Stages are never inlined, so
+    the compiler optimises each alone."""
+    cuts, size = [], 0
+    for a, b in zip(cg.starts, cg.starts[1:]):
+        size += b - a
+        if size >= _STAGE_LINES:
+            cuts.append(b)
+            size = 0
+    if not cuts or cuts[-1] == cg.starts[-1]:
+        cuts = cuts[:-1]
+    if not cuts:
+        return [], lines, top
+    bounds = [0, *cuts, cg.starts[-1], len(lines)]
+    parts = [lines[a:b] for a, b in zip(bounds, bounds[1:])]  # the stages, then the outputs
+    home: dict[str, int] = {}
+    pointer: dict[str, str] = {}
+    slots: dict[str, int] = {}
+    imports: list[list[str]] = []
+    exports: list[list[str]] = [[] for _ in parts]
+    for k, part in enumerate(parts):
+        defined, head = set(), []
+        for line in part:
+            for name in _NAME.findall(line.split("//", 1)[0]):
+                if name in defined or name in head:
+                    continue
+                if name in pointer:
+                    head.append(name)
+                elif name in home and home[name] < k:
+                    if name not in slots:
+                        slots[name] = top + len(slots)
+                        exports[home[name]].append(f"    work[{slots[name]}] = {name};")
+                    head.append(name)
+            m = _SCALAR_DEF.match(line) or _POINTER_DEF.match(line)
+            if m:
+                defined.add(m.group(1))
+                if _POINTER_DEF.match(line):
+                    pointer[m.group(1)] = line
+                else:
+                    home[m.group(1)] = k
+        imports.append([pointer[n] if n in pointer else f"    const S {n} = work[{slots[n]}];"
+                        for n in head])
+    members, calls = [], []
+    for k, part in enumerate(parts[:-1]):
+        name = cg.fresh("loss_grad_stage")
+        members += ["", "  template <class S>",
+                    f"  PYSHARP_JAX_STAGE PYSHARP_HD void {name}(const S* w, S* g, S* work) "
+                    "const {", "    (void)w;", "    (void)g;", "    (void)work;",
+                    *imports[k], *part, *exports[k], "  }"]
+        calls.append(f"    {name}(w, g, work);")
+    return members, [*calls, *imports[-1], *parts[-1]], top + len(slots)
+
 
 def _header(cg: _Codegen, loss_name: str, where: str, w_shape, inputs, groups) -> str:
     """The header's text around ``cg``'s statements, its buffers placed in ``work``."""
     import jax
     work = cg.allocate()
-    body = "\n".join(cg.lines)
+    lines = list(cg.lines)
     for buf in cg.buffers:
         target = "g" if buf.in_g else ("work" if buf.offset == 0 else f"work + {buf.offset}")
-        body = body.replace(buf.token, target)
+        lines = [line.replace(buf.token, target) for line in lines]
+    stages, lines, work = _stages(cg, lines, work) if len(lines) > _STAGE_LINES else \
+        ([], lines, work)
+    body = "\n".join(lines)
     members, decls, checks = [], [], []
     for name, x, kind, is_int in cg.fields:
         what = f"data {x.input_name}" if x.input_name is not None else \
@@ -59,6 +132,10 @@ def _header(cg: _Codegen, loss_name: str, where: str, w_shape, inputs, groups) -
         "// only were computed by JAX when the model was built and are bound as fields.",
         "#include <pysharp/model.hpp>",
         *(f"using pysharp::{f};" for f in sorted(cg.functions)),
+        *(["#ifndef PYSHARP_JAX_STAGE  // a stage of a long loss_grad: a function of its own",
+           "#ifdef __CUDACC__", "#define PYSHARP_JAX_STAGE __noinline__", "#else",
+           "#define PYSHARP_JAX_STAGE __attribute__((noinline))", "#endif", "#endif"]
+          if stages else []),
         "",
         "template <class Real>",
         f"struct {cg.struct} {{",
@@ -84,7 +161,7 @@ def _header(cg: _Codegen, loss_name: str, where: str, w_shape, inputs, groups) -
     if checks:
         lines.append(f"    if (!({' && '.join(checks)})) return mask_t<S>(false);  "
                      "// shapes fixed at trace time")
-    lines += [body, "    return pysharp::is_finite(value_of(*loss));", "  }", "};",
+    lines += [body, "    return pysharp::is_finite(value_of(*loss));", "  }", *stages, "};",
               f"PYSHARP_MODEL({cg.struct}{''.join(', ' + d for d in decls)})", ""]
     return "\n".join(lines)
 
