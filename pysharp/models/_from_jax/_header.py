@@ -24,8 +24,8 @@ from ._primitives import TABLE, _refusal
 #: A loss_grad of more lines than this is compiled as stages of about this many lines, each
 #: a function of its own that is never inlined: the compiler's work on one function grows
 #: faster than its length, and in a long one it stops inlining the jets' arithmetic (an
-#: unrolled RNN of 948 equations: 80 s of compiler time whole, 58 s in stages; a loss of
-#: 262 equations ran its D^3L 4x faster staged: bench/from_jax.py).
+#: unrolled RNN of 948 equations: 62 s of compiler time whole, 51 s in stages; a loss of
+#: 225 equations ran its D^3L 8x faster staged: bench/results/from_jax.json).
 _STAGE_LINES = 300
 
 #: Where a scalar is defined at the top level of loss_grad, and an array's pointer.
