@@ -23,6 +23,8 @@ import platform
 import time
 from pathlib import Path
 
+from .._engine.loader import build_info
+
 #: experiment name -> module under pysharp.reproduce
 REGISTRY: dict[str, str] = {
     "toy3d": "toy3d",
@@ -200,8 +202,6 @@ def timing_record(seconds: float, results: dict, quick: bool, load_start,
     the worker processes and the core's threads in each (``OMP_NUM_THREADS``, else one in a
     worker and the core's default alone), the CPU and the load average (1, 5, 15 min) at the
     start and the end (None where the platform has none)."""
-    from .. import build_info
-
     threads = int(build_info().get("max_threads", 1))
     if workers > 1:
         threads = int(os.environ.get("OMP_NUM_THREADS", "1").split(",")[0])

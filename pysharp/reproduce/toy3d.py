@@ -15,7 +15,8 @@ import numpy as np
 
 from .. import Toy3D, run_gd_wd
 from ..flow import SharpnessReductionFlow, compare_to_flow
-from ..models import load_model
+from ..models import ModelCompileError, load_model
+from ..models._compiler import compiler
 from . import plt
 from ._common import save, theory_start
 
@@ -65,9 +66,6 @@ def figure4_toy(a: float = 4.0):
 def lacking() -> str | None:
     """What this experiment needs beyond Python packages and the machine lacks: the C++
     compiler that compiles ``figure4_toy.hpp`` at its first use (None when one is there)."""
-    from ..models import ModelCompileError
-    from ..models._compiler import compiler
-
     try:
         compiler()
     except ModelCompileError as exc:
