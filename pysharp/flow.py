@@ -25,8 +25,8 @@ not for sweeps. Sweep GD+WD itself with ``pysharp.run_gd_wd``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

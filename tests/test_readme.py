@@ -34,10 +34,7 @@ def test_the_test_extra_installs_what_the_tests_would_skip_without():
     root = README.parent
     if not (root / "pyproject.toml").is_file():
         pytest.skip("pyproject.toml not next to the tests")
-    try:
-        import tomllib
-    except ImportError:  # Python < 3.11
-        import tomli as tomllib
+    import tomllib
     extra = tomllib.loads((root / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]["test"]
     installed = {re.match(r"[A-Za-z0-9_.-]+", req)[0].lower() for req in extra}

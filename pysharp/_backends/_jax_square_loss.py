@@ -19,8 +19,9 @@ Jacobian (chunk, k, D) at once; one compiled program serves every chunk.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

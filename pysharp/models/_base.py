@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -15,7 +15,8 @@ import dataclasses
 import numbers
 import sys
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -8,8 +8,9 @@ rebuildable from its spec, and summarised with its own metrics.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

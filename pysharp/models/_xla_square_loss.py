@@ -8,7 +8,8 @@ written. The model gives what the SGD stability theory and :func:`pysharp.run_sg
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -39,7 +39,7 @@ may be left out (0)::
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -62,18 +62,6 @@ _SECTIONS = {
 _REQUIRED = {"model": {"name"}, "grid": {"lr"}, "run": {"steps"}}
 #: Methods whose grid needs ``wd`` (the others default it to 0).
 _NEED_WD = tuple(name for name, m in METHODS.items() if m.sweep and m.uses_wd)
-
-
-def _toml():
-    if sys.version_info >= (3, 11):
-        import tomllib
-        return tomllib
-    try:
-        import tomli
-    except ImportError:
-        raise ImportError("reading TOML on Python < 3.11 needs tomli: "
-                          "pip install 'pysharp[sweep]'") from None
-    return tomli
 
 
 #: ``[run]`` keys that take whole numbers (an integral float such as 1e5 is accepted).
@@ -279,7 +267,7 @@ def load_config(path: str | Path) -> dict:
         raise ValueError(f"no config file at {path}")
     try:
         with path.open("rb") as f:
-            config = _toml().load(f)
+            config = tomllib.load(f)
     except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
         raise ValueError(f"{path}: not valid TOML: {exc}") from None
     return parse(config, str(path), path.resolve().parent)
