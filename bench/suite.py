@@ -46,9 +46,14 @@ from bench.kernels import jax_kernels, jax_loss
 LR, WD = 0.5, 2e-4
 
 
-def best_rate(fn, work: float, repeats: int = 3) -> dict:
-    """work / best wall time of fn over repeats, after a warm-up call."""
-    best, load = timed(fn, repeats)
+#: Timed calls a row takes the best of (``--repeats``): more find the quiet moments of a
+#: machine that other processes share.
+REPEATS = 3
+
+
+def best_rate(fn, work: float, repeats: int | None = None) -> dict:
+    """work / best wall time of fn over repeats (default REPEATS), after a warm-up call."""
+    best, load = timed(fn, REPEATS if repeats is None else repeats)
     return {"rate": work / best, "seconds": best, "load": load}
 
 
@@ -234,18 +239,60 @@ def peer_rows(ps, quick: bool, checks: list) -> dict:
     return out
 
 
-def baseline_rows(path: str, quick: bool) -> dict:
-    """pysharp_rows measured on another pysharp tree, in a subprocess."""
+def baseline_rows(path: str, quick: bool, repeats: int = REPEATS) -> dict:
+    """pysharp_rows measured on another pysharp tree, in a subprocess.
+
+    The subprocess starts without ``site`` (``-S``) and gets the site-packages folders on
+    PYTHONPATH instead, so that an editable install's import hook (a ``.pth`` file, which
+    runs before PYTHONPATH is searched) cannot put the installed pysharp in the old tree's
+    place; the run refuses to report when pysharp came from anywhere else."""
+    import site
+
+    tree = Path(path).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "base.json"
         # This bench package first (the old tree may have its own), then the old pysharp.
         (Path(tmp) / "bench").symlink_to(Path(__file__).resolve().parent)
-        env = dict(os.environ, PYTHONPATH=tmp + os.pathsep + str(Path(path).resolve()))
-        cmd = [sys.executable, "-m", "bench.suite", "--pysharp-only", "--json", str(out)]
+        paths = [tmp, str(tree), *site.getsitepackages()]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+        cmd = [sys.executable, "-S", "-m", "bench.suite", "--pysharp-only", "--json", str(out),
+               "--repeats", str(repeats)]
         if quick:
             cmd.append("--quick")
         subprocess.run(cmd, check=True, env=env, cwd=tmp)
-        return json.loads(out.read_text())["pysharp"]
+        result = json.loads(out.read_text())
+        if not Path(result["build"]["file"]).is_relative_to(tree):
+            raise RuntimeError(f"the baseline run imported pysharp from {result['build']['file']}"
+                               f", not from {tree}")
+        return {"rows": result["pysharp"], "build": result["build"], "tree": str(tree)}
+
+
+#: OpenBLAS's kernel for each instruction set of pysharp's portable core (OPENBLAS_CORETYPE).
+OPENBLAS_CORETYPE = {"sse2": "Core2", "avx2": "Haswell", "avx512": "SkylakeX"}
+
+
+def target_ceilings(ps) -> dict | None:
+    """The GEMM ceilings of the instruction set that pysharp's loaded core runs, where it is
+    narrower than the best one the CPU runs (``PYSHARP_CPU_TARGET=avx2`` on an AVX-512
+    machine); None otherwise.
+
+    The machine's BLAS uses the CPU's widest vectors, which code built for a narrower set
+    cannot: half the FLOP rate for AVX2 on AVX-512. A core's fraction of that ceiling says
+    nothing about its own room, so OpenBLAS is held to the core's set here
+    (``OPENBLAS_CORETYPE``, read when the library loads, hence a subprocess): the ceiling
+    the same core would meet on a CPU without the wider set."""
+    info = ps.build_info()
+    target, runnable = info.get("cpu_target"), info.get("cpu_targets_runnable") or []
+    if target not in OPENBLAS_CORETYPE or not runnable or target == runnable[-1]:
+        return None
+    root = Path(__file__).resolve().parent.parent
+    code = ("import json, sys; from bench._common import measured_ceilings; "
+            "json.dump(measured_ceilings(), sys.stdout)")
+    env = dict(os.environ, OPENBLAS_CORETYPE=OPENBLAS_CORETYPE[target],
+               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=root,
+                          capture_output=True, text=True)
+    return json.loads(done.stdout)
 
 
 def fmt(x: float, load: float | None = None) -> str:
@@ -259,13 +306,20 @@ def fractions(result: dict, key: str, rate: float) -> tuple[float | None, float 
     None where the row has no FLOP count or the run no ceiling / no clock.
 
     float32 rows are taken against the SGEMM ceiling and twice the nominal FP64 peak
-    (a SIMD register holds twice as many float32 lanes)."""
+    (a SIMD register holds twice as many float32 lanes). Where the run measured the
+    ceilings of the core's narrower instruction set (``target_ceilings``), those, and the
+    nominal peak of the core's lanes."""
     flops = result.get("flops_per_unit", {}).get(key)
     if not flops:
         return None, None
     dtype = "float32" if "float32" in key else "float64"
-    ceiling = result.get("ceilings", {}).get(dtype, {}).get("gflops")
+    ceilings = result.get("target_ceilings") or result.get("ceilings", {})
+    ceiling = ceilings.get(dtype, {}).get("gflops")
     peak = result["machine"].get("peak_fp64_gflops_estimate")
+    lanes, machine_lanes = result.get("build", {}).get("lanes_f64"), result["machine"].get(
+        "fp64_lanes")
+    if peak and lanes and machine_lanes:
+        peak *= min(lanes, machine_lanes) / machine_lanes
     if peak and dtype == "float32":
         peak *= 2
     return (peak_fraction(rate, flops, ceiling) if ceiling else None,
@@ -277,10 +331,12 @@ def table(result: dict) -> str:
     fraction of the measured GEMM ceiling (of the nominal peak in brackets)."""
     measured = bool(result.get("ceilings"))
     last = "% of GEMM ceiling (of nominal peak)" if measured else "% of peak"
+    base = result.get("baseline", {})
+    baseline = base.get("rows", base)  # JSON files before the baseline's build was kept
     lines = [f"| workload | before | pysharp | peers (rate) | pysharp / peer | {last} |",
              "|---|---|---|---|---|---|"]
     for key, row in result["pysharp"].items():
-        before = result.get("baseline", {}).get(key, {}).get("rate")
+        before = baseline.get(key, {}).get("rate")
         peers = result.get("peers", {}).get(key, {})
         rate = row["rate"]
         of_ceiling, of_peak = fractions(result, key, rate)
@@ -322,7 +378,19 @@ def ceiling_note(result: dict) -> str:
             "measurement before and one after the workloads); the last column is each "
             "workload's fraction of the DGEMM ceiling (SGEMM for float32 rows), of the "
             "nominal peak in brackets. A rate marked ! was timed while other processes used "
-            f"more than {BUSY_THRESHOLD:.0%} of the CPUs.{loaded}")
+            f"more than {BUSY_THRESHOLD:.0%} of the CPUs.{loaded}{target_note(result)}")
+
+
+def target_note(result: dict) -> str:
+    """The sentence on the ceilings of the core's narrower instruction set ('' without)."""
+    t = result.get("target_ceilings")
+    if not t:
+        return ""
+    target = result["build"]["cpu_target"]
+    return (f" The core ran its {target} build on a CPU with a wider set: the last column is "
+            f"taken against OpenBLAS held to {target} (OPENBLAS_CORETYPE="
+            f"{OPENBLAS_CORETYPE[target]}: DGEMM {t['float64']['gflops']:.0f}, SGEMM "
+            f"{t['float32']['gflops']:.0f} GFLOP/s) and the nominal peak of its lanes.")
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -339,7 +407,9 @@ def write_readme(result: dict, readme: Path = README) -> None:
             f"{m.get('peak_fp64_gflops_estimate') or 0:.0f} GFLOP/s (float32 rows: twice it); "
             "trajectory rows in "
             "trajectory-steps/s, kernel rows in rows/s, sharpness in points/s; ")
-    if result.get("baseline"):
+    if result.get("baseline", {}).get("tree"):
+        head += f"`before` is the tree {result['baseline']['tree']}, measured in the same run."
+    elif result.get("baseline"):
         head += ("`before` is the build before the lane engine (commit bb9910b), measured in "
                  "the same run.")
     else:
@@ -353,6 +423,7 @@ def write_readme(result: dict, readme: Path = README) -> None:
 
 
 def main(argv=None) -> int:
+    global REPEATS
     ap = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller batches and runs")
     ap.add_argument("--baseline", metavar="PATH", help="an older pysharp tree to time too")
@@ -360,13 +431,20 @@ def main(argv=None) -> int:
     ap.add_argument("--readme", metavar="JSON", help="only rewrite README's table from a JSON")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
     ap.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    ap.add_argument("--repeats", type=int, default=REPEATS, metavar="N",
+                    help=f"timed calls a row takes the best of (default {REPEATS})")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    REPEATS = args.repeats
     if args.readme:
         write_readme(json.loads(Path(args.readme).read_text()))
         return 0
     ps, note = import_pysharp()
-    first = measured_ceilings()
-    result = {"machine": machine_info(), "quick": args.quick,
+    first, first_target = measured_ceilings(), target_ceilings(ps)
+    build = dict(ps.build_info(), file=str(Path(ps.__file__).resolve()))
+    result = {"machine": machine_info(), "build": build, "quick": args.quick,
+              "repeats": args.repeats,
               "pysharp": pysharp_rows(ps, args.quick)}
     if not args.pysharp_only:
         if note:
@@ -375,7 +453,7 @@ def main(argv=None) -> int:
         result["peers"] = peer_rows(ps, args.quick, checks)
         result["checks"] = checks
         if args.baseline:
-            result["baseline"] = baseline_rows(args.baseline, args.quick)
+            result["baseline"] = baseline_rows(args.baseline, args.quick, args.repeats)
         lin = Problem(ps.BNLinearRegression.synthetic(d=40, n=20, seed=0))
         big = Problem(ps.BNLinearRegression.synthetic(d=100, n=200, seed=0))
         result["flops_per_unit"] = {
@@ -390,6 +468,11 @@ def main(argv=None) -> int:
     last = measured_ceilings()
     result["ceilings"] = best_ceilings(first, last)
     result["ceiling_runs"] = [{dt: c["gflops"] for dt, c in run.items()} for run in (first, last)]
+    if first_target:
+        last_target = target_ceilings(ps)
+        result["target_ceilings"] = best_ceilings(first_target, last_target)
+        result["target_ceiling_runs"] = [{dt: c["gflops"] for dt, c in run.items()}
+                                         for run in (first_target, last_target)]
     if not args.pysharp_only:
         print(ceiling_note(result))
         for c in checks:

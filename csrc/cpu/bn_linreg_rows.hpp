@@ -37,15 +37,18 @@ class BNLinearRegressionRows {
   // the registers (AVX-512 double: 24 + 3 + 1 of 32).
   static constexpr int kVecs = std::max(1, (kSimdRegisters - 4) / (L + 1));
 
-  // Whether it beats the lanes driver on B rows: with 32 vector registers (AVX-512), d padded
-  // by at most a quarter to whole vectors, and B large enough to repay the padded copy of Xc.
-  // Measured against loss_grad_lanes, double, one thread, B 4096: n 20 d 40 1.15x, n 33 d 40
-  // 1.12x, n 7 d 13 1.08x; B 1024 n 200 d 100 1.00-1.05x; n 33 d 9 (d pads from 9 to 16)
-  // 0.86x; AVX2's 16 registers leave the blocks too small (0.80x at n 20 d 40). Two threads,
-  // n 20 d 40: B 64 0.68x, B 512 1.0x, B 4096 1.05x.
+  // Whether it beats the lanes driver on B rows: on AVX-512, d padded by at most a quarter to
+  // whole vectors, and B large enough to repay the padded copy of Xc. What it saves is the
+  // lanes driver's transposition of the gradient back to rows, 8 x 8 tiles of 24 shuffles
+  // on AVX-512; AVX2's 4 x 4 tiles cost a third as much a value, and there its 16 registers
+  // leave the G blocks at 4 rows x 2 vectors. Measured against loss_grad_lanes, double, one
+  // thread, B 4096: AVX-512 n 20 d 40 1.11-1.15x, n 33 d 40 1.12x, n 7 d 13 1.08x; B 1024
+  // n 200 d 100 1.00-1.05x; n 33 d 9 (d pads from 9 to 16) 0.86x; AVX2 n 20 d 40 0.79x (0.84x
+  // with 4 x 3 blocks, all 16 registers). Two threads, n 20 d 40: B 64 0.68x, B 512 1.0x,
+  // B 4096 1.05x. Not measured on NEON (2 doubles a register): off there.
   static bool pays(const BNLinearRegression<Real>& m, std::int64_t B) {
     const int padding = (m.d + L - 1) / L * L - m.d;
-    return kSimdRegisters >= 32 && B >= 1024 && 4 * padding <= m.d;
+    return kSimdBytes >= 64 && B >= 1024 && 4 * padding <= m.d;
   }
 
   explicit BNLinearRegressionRows(const BNLinearRegression<Real>& m)

@@ -108,14 +108,20 @@ void run_batch(const Model& m, const EngineConfig& c, const Real* W0,
   }
 }
 
+// Lanes of the reduced engine's lockstep blocks: a step is two short reductions and a sqrt
+// and division per lane, and several registers of lanes keep enough independent chains in
+// flight to hide their latency, while the two reductions' accumulators stay in registers:
+// four registers of doubles, 8 lanes on SSE2 and NEON, 16 on AVX2, 32 on AVX-512 (floats
+// take as many lanes). Measured on spectral_gd_wd_lanes (d 40 n 20, one core, 1e8
+// trajectory-steps/s at 8 / 16 / 32 / 64 lanes): SSE2 0.89 / 0.86 / 0.72 / 0.69, AVX2
+// 1.4 / 1.65 / 1.4 / 1.0, AVX-512 1.1 / 1.9 / 2.3 / 1.5; float at 16 / 32 / 64: AVX2 3.3 /
+// 2.6 / 2.9, AVX-512 3.5 / 3.3 / 3.6. Each lane's arithmetic is the same whatever the width.
+inline constexpr int kSpectralLanes = 4 * kNativeLanes<double>;
+
 // BN linear regression without jitter: the exact reduced update in the
-// singular basis of Xc. Plain GD+WD advances blocks of kLanes trajectories in
+// singular basis of Xc. Plain GD+WD advances blocks of kSpectralLanes trajectories in
 // lockstep between observations (spectral_gd_wd_lanes); scalar RMSprop, whose
-// step depends on every gradient norm, runs trajectory by trajectory. A step is
-// two short reductions and a sqrt and division per lane: 32 lanes (several SIMD
-// registers) keep enough independent chains in flight to hide their latency
-// (d 40 n 20, AVX-512: 8 lanes 1.9e8, 16 2.4e8, 32 2.8e8, 64 1.8e8
-// trajectory-steps/s). Each lane's arithmetic is the same whatever kLanes.
+// step depends on every gradient norm, runs trajectory by trajectory.
 template <class Real>
 void run_batch_spectral(const BNLinearRegression<Real>& m, const BNLinRegSpectral<Real>& sp,
                         const EngineConfig& c, const Real* W0, const Hyperparameters<Real>& h,
@@ -126,7 +132,7 @@ void run_batch_spectral(const BNLinearRegression<Real>& m, const BNLinRegSpectra
                    [&sp](const Real* w0, Real* scratch) { return State(sp, w0, scratch); });
     return;
   }
-  constexpr int kLanes = 32;
+  constexpr int kLanes = kSpectralLanes;
   const int D = m.dim(), r = sp.r;
   const long long blocks = (B + kLanes - 1) / kLanes;
 #pragma omp parallel if (blocks > 1)

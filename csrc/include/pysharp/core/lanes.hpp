@@ -29,13 +29,17 @@
 namespace pysharp {
 
 // Bytes of the widest vector register the build targets, and how many such registers there
-// are (AVX-512 has 32; AVX and SSE 16).
+// are (AVX-512 and NEON have 32; AVX and SSE 16). The register blocks of the kernels are
+// sized from them (core/dense.hpp, cpu/bn_linreg_rows.hpp, cpu/engine.hpp).
 #if defined(__AVX512F__)
 inline constexpr int kSimdBytes = 64;
 inline constexpr int kSimdRegisters = 32;
 #elif defined(__AVX__)
 inline constexpr int kSimdBytes = 32;
 inline constexpr int kSimdRegisters = 16;
+#elif defined(__aarch64__)
+inline constexpr int kSimdBytes = 16;
+inline constexpr int kSimdRegisters = 32;
 #else
 inline constexpr int kSimdBytes = 16;
 inline constexpr int kSimdRegisters = 16;
