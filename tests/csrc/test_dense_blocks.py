@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from _cases import rel_err
 
 import pysharp as ps
 from pysharp.reference import BNLinearRegressionReference
