@@ -24,6 +24,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +36,7 @@ from bench import stability
 from bench._common import (
     BUSY_THRESHOLD,
     best_ceilings,
+    blas_info,
     import_pysharp,
     measured_ceilings,
     peak_fraction,
@@ -46,15 +49,69 @@ from bench.kernels import jax_kernels, jax_loss
 LR, WD = 0.5, 2e-4
 
 
-#: Timed calls a row takes the best of (``--repeats``): more find the quiet moments of a
-#: machine that other processes share.
-REPEATS = 3
+@dataclass
+class Timing:
+    """How the rows are timed: the best of ``repeats`` calls (``--repeats``; more find the
+    quiet moments of a machine that other processes share), by wall time or, with
+    ``cpu_time`` (``--cpu-time``), by the CPU time of the process, every library on one
+    thread (ONE_THREAD)."""
+
+    repeats: int = 3
+    cpu_time: bool = False
+
+
+TIMING = Timing()
+
+#: The environment of a --cpu-time run: one thread for pysharp's OpenMP, the BLAS, Numba and
+#: XLA's Eigen, so that the process's CPU time is one core's and no idle thread spins in it.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "NUMBA_NUM_THREADS": "1"}
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
+_ONE_THREAD_MARK = "BENCH_SUITE_ONE_THREAD"  # set in the re-executed process
+
+
+def cpu_timed(fn, repeats: int) -> float:
+    """Least CPU time of the process (all threads) over ``repeats`` calls of fn, after a
+    warm-up call: the work a call costs, whatever share of the cores it was given."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best
 
 
 def best_rate(fn, work: float, repeats: int | None = None) -> dict:
-    """work / best wall time of fn over repeats (default REPEATS), after a warm-up call."""
-    best, load = timed(fn, REPEATS if repeats is None else repeats)
+    """work / best time of fn over repeats (default TIMING.repeats), after a warm-up call:
+    wall time, or CPU time with TIMING.cpu_time."""
+    repeats = TIMING.repeats if repeats is None else repeats
+    if TIMING.cpu_time:
+        best = cpu_timed(fn, repeats)
+        return {"rate": work / best, "seconds": best, "load": None}
+    best, load = timed(fn, repeats)
     return {"rate": work / best, "seconds": best, "load": load}
+
+
+def cpu_time_ceilings(n: int = 2048, repeats: int = 3) -> dict:
+    """The GEMM ceilings of one thread by CPU time (``--cpu-time``), in the form of
+    bench._common.measured_ceilings."""
+    out = {}
+    for dtype in ("float64", "float32"):
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((n, n)).astype(dtype)
+        b = rng.standard_normal((n, n)).astype(dtype)
+        c = np.empty((n, n), dtype=dtype)
+        best = cpu_timed(lambda: np.matmul(a, b, out=c), repeats)
+        out[dtype] = {"gflops": 2.0 * n ** 3 / best / 1e9, "seconds": best, "load": None,
+                      "n": n, "dtype": dtype, "clock": "cpu", "blas": blas_info()}
+    return out
+
+
+def ceilings(cpu_time: bool) -> dict:
+    """The GEMM ceilings as the rows are timed: by wall time on the BLAS's threads, or by the
+    CPU time of one thread."""
+    return cpu_time_ceilings() if cpu_time else measured_ceilings()
 
 
 def import_jax():
@@ -239,7 +296,7 @@ def peer_rows(ps, quick: bool, checks: list) -> dict:
     return out
 
 
-def baseline_rows(path: str, quick: bool, repeats: int = REPEATS) -> dict:
+def baseline_rows(path: str, quick: bool) -> dict:
     """pysharp_rows measured on another pysharp tree, in a subprocess.
 
     The subprocess starts without ``site`` (``-S``) and gets the site-packages folders on
@@ -256,9 +313,11 @@ def baseline_rows(path: str, quick: bool, repeats: int = REPEATS) -> dict:
         paths = [tmp, str(tree), *site.getsitepackages()]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
         cmd = [sys.executable, "-S", "-m", "bench.suite", "--pysharp-only", "--json", str(out),
-               "--repeats", str(repeats)]
+               "--repeats", str(TIMING.repeats)]
         if quick:
             cmd.append("--quick")
+        if TIMING.cpu_time:
+            cmd.append("--cpu-time")
         subprocess.run(cmd, check=True, env=env, cwd=tmp)
         result = json.loads(out.read_text())
         if not Path(result["build"]["file"]).is_relative_to(tree):
@@ -286,8 +345,8 @@ def target_ceilings(ps) -> dict | None:
     if target not in OPENBLAS_CORETYPE or not runnable or target == runnable[-1]:
         return None
     root = Path(__file__).resolve().parent.parent
-    code = ("import json, sys; from bench._common import measured_ceilings; "
-            "json.dump(measured_ceilings(), sys.stdout)")
+    code = ("import json, sys; from bench.suite import ceilings; "
+            f"json.dump(ceilings({TIMING.cpu_time}), sys.stdout, default=float)")
     env = dict(os.environ, OPENBLAS_CORETYPE=OPENBLAS_CORETYPE[target],
                PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=root,
@@ -320,6 +379,8 @@ def fractions(result: dict, key: str, rate: float) -> tuple[float | None, float 
         "fp64_lanes")
     if peak and lanes and machine_lanes:
         peak *= min(lanes, machine_lanes) / machine_lanes
+    if peak and result.get("cpu_time"):
+        peak /= result["machine"].get("cores") or 1
     if peak and dtype == "float32":
         peak *= 2
     return (peak_fraction(rate, flops, ceiling) if ceiling else None,
@@ -373,12 +434,14 @@ def ceiling_note(result: dict) -> str:
     busy = [c["load"] for c in (d, f) if c.get("load") is not None]
     loaded = (f" Other processes used up to {max(busy):.0%} of the CPUs during the ceiling "
               "measurements." if busy and max(busy) > BUSY_THRESHOLD else "")
+    clock = (" Every row and ceiling was timed on one thread by the process's CPU time "
+             "(--cpu-time), against one core's nominal peak." if result.get("cpu_time") else "")
     return (f"Ceilings measured in the same run: DGEMM {d['gflops']:.0f} GFLOP/s, SGEMM "
             f"{f['gflops']:.0f} GFLOP/s ({d['n']}^3 through NumPy, {how}; the faster of a "
             "measurement before and one after the workloads); the last column is each "
             "workload's fraction of the DGEMM ceiling (SGEMM for float32 rows), of the "
             "nominal peak in brackets. A rate marked ! was timed while other processes used "
-            f"more than {BUSY_THRESHOLD:.0%} of the CPUs.{loaded}{target_note(result)}")
+            f"more than {BUSY_THRESHOLD:.0%} of the CPUs.{loaded}{clock}{target_note(result)}")
 
 
 def target_note(result: dict) -> str:
@@ -423,7 +486,6 @@ def write_readme(result: dict, readme: Path = README) -> None:
 
 
 def main(argv=None) -> int:
-    global REPEATS
     ap = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller batches and runs")
     ap.add_argument("--baseline", metavar="PATH", help="an older pysharp tree to time too")
@@ -431,20 +493,29 @@ def main(argv=None) -> int:
     ap.add_argument("--readme", metavar="JSON", help="only rewrite README's table from a JSON")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
     ap.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
-    ap.add_argument("--repeats", type=int, default=REPEATS, metavar="N",
-                    help=f"timed calls a row takes the best of (default {REPEATS})")
+    ap.add_argument("--repeats", type=int, default=TIMING.repeats, metavar="N",
+                    help=f"timed calls a row takes the best of (default {TIMING.repeats})")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="one thread for every library and CPU time instead of wall time, "
+                         "ceilings included: for a machine that other processes share")
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
-    REPEATS = args.repeats
+    if args.cpu_time and os.environ.get(_ONE_THREAD_MARK) != "1":
+        # The thread counts are read when the libraries load: run again with them set.
+        flags = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), XLA_ONE_THREAD) if f)
+        env = dict(os.environ, **ONE_THREAD, XLA_FLAGS=flags, **{_ONE_THREAD_MARK: "1"})
+        cmd = [sys.executable, "-m", "bench.suite", *(sys.argv[1:] if argv is None else argv)]
+        return subprocess.run(cmd, env=env, check=False).returncode
+    TIMING.repeats, TIMING.cpu_time = args.repeats, args.cpu_time
     if args.readme:
         write_readme(json.loads(Path(args.readme).read_text()))
         return 0
     ps, note = import_pysharp()
-    first, first_target = measured_ceilings(), target_ceilings(ps)
+    first, first_target = ceilings(args.cpu_time), target_ceilings(ps)
     build = dict(ps.build_info(), file=str(Path(ps.__file__).resolve()))
     result = {"machine": machine_info(), "build": build, "quick": args.quick,
-              "repeats": args.repeats,
+              "repeats": args.repeats, "cpu_time": args.cpu_time,
               "pysharp": pysharp_rows(ps, args.quick)}
     if not args.pysharp_only:
         if note:
@@ -453,7 +524,7 @@ def main(argv=None) -> int:
         result["peers"] = peer_rows(ps, args.quick, checks)
         result["checks"] = checks
         if args.baseline:
-            result["baseline"] = baseline_rows(args.baseline, args.quick, args.repeats)
+            result["baseline"] = baseline_rows(args.baseline, args.quick)
         lin = Problem(ps.BNLinearRegression.synthetic(d=40, n=20, seed=0))
         big = Problem(ps.BNLinearRegression.synthetic(d=100, n=200, seed=0))
         result["flops_per_unit"] = {
@@ -465,7 +536,7 @@ def main(argv=None) -> int:
             stability.flops_per_step(sgd_model, sgd_batch))
         if args.quick:
             result["flops_per_unit"] = {}
-    last = measured_ceilings()
+    last = ceilings(args.cpu_time)
     result["ceilings"] = best_ceilings(first, last)
     result["ceiling_runs"] = [{dt: c["gflops"] for dt, c in run.items()} for run in (first, last)]
     if first_target:
