@@ -216,10 +216,12 @@ def line_of(path: Path, needle: str) -> int:
     return 1 + next(k for k, s in enumerate(path.read_text().splitlines()) if needle in s)
 
 
-def test_a_compile_error_shows_the_users_first_error_first(tmp_path):
+def test_a_compile_error_shows_the_users_first_error_first(tmp_path, monkeypatch):
     """The compiler's first words are about the user's line (not pysharp's -Wextra warnings
     nor the instantiation chain through the engine), once rather than once per S, with the
     compiler's own suggestion as a hint; nothing of pysharp's headers warns."""
+    # a cache of its own: the session's is shared with other workers' compiles in flight
+    monkeypatch.setenv("PYSHARP_CACHE_DIR", str(tmp_path / "cache"))
     path = write(tmp_path, "typo.hpp", TRIVIAL.format(extra="const S t = sqr_(r2); (void)t;"))
     with pytest.raises(ModelCompileError) as info:
         ps.load_model(path, c=1.0)
