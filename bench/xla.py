@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -46,16 +45,7 @@ import numpy as np
 if not __package__:  # run as a script: python bench/<name>.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import BUSY_THRESHOLD, start_benchmark, timed
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from bench.engine import machine_info
 
 
 def small_cnn(n: int = 64, seed: int = 0):
@@ -222,8 +212,9 @@ def main(argv=None) -> int:
 
     steps = 100 if args.quick else 400
     load_start = os.getloadavg()
+    cpu = machine_info()["cpu"]
     rows, checks = [], []
-    print(f"CPU: {_cpu()}, {os.cpu_count()} cores, {jax.device_count()} JAX device(s) "
+    print(f"CPU: {cpu}, {os.cpu_count()} cores, {jax.device_count()} JAX device(s) "
           f"({jax.devices()[0].platform}); float64; load average {os.getloadavg()}")
 
     def report(name, ours, peer, target, better="lower", load=None):
@@ -375,7 +366,7 @@ def main(argv=None) -> int:
         verdict = "ok" if c["ok"] else "FAILED"
         print(f"check {c['row']}: rel. deviation {c['rel_dev']:.1e} {verdict}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"cpu": _cpu(), "when": time.strftime("%F %T"),
+        Path(args.json).write_text(json.dumps({"cpu": cpu, "when": time.strftime("%F %T"),
                                                "loadavg_start": load_start,
                                                "loadavg_end": os.getloadavg(),
                                                "rows": rows, "eigensolve": eig,
