@@ -7,7 +7,7 @@ call into C++; Python only validates the inputs and labels the regimes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -17,6 +17,7 @@ from ._backends._tiles import tile_run
 from ._engine import EngineConfig, LanczosOptions, Method
 from ._engine.hyper import broadcast_batch, per_trajectory
 from ._engine.methods import HYPERPARAMETERS, METHODS, method_spec
+from ._engine.options import RunOptions
 from ._engine.records import drop_batch_axis
 from ._engine.validation import (
     SAFE_NORM2,
@@ -113,46 +114,54 @@ def first_eos_step(regime: np.ndarray, sharpness_steps: np.ndarray) -> np.ndarra
     return first.astype(np.int64)
 
 
-def run_method(model: ScaleInvariantModel, w0, hyper: Mapping[str, ArrayLike], steps: int, *,
-               method: str,
-               record_every: int | None = None, sharpness_every: int | None = None,
-               theta_every: int = 0, jitter: float = 0.0, seed: int = 0, dtype=None,
-               backend: str = "auto", eos_tol: float = 0.05, lanczos_tol: float = 1e-10,
-               lanczos_max_iter: int | None = None, first_trajectory: int = 0,
-               reduced: bool | None = None, rms_beta: float = 0.99, rms_eps: float = 1e-12,
-               qr_kappa: float = 0.0, top_k: int = 1) -> Trajectory:
+def run_method(model: ScaleInvariantModel, w0, hyper: Mapping[str, ArrayLike],
+               steps: int | None = None, *, method: str, options: RunOptions | None = None,
+               **fields) -> Trajectory:
     """One batch of the engine's ``method`` (a row of ``pysharp._engine.methods.METHODS``).
 
     The table-driven entry under every ``run_*`` function and ``pysharp.sweep``. ``hyper``
     gives exactly the hyperparameters the method's ``MethodSpec.hyper`` names (see
     ``HYPERPARAMETERS``), each a scalar or (B,): ``{"lr": ..., "wd": ...}`` for GD+WD,
     ``{"eta": ...}`` for projected GD, ``{"eta": ..., "c": ...}`` for Quasi-RMSprop. Prefer
-    the public ``run_*`` functions, which take them as arguments; the other arguments are
-    theirs (see :func:`run_gd_wd`).
+    the public ``run_*`` functions, which take them as arguments.
+
+    The run's options are ``options``, a :class:`~pysharp._engine.options.RunOptions`, or
+    ``steps`` and any of its fields as keywords (``RunOptions(steps=steps, **fields)``);
+    their meanings are those of :func:`run_gd_wd`'s arguments. A field set away from its
+    default that the method does not read (``rms_beta`` for GD+WD) is refused.
     """
-    spec = method_spec(method)
+    if options is None:
+        if steps is None:
+            raise TypeError("run_method needs steps (or options)")
+        options = RunOptions(steps=steps, **fields)
+    elif steps is not None or fields:
+        raise TypeError("run_method takes options or steps and its fields, not both")
+    o = options
+    spec = method_spec(method, engine="trajectory")
     if not isinstance(hyper, Mapping) or set(hyper) != set(spec.hyper):
         got = sorted(hyper) if isinstance(hyper, Mapping) else type(hyper).__name__
         raise ValueError(f"method {method!r} takes the hyperparameters {list(spec.hyper)}, "
                          f"got {got}")
+    o.check_read_by(spec)
     require_scale_invariant(model, spec.runner,
                             "use pysharp.run_sgd (batch = n for full-batch GD)")
-    backend = resolve(backend, w0, trajectories=True, model=model)
-    steps = as_positive_int(steps, "steps", minimum=0)
-    record_every = as_positive_int(record_every if record_every is not None
+    backend = resolve(o.backend, w0, trajectories=True, model=model)
+    steps = as_positive_int(o.steps, "steps", minimum=0)
+    record_every = as_positive_int(o.record_every if o.record_every is not None
                                    else max(1, steps // 1000), "record_every")
-    sharpness_every = as_positive_int(sharpness_every if sharpness_every is not None
+    sharpness_every = as_positive_int(o.sharpness_every if o.sharpness_every is not None
                                       else max(1, steps // 20), "sharpness_every", minimum=0)
-    theta_every = as_positive_int(theta_every or 0, "theta_every", minimum=0)
-    jitter = as_real(jitter, "jitter", minimum=0.0)
-    seed = as_positive_int(seed, "seed", minimum=0)
-    first_trajectory = as_positive_int(first_trajectory, "first_trajectory", minimum=0)
-    top_k = as_positive_int(top_k, "top_k")
+    theta_every = as_positive_int(o.theta_every or 0, "theta_every", minimum=0)
+    jitter = as_real(o.jitter, "jitter", minimum=0.0)
+    seed = as_positive_int(o.seed, "seed", minimum=0)
+    first_trajectory = as_positive_int(o.first_trajectory, "first_trajectory", minimum=0)
+    top_k = as_positive_int(o.top_k, "top_k")
     if top_k > 1 and not sharpness_every:
         raise ValueError("top_k > 1 records eigenvalues at sharpness steps: "
                          "give sharpness_every > 0")
-    eos_tol = as_real(eos_tol, "eos_tol", minimum=0.0)
-    lanczos_tol = as_real(lanczos_tol, "lanczos_tol", minimum=0.0, strict=True)
+    eos_tol = as_real(o.eos_tol, "eos_tol", minimum=0.0)
+    lanczos_tol = as_real(o.lanczos_tol, "lanczos_tol", minimum=0.0, strict=True)
+    dtype = o.dtype
     if dtype is not None and np.dtype(dtype) not in (np.float32, np.float64):
         raise TypeError(f"dtype must be float32 or float64, got {dtype}")
     values = {name: per_trajectory(hyper[name], name,
@@ -165,6 +174,7 @@ def run_method(model: ScaleInvariantModel, w0, hyper: Mapping[str, ArrayLike], s
         # would otherwise turn a valid start into a zero or NaN row.
         scaled, _ = model._unit_scale(W0)
         W0 = scaled / np.linalg.norm(scaled, axis=1, keepdims=True)
+    reduced = o.reduced
     can_reduce = (model._has_reduced_engine and jitter == 0 and spec.reduced
                   and BACKENDS[backend].reduced)
     if reduced and not can_reduce:
@@ -187,9 +197,9 @@ def run_method(model: ScaleInvariantModel, w0, hyper: Mapping[str, ArrayLike], s
     config = EngineConfig(
         method=Method.named(method), steps=steps, record_every=record_every,
         sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter, seed=seed,
-        rms_beta=rms_beta, rms_eps=rms_eps, qr_kappa=qr_kappa, reduced=reduced,
+        rms_beta=o.rms_beta, rms_eps=o.rms_eps, qr_kappa=o.qr_kappa, reduced=reduced,
         top_k=top_k if top_k > 1 else 0,
-        lanczos=LanczosOptions.for_dim(model.dim, 1, lanczos_max_iter, tol=lanczos_tol,
+        lanczos=LanczosOptions.for_dim(model.dim, 1, o.lanczos_max_iter, tol=lanczos_tol,
                                        seed=seed, name="lanczos_max_iter"))
     tiles = BACKENDS[backend].tiles
     raw = tile_run(model, config, W0, hyper, tiles(), model._core(W0.dtype, backend),
@@ -378,12 +388,12 @@ def run_gd_wd(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
     >>> ps.run_gd_wd(model, w0, [0.1, 0.5], 2e-4, 20_000, sharpness_every=500).eos_entry_step
     array([   -1, 18500])
     """
-    return run_method(model, w0, {"lr": lr, "wd": wd}, steps, method="gd_wd",
-                      record_every=record_every,
-                      sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
-                      seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
-                      lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                      first_trajectory=first_trajectory, top_k=top_k, reduced=reduced)
+    options = RunOptions(steps=steps, record_every=record_every,
+                         sharpness_every=sharpness_every, theta_every=theta_every,
+                         jitter=jitter, seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
+                         lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
+                         first_trajectory=first_trajectory, top_k=top_k, reduced=reduced)
+    return run_method(model, w0, {"lr": lr, "wd": wd}, method="gd_wd", options=options)
 
 
 def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, wd=None,
@@ -422,6 +432,11 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
     if (lr is None) != (wd is None):
         raise ValueError("give both lr and wd (adaptive effective LR) or neither (constant)")
     per_trajectory(eff_lr, "eff_lr", positive=True)  # refused by the name the caller used
+    options = RunOptions(steps=steps, record_every=record_every,
+                         sharpness_every=sharpness_every, theta_every=theta_every,
+                         jitter=jitter, seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
+                         lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
+                         first_trajectory=first_trajectory, top_k=top_k)
     if scheduler is not None:
         if lr is not None:
             raise ValueError("give lr and wd (GD+WD's scheduler) or scheduler, not both")
@@ -432,30 +447,16 @@ def run_pgd(model: ScaleInvariantModel, theta0, eff_lr, steps: int, *, lr=None, 
             raise ValueError(f"scheduler.beta must be < 1, got {beta}")
         kappa = as_real(scheduler.kappa, "scheduler.kappa", minimum=0.0)
         per_trajectory(scheduler.lr, "scheduler.lr", positive=True)
-        tr = run_method(model, theta0, {"eta": eff_lr, "c": scheduler.c}, steps,
+        tr = run_method(model, theta0, {"eta": eff_lr, "c": scheduler.c},
                         method="pgd_quasi_rmsprop",
-                        record_every=record_every, sharpness_every=sharpness_every,
-                        theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
-                        backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
-                        lanczos_max_iter=lanczos_max_iter, first_trajectory=first_trajectory,
-                        top_k=top_k, rms_beta=beta, qr_kappa=kappa)
+                        options=replace(options, rms_beta=beta, qr_kappa=kappa))
         # the sharpness-reduction flow's time per step (pysharp.flow.compare_to_flow)
         tr.meta["flow_time_per_step"] = scheduler.flow_time_per_step
         return tr
     if lr is None:
-        return run_method(model, theta0, {"eta": eff_lr}, steps, method="pgd",
-                          record_every=record_every, sharpness_every=sharpness_every,
-                          theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
-                          backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
-                          lanczos_max_iter=lanczos_max_iter, first_trajectory=first_trajectory,
-                          top_k=top_k)
-    return run_method(model, theta0, {"eta": eff_lr, "lr": lr, "wd": wd}, steps,
-                      method="pgd_adaptive",
-                      record_every=record_every, sharpness_every=sharpness_every,
-                      theta_every=theta_every, jitter=jitter, seed=seed, dtype=dtype,
-                      backend=backend, eos_tol=eos_tol, lanczos_tol=lanczos_tol,
-                      lanczos_max_iter=lanczos_max_iter, first_trajectory=first_trajectory,
-                      top_k=top_k)
+        return run_method(model, theta0, {"eta": eff_lr}, method="pgd", options=options)
+    return run_method(model, theta0, {"eta": eff_lr, "lr": lr, "wd": wd},
+                      method="pgd_adaptive", options=options)
 
 
 def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
@@ -485,12 +486,14 @@ def run_scalar_rmsprop(model: ScaleInvariantModel, w0, lr, wd, steps: int, *,
     if beta >= 1:
         raise ValueError(f"beta must be < 1, got {beta}")
     eps = as_real(eps, "eps", minimum=0.0)
-    return run_method(model, w0, {"lr": lr, "wd": wd}, steps, method="scalar_rmsprop",
-                      record_every=record_every,
-                      sharpness_every=sharpness_every, theta_every=theta_every, jitter=jitter,
-                      seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
-                      lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
-                      first_trajectory=first_trajectory, top_k=top_k, rms_beta=beta, rms_eps=eps)
+    options = RunOptions(steps=steps, record_every=record_every,
+                         sharpness_every=sharpness_every, theta_every=theta_every,
+                         jitter=jitter, seed=seed, dtype=dtype, backend=backend, eos_tol=eos_tol,
+                         lanczos_tol=lanczos_tol, lanczos_max_iter=lanczos_max_iter,
+                         first_trajectory=first_trajectory, top_k=top_k, rms_beta=beta,
+                         rms_eps=eps)
+    return run_method(model, w0, {"lr": lr, "wd": wd}, method="scalar_rmsprop",
+                      options=options)
 
 
 for _f in (run_gd_wd, run_pgd, run_scalar_rmsprop):  # the common parameters before Examples

@@ -20,13 +20,17 @@ compiled engine's records and divergence rules (``pysharp._backends._jax_square_
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._backends import _jax_square_loss, core_only
 from ._engine.hyper import broadcast_batch, per_trajectory
 from ._engine.loader import core
+from ._engine.methods import method_spec
+from ._engine.options import RunOptions
 from ._engine.validation import as_positive_int, as_real, check_nonzero_rows
 from .models import BNLinearRegression, SquareLossModel
 from .models._xla_square_loss import XlaSquareLossModel
@@ -155,35 +159,62 @@ def run_sgd(model: SquareLossModel | BNLinearRegression | XlaSquareLossModel, w0
     It matches the compiled engine on the same network to rounding; for the small
     scalar models the compiled ``LinearRegression`` / ``TwoLayerNet`` run far faster.
     """
+    options = RunOptions(steps=steps, record_every=record_every, seed=seed,
+                         first_trajectory=first_trajectory, backend=backend,
+                         replacement=replacement, max_loss=max_loss)
+    return run_minibatch(model, w0, {"lr": lr, "batch": batch, "wd": wd}, method="sgd",
+                         options=options)
+
+
+def run_minibatch(model: SquareLossModel | BNLinearRegression | XlaSquareLossModel, w0,
+                  hyper: Mapping[str, ArrayLike], *, method: str,
+                  options: RunOptions) -> SGDResult:
+    """One batch of a mini-batch ``method`` (a row of the method table whose engine is
+    "minibatch": SGD), the entry under :func:`run_sgd` and ``pysharp.sweep``.
+
+    ``hyper`` gives exactly the row's ``hyper`` (``lr``, ``batch``, ``wd``) less any of its
+    ``optional`` ones (0 then), each a scalar or (T,); ``options`` the fields its row
+    ``reads`` (steps, record_every, seed, first_trajectory, backend, replacement,
+    max_loss), meant as :func:`run_sgd`'s arguments. Prefer :func:`run_sgd`.
+    """
+    spec = method_spec(method, engine="minibatch")
+    if (not isinstance(hyper, Mapping) or not set(spec.required) <= set(hyper)
+            or not set(hyper) <= set(spec.hyper)):
+        got = sorted(hyper) if isinstance(hyper, Mapping) else type(hyper).__name__
+        raise ValueError(f"method {method!r} takes the hyperparameters {list(spec.hyper)} "
+                         f"({', '.join(spec.optional)} optional), got {got}")
+    options.check_read_by(spec)
+    backend, replacement = options.backend, options.replacement
     is_xla = isinstance(model, XlaSquareLossModel)
     if is_xla:
         if backend not in ("auto", "jax"):
-            raise ValueError(f"run_sgd: a square_loss_from_jax model runs in XLA; backend must "
-                             f"be 'auto' or 'jax', got {backend!r}")
+            raise ValueError(f"{spec.runner}: a square_loss_from_jax model runs in XLA; backend "
+                             f"must be 'auto' or 'jax', got {backend!r}")
     else:
-        core_only(backend, "run_sgd")
+        core_only(backend, spec.runner)
     is_bn = isinstance(model, BNLinearRegression)
     if not (is_bn or is_xla or isinstance(model, SquareLossModel)):
         raise TypeError(f"model must be a pysharp square-loss model (LinearRegression, "
                         f"TwoLayerNet, square_loss_from_jax) or BNLinearRegression, got "
                         f"{type(model).__name__}")
-    steps = as_positive_int(steps, "steps", minimum=0)
+    steps = as_positive_int(options.steps, "steps", minimum=0)
+    record_every = options.record_every
     if record_every is None:
         record_every = max(1, steps // 100)
     record_every = as_positive_int(record_every, "record_every")
-    seed = as_positive_int(seed, "seed", minimum=0)
-    first_trajectory = as_positive_int(first_trajectory, "first_trajectory", minimum=0)
-    max_loss = as_real(max_loss, "max_loss", minimum=0.0, strict=True)
+    seed = as_positive_int(options.seed, "seed", minimum=0)
+    first_trajectory = as_positive_int(options.first_trajectory, "first_trajectory", minimum=0)
+    max_loss = as_real(options.max_loss, "max_loss", minimum=0.0, strict=True)
     if not isinstance(replacement, (bool, np.bool_)):
         raise TypeError(f"replacement must be a bool, got {type(replacement).__name__}")
-    lr_a = per_trajectory(lr, "lr", positive=True)
-    wd_a = per_trajectory(wd, "wd")
+    lr_a = per_trajectory(hyper["lr"], "lr", positive=True)
+    wd_a = per_trajectory(hyper.get("wd", 0.0), "wd")
     if is_bn:
-        b_a = _batch_sizes(batch, model.n, bool(replacement), minimum=2,
+        b_a = _batch_sizes(hyper["batch"], model.n, bool(replacement), minimum=2,
                            why=" for BNLinearRegression (ghost BN takes the mean and std of "
                                "each batch, undefined for one sample)")
     else:
-        b_a = _batch_sizes(batch, model.n, bool(replacement))
+        b_a = _batch_sizes(hyper["batch"], model.n, bool(replacement))
     dtype = np.asarray(w0).dtype if np.asarray(w0).dtype in (np.float32, np.float64) else np.float64
     W0, params, single = broadcast_batch(w0, model.dim, dtype, lr=lr_a, wd=wd_a, batch=b_a)
     B = params["batch"].astype(np.int32)

@@ -14,23 +14,20 @@ import numpy as np
 
 from .._engine import Method
 from .._engine.methods import METHODS
+from .._engine.records import run_result_names
 from ._errors import BackendUnavailable
 
 #: The Numba port's scope: a frozen subset of the compiled core, kept so that an install
 #: without a C++ compiler still runs the paper's models. It is extended only by porting
-#: C++ line for line; everything outside it is refused by name (BackendUnavailable):
-#: NumbaCore refuses the dtypes and methods not listed here, the dispatch the models whose
-#: ``_backends`` lack "numba" (tests/backends/test_backends.py and tests/engine/test_methods.py
-#: check both).
+#: C++ line for line; everything outside it is refused by name (BackendUnavailable). What it
+#: runs is read where it is declared, never listed here: the methods are the method table's
+#: rows with ``numba`` set (``METHODS``), the models the classes whose ``_backends`` list
+#: "numba", each giving ``_numba_params`` (the dispatch refuses the others); NumbaCore refuses
+#: other dtypes and in-run top-k eigenvalues (tests/backends/test_backends.py and
+#: tests/engine/test_methods.py check both).
 NUMBA_SCOPE = {
-    # Models: the classes whose ``_backends`` list "numba" (BNLinearRegression,
-    # BNMatrixCompletion, Toy3D), each giving ``_numba_params``.
-    "methods": tuple(name for name, m in METHODS.items() if m.numba),
     "kernels": ("loss_grad", "hvp", "third", "hessian", "lanczos", "run"),
     "dtypes": ("float64",),
-    "not ported": ("BNTwoLayerNet", "loaded models (load_model, from_jax)",
-                   "square-loss models (SGD, Jacobians)", "in-run top-k eigenvalues (top_k)",
-                   "float32", "the methods without a numba flag in the method table"),
 }
 
 
@@ -100,8 +97,7 @@ class NumbaCore(_Cast):
         zero = np.zeros(W0.shape[0])
         rate, lr, wd = self._f64(hyper["eta"] if spec.on_sphere else hyper["lr"],
                                  hyper.get("lr", zero), hyper.get("wd", zero))
-        missing = (f"port of {spec.label} (method {spec.name!r})"
-                   if spec.name not in NUMBA_SCOPE["methods"] else
+        missing = (f"port of {spec.label} (method {spec.name!r})" if not spec.numba else
                    "in-run top-k eigenvalues (top_k)" if c["top_k"] else None)
         if missing:
             raise BackendUnavailable(f"the numba backend has no {missing}; use backend='cpp'")
@@ -109,9 +105,8 @@ class NumbaCore(_Cast):
                            c["sharpness_every"], c["theta_every"], c["jitter"], c["seed"],
                            offset, c["rms_beta"], c["rms_eps"], lz["max_iter"],
                            lz["min_iter"], lz["tol"])
-        keys = ("loss", "norm2", "eff_lr", "grad_norm", "top_grad", "sharpness", "eos_ratio",
-                "sharpness_converged", "theta", "w", "diverged", "diverged_step")
-        return dict(zip(keys, self._out(*out)))
+        # the port's models have one parameter group, and it records no top-k eigenvalues
+        return dict(zip(run_result_names(groups=1, top_k=0), self._out(*out), strict=True))
 
     def test_loss(self, W, rows, cols, values, value_mean, value_std):
         return _reference_test_loss(self._reference, W, rows, cols, values, self.dtype)

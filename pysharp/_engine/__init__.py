@@ -1,7 +1,8 @@
 """The typed interface to the trajectory engine and Lanczos of every backend.
 
 One definition of what a ``run`` or ``lanczos`` call into a backend carries:
-``Method``, :class:`LanczosOptions` and :class:`EngineConfig`. Backends
+``Method``, :class:`LanczosOptions` and :class:`EngineConfig` (built from the
+caller's ``RunOptions``, ``options.py``). Backends
 receive them by field name (``to_core()`` gives the plain dict the compiled
 modules read, refusing unknown or missing fields), so the C++ core, the CUDA
 module and the Numba port cannot disagree on an argument's position, and the
@@ -31,8 +32,8 @@ Method = enum.IntEnum("Method", {m.name.upper(): m.code for m in METHODS.values(
 
 
 def _named(cls, name: str) -> Method:
-    """The method called ``name`` ("gd_wd", "pgd", ...)."""
-    return cls(method_spec(name).code)
+    """The trajectory engine's method called ``name`` ("gd_wd", "pgd", ...)."""
+    return cls(method_spec(name, engine="trajectory").code)
 
 
 Method.named = classmethod(_named)

@@ -1,11 +1,13 @@
 """One sweep chunk: a contiguous block of grid points, run as one engine call.
 
-The methods the method table (``pysharp._engine.methods.METHODS``) marks ``sweep`` share the
-machinery: ``gd_wd`` (:func:`pysharp.run_gd_wd`), ``pgd`` (:func:`pysharp.run_pgd`,
+The methods the method table (``pysharp._engine.methods.ALL_METHODS``) marks ``sweep`` share
+the machinery: ``gd_wd`` (:func:`pysharp.run_gd_wd`), ``pgd`` (:func:`pysharp.run_pgd`,
 constant effective LR on the unit sphere) and ``scalar_rmsprop``
 (:func:`pysharp.run_scalar_rmsprop`) today, each run through
-:func:`pysharp.dynamics.run_method`; ``sgd`` (:func:`pysharp.run_sgd`) has its own
-engine. ``METHOD_DIMS`` gives each its grid axes.
+:func:`pysharp.dynamics.run_method`, and ``sgd`` (:func:`pysharp.run_sgd`), run through
+:func:`pysharp.sgd.run_minibatch`. A row's ``engine`` picks its ``Chunks`` (what a chunk
+records and summarises), its ``grid_axes`` its grid (``METHOD_DIMS``), and
+``Settings.run_options`` the one ``RunOptions`` its runner takes.
 
 ``compute_chunk`` is what an executor runs; it takes and returns plain data
 (a spec, the grid, numbers, NumPy arrays), so it pickles to any process or
@@ -16,27 +18,28 @@ the global trajectory index (``first_trajectory``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .._engine.methods import METHODS, MethodSpec, method_spec
+from .._engine.methods import ALL_METHODS, MethodSpec, method_spec
+from .._engine.options import RunOptions
 from ..dynamics import run_method
 from ..models import ScaleInvariantModel
 from ..models._registry import entry_of
-from ..sgd import run_sgd
+from ..sgd import run_minibatch
 from ..sharpness import spherical_sharpness
 from ..stability import second_moment_operator
 from . import _spec
 
 #: Grid dimensions of a GD-type sweep, in the order of the Dataset's axes
 #: (trajectories are laid out flat in this C order).
-GRID_DIMS = ("lr", "wd", "seed", "init_norm")
+GRID_DIMS = ALL_METHODS["gd_wd"].grid_axes
 
 #: The methods ``pysharp.sweep`` runs -> their grid dimensions (C order): the method
-#: table's swept rows, then SGD.
-METHOD_DIMS = {name: GRID_DIMS for name, m in METHODS.items() if m.sweep} | {
-    "sgd": ("lr", "batch", "wd", "seed", "init_norm")}
+#: table's swept rows.
+METHOD_DIMS = {name: m.grid_axes for name, m in ALL_METHODS.items() if m.sweep}
 
 #: Every grid axis of any method.
 ALL_GRID_DIMS = tuple(dict.fromkeys(d for dims in METHOD_DIMS.values() for d in dims))
@@ -45,7 +48,7 @@ ALL_GRID_DIMS = tuple(dict.fromkeys(d for dims in METHOD_DIMS.values() for d in 
 RECORDED = {"loss": "step", "norm2": "step", "eff_lr": "step",
             "sharpness": "sharpness_step", "eos_ratio": "sharpness_step"}
 
-#: The recorded metrics of an SGD sweep (``pysharp.SGDResult`` records the loss only).
+#: The recorded metrics of a mini-batch sweep (``pysharp.SGDResult`` records the loss only).
 SGD_RECORDED = {"loss": "step"}
 
 #: A point counts as linearly stable when rho(T_2) <= 1 + this (rounding of the
@@ -81,7 +84,7 @@ SGD_SUMMARY_DOC = {
 
 def summary_doc(model: ScaleInvariantModel, method: str = "gd_wd") -> dict[str, str]:
     """Descriptions of every summary variable of a ``method`` sweep of ``model``."""
-    base = SGD_SUMMARY_DOC if method == "sgd" else SUMMARY_DOC
+    base = CHUNKS[method_spec(method).engine].summary_doc
     return base | {name: s.doc for name, s in _model_summaries(model).items()}
 
 
@@ -103,7 +106,17 @@ class Settings:
     method: str = "gd_wd"
     rms_beta: float | None = None  # methods whose MethodSpec.options name it
     rms_eps: float | None = None  # likewise
-    replacement: bool | None = None  # sgd only
+    replacement: bool | None = None  # the minibatch engine's (SGD)
+
+    @property
+    def spec(self) -> MethodSpec:
+        """The method's row of the table."""
+        return method_spec(self.method)
+
+    @property
+    def chunks(self) -> Chunks:
+        """How its engine's chunks run and are summarised."""
+        return CHUNKS[self.spec.engine]
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -113,7 +126,15 @@ class Settings:
     @property
     def recorded(self) -> dict[str, str]:
         """The recorded metrics of this method: name -> record axis."""
-        return SGD_RECORDED if self.method == "sgd" else RECORDED
+        return self.chunks.recorded
+
+    def run_options(self, first_trajectory: int) -> RunOptions:
+        """The ``RunOptions`` of a chunk whose first flat trajectory is ``first_trajectory``:
+        the settings the method reads (its row's ``reads``), seed 0 (a grid's seeds are its
+        starts)."""
+        given = {f.name: getattr(self, f.name) for f in fields(self)
+                 if f.name in self.spec.reads and getattr(self, f.name) is not None}
+        return RunOptions(**given, seed=0, first_trajectory=first_trajectory)
 
     def identity(self) -> dict:
         """The settings as stored in a sweep's identity: the method is stored beside them, and
@@ -131,22 +152,26 @@ class Settings:
 def layout(model: ScaleInvariantModel, settings: Settings) -> dict[str, tuple[tuple, str]]:
     """Per-trajectory outputs of a chunk: name -> (shape after the trajectory axis, dtype)."""
     lengths = {k: len(v) for k, v in settings.record_steps().items()}
-    if settings.method == "sgd":
-        out = {"loss": ((lengths["step"],), "float64"), "final_loss": ((), "float64"),
-               "diverged": ((), "bool"), "diverged_step": ((), "int64"),
-               "rho_T2": ((), "float64"), "stable": ((), "bool")}
-        out.update({name: ((), "float64") for name in _model_summaries(model)})
-        return out
-    out = {name: ((lengths[axis],), "float64") for name, axis in RECORDED.items()
+    out = {name: ((lengths[axis],), "float64") for name, axis in settings.recorded.items()
            if lengths[axis] or axis == "step"}
-    out.update({"eos_entry_step": ((), "int64"), "diverged": ((), "bool"),
-                "diverged_step": ((), "int64"), "final_loss": ((), "float64"),
-                "final_eff_lr": ((), "float64")})
+    out.update(settings.chunks.summaries(settings))
+    out.update({name: ((), "float64") for name in _model_summaries(model)})
+    return out
+
+
+def _trajectory_summaries(settings: Settings) -> dict[str, tuple[tuple, str]]:
+    out = {"eos_entry_step": ((), "int64"), "diverged": ((), "bool"),
+           "diverged_step": ((), "int64"), "final_loss": ((), "float64"),
+           "final_eff_lr": ((), "float64")}
     if settings.sharpness_every:
         out.update({"final_sharpness": ((), "float64"), "min_sharpness": ((), "float64"),
                     "sharpness_drop": ((), "float64")})
-    out.update({name: ((), "float64") for name in _model_summaries(model)})
     return out
+
+
+def _minibatch_summaries(settings: Settings) -> dict[str, tuple[tuple, str]]:
+    return {"final_loss": ((), "float64"), "diverged": ((), "bool"),
+            "diverged_step": ((), "int64"), "rho_T2": ((), "float64"), "stable": ((), "bool")}
 
 
 def grid_points(grid: dict[str, np.ndarray], start: int, stop: int,
@@ -166,7 +191,7 @@ def initial_points(model: ScaleInvariantModel, seeds: np.ndarray,
 
 
 def run_chunk(model, settings: Settings, pts: dict[str, np.ndarray], start: int):
-    """The ``pysharp.run_*`` call of one chunk: a Trajectory, or an SGDResult for ``sgd``.
+    """The engine call of one chunk: a Trajectory, or an SGDResult for a minibatch method.
 
     Parameters
     ----------
@@ -181,24 +206,18 @@ def run_chunk(model, settings: Settings, pts: dict[str, np.ndarray], start: int)
         trajectory index, so a point's numbers do not depend on the chunking.
     """
     W0 = initial_points(model, pts["seed"], pts["init_norm"])
-    common = dict(record_every=settings.record_every, first_trajectory=start)
-    if settings.method == "sgd":
-        return run_sgd(model, W0, pts["lr"], pts["batch"].astype(np.int64), settings.steps,
-                       wd=pts["wd"], replacement=bool(settings.replacement), seed=0, **common)
-    common.update(sharpness_every=settings.sharpness_every, jitter=settings.jitter, seed=0,
-                  backend=settings.backend, eos_tol=settings.eos_tol)
-    spec = method_spec(settings.method)
-    options = {k: getattr(settings, k) for k in spec.options}
-    return run_method(model, W0, grid_hyper(spec, pts["lr"], pts["wd"]), settings.steps,
-                      method=settings.method, **common, **options)
+    return settings.chunks.run(model, W0, grid_hyper(settings.spec, pts), method=settings.method,
+                               options=settings.run_options(start))
 
 
-def grid_hyper(spec: MethodSpec, lr: np.ndarray, wd: np.ndarray) -> dict[str, np.ndarray]:
-    """A swept method's hyperparameters from the grid's axes: ``lr`` is its step size
-    (``eta`` on the sphere), ``wd`` its weight decay (0 for a method without one)."""
-    axes = {"lr": lr, "eta": lr, "wd": wd}
+def grid_hyper(spec: MethodSpec, pts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A swept method's hyperparameters from the grid's axes ``pts``: ``lr`` is its step size
+    (``eta`` on the sphere), ``wd`` its weight decay (0 for a method without one), any other
+    axis (SGD's ``batch``) the hyperparameter of its name."""
+    axes = dict(pts, eta=pts["lr"])
     if not set(spec.hyper) <= set(axes) or {"lr", "eta"} <= set(spec.hyper):
-        raise ValueError(f"method {spec.name!r} has no lr x wd grid (it reads {spec.hyper})")
+        raise ValueError(f"method {spec.name!r} has no grid of {spec.grid_axes[:-2]} "
+                         f"(it reads {spec.hyper})")
     return {name: axes[name] for name in spec.hyper}
 
 
@@ -208,10 +227,7 @@ def compute_chunk(spec: dict, grid: dict[str, np.ndarray], settings: Settings,
     axis."""
     model = _spec.cached(spec)
     pts = grid_points(grid, start, stop, settings.dims)
-    tr = run_chunk(model, settings, pts, start)
-    if settings.method == "sgd":
-        return summarise_sgd(model, tr)
-    return summarise(model, tr, settings)
+    return settings.chunks.summarise(model, run_chunk(model, settings, pts, start), settings)
 
 
 def end_sharpness(model: ScaleInvariantModel, w: np.ndarray, lr, wd, *,
@@ -297,10 +313,11 @@ def sharpness_drop(model: ScaleInvariantModel, tr, steps: int | None = None) -> 
     at = np.searchsorted(tr.sharpness_steps, tr.eos_entry_step[idx])
     upto = np.arange(len(sharp))[:, None] <= at
     peak = np.max(np.where(upto, sharp[:, idx], -np.inf), axis=0)
-    if tr.method == "gd_wd":  # the next step follows from lr and wd alone
+    spec = method_spec(tr.method)
+    if not (spec.on_sphere or spec.adaptive_step):  # GD+WD: the next step from lr and wd alone
         end = end_sharpness(model, tr.w[idx], tr.lr[idx], tr.wd[idx])
     else:  # pgd: eff_lr is eta; an adaptive step: the sweep makes step T a record step
-        if method_spec(tr.method).adaptive_step and tr.steps[-1] != steps:
+        if spec.adaptive_step and tr.steps[-1] != steps:
             raise ValueError(f"{tr.method}: the end sharpness needs eff_lr recorded at the "
                              "last step, steps (record_every must divide steps)")
         end = end_sharpness(model, tr.w[idx], tr.lr[idx], tr.wd[idx], eff_lr=tr.eff_lr[-1, idx])
@@ -322,34 +339,67 @@ def summarise(model: ScaleInvariantModel, tr, settings: Settings) -> dict[str, n
         out["min_sharpness"] = np.where(finite.any(axis=0),
                                         np.min(np.where(finite, sharp, np.inf), axis=0), np.nan)
         out["sharpness_drop"] = sharpness_drop(model, tr, settings.steps)
-    for name, summary in _model_summaries(model).items():
-        values = np.full(len(tr.diverged), np.nan)
-        alive = ~tr.diverged
-        if alive.any():
-            values[alive] = summary.compute(model, tr.w[alive])
-        out[name] = values
-    return out
+    return out | _model_summary_values(model, tr.w, tr.diverged)
 
 
-def summarise_sgd(model, res) -> dict[str, np.ndarray]:
+def summarise_minibatch(model, res, settings: Settings) -> dict[str, np.ndarray]:
     """The outputs of an SGD chunk (see ``layout``) from a batched ``SGDResult``.
 
     ``rho_T2`` is computed row by row, each from its own final iterate, lr and batch
     (``pysharp.stability.second_moment_operator``, the sampling scheme of the run), so
     a row's value does not depend on the rest of the chunk.
     """
-    B = len(res.diverged)
-    rho = np.full(B, np.nan)
+    rho = np.full(len(res.diverged), np.nan)
     for j in np.flatnonzero(~res.diverged):
         rho[j] = second_moment_operator(model, res.w[j], float(res.lr[j]), int(res.batch[j]),
                                         replacement=res.replacement).spectral_radius
     out = {"loss": np.ascontiguousarray(res.loss.T), "final_loss": res.loss[-1].copy(),
            "diverged": res.diverged.copy(), "diverged_step": res.diverged_step.astype(np.int64),
            "rho_T2": rho, "stable": np.asarray(rho <= 1 + STABLE_RTOL)}
+    return out | _model_summary_values(model, res.w, res.diverged)
+
+
+def _model_summary_values(model, w: np.ndarray, diverged: np.ndarray) -> dict[str, np.ndarray]:
+    """The registry's summaries of the final iterates ``w`` (B, D); NaN where diverged."""
+    out = {}
     for name, summary in _model_summaries(model).items():
-        values = np.full(B, np.nan)
-        alive = ~res.diverged
+        values = np.full(len(diverged), np.nan)
+        alive = ~diverged
         if alive.any():
-            values[alive] = summary.compute(model, res.w[alive])
+            values[alive] = summary.compute(model, w[alive])
         out[name] = values
     return out
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """How a sweep runs and summarises the chunks of one engine (a row's ``engine``).
+
+    Attributes
+    ----------
+    run : callable
+        The engine's runner, ``run(model, W0, hyper, method=..., options=RunOptions)``
+        (its ``Engine.runner``).
+    recorded : dict
+        Its recorded metrics: name -> record axis.
+    summary_doc : dict
+        Descriptions of its per-trajectory summaries.
+    summaries : callable
+        ``summaries(settings)``: those summaries' layout, name -> ((), dtype).
+    summarise : callable
+        ``summarise(model, result, settings)``: a chunk's outputs from the runner's result.
+    """
+
+    run: Callable
+    recorded: dict[str, str]
+    summary_doc: dict[str, str]
+    summaries: Callable[[Settings], dict]
+    summarise: Callable
+
+
+#: The sweep's side of each engine of the method table, by ``MethodSpec.engine``.
+CHUNKS = {
+    "trajectory": Chunks(run_method, RECORDED, SUMMARY_DOC, _trajectory_summaries, summarise),
+    "minibatch": Chunks(run_minibatch, SGD_RECORDED, SGD_SUMMARY_DOC, _minibatch_summaries,
+                        summarise_minibatch),
+}

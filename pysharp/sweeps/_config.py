@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from .._engine.methods import METHODS
+from .._engine.methods import ALL_METHODS
 from ..models import from_jax_file, load_model_files
 from ..models._registry import REGISTRY
 from . import _spec
@@ -60,8 +60,6 @@ _SECTIONS = {
     "output": {"store"},
 }
 _REQUIRED = {"model": {"name"}, "grid": {"lr"}, "run": {"steps"}}
-#: Methods whose grid needs ``wd`` (the others default it to 0).
-_NEED_WD = tuple(name for name, m in METHODS.items() if m.sweep and m.uses_wd)
 
 
 #: ``[run]`` keys that take whole numbers (an integral float such as 1e5 is accepted).
@@ -208,10 +206,10 @@ def parse(config: dict, source: str = "config", base: Path | None = None) -> dic
     if not isinstance(method, str) or method not in METHOD_DIMS:
         raise ValueError(f"{source}: run.method must be one of {sorted(METHOD_DIMS)}, "
                          f"got {method!r}")
-    if method in _NEED_WD and "wd" not in config["grid"]:
-        raise ValueError(f"{source}: missing grid.wd (method {method!r})")
-    if method == "sgd" and "batch" not in config["grid"]:
-        raise ValueError(f"{source}: missing grid.batch (method 'sgd')")
+    for axis in ALL_METHODS[method].required:
+        key = "lr" if axis == "eta" else axis  # the lr axis is the step size on the sphere
+        if key not in config["grid"]:
+            raise ValueError(f"{source}: missing grid.{key} (method {method!r})")
     model = dict(config["model"])
     if "python" in model:
         if "name" in model or "header" in model:

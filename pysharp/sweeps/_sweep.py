@@ -18,7 +18,7 @@ import numpy as np
 
 from .._backends import resolve
 from .._engine.memory import available_memory, cgroup_room  # noqa: F401 - the tests patch them here
-from .._engine.methods import METHODS
+from .._engine.methods import ALL_METHODS, ENGINES
 from .._engine.validation import as_positive_int, as_real, check_nonzero_rows, check_record_every
 from .._version import __version__
 from ..models import BNLinearRegression, ScaleInvariantModel, SquareLossModel
@@ -94,44 +94,62 @@ def seeds_axis(seeds, name: str = "seeds", table: bool = False) -> np.ndarray:
 def make_grid(lr, wd, seeds, init_norm, batch=None, method: str = "gd_wd"
               ) -> dict[str, np.ndarray]:
     """The validated grid axes of ``method``, in the order of ``METHOD_DIMS[method]``."""
+    spec = ALL_METHODS[method]
     grid = {"lr": _axis(lr, "lr", positive=True), "wd": _axis(wd, "wd"),
             "seed": seeds_axis(seeds),
             "init_norm": _axis(init_norm, "init_norm", positive=True)}
-    if method == "sgd":
+    if "batch" in spec.grid_axes:
         grid["batch"] = _axis(batch, "batch", integer=True)  # bounds: see _check_method
     if grid["lr"].max() * grid["wd"].max() >= 1:
         raise ValueError("lr * wd must be < 1 at every grid point "
                          f"(max lr {grid['lr'].max()} x max wd {grid['wd'].max()})")
-    spec = METHODS.get(method)  # None: sgd, which is not the trajectory engine's
-    if spec is not None and not spec.uses_wd and grid["wd"].tolist() != [0.0]:
+    if not spec.uses_wd and grid["wd"].tolist() != [0.0]:
         raise ValueError(f"method={method!r} has no weight decay (the lr axis is its "
                          f"{spec.hyper[0]}): wd must be 0 (the default), got "
                          f"{grid['wd'].tolist()}")
-    if spec is not None and spec.on_sphere and grid["init_norm"].tolist() != [1.0]:
+    if spec.on_sphere and grid["init_norm"].tolist() != [1.0]:
         raise ValueError(f"method={method!r} starts on the unit sphere: init_norm must be 1 "
                          f"(the default), got {grid['init_norm'].tolist()}")
     return {d: grid[d] for d in METHOD_DIMS[method]}
 
 
+def _swept_with(wanted) -> str:
+    """The swept methods for which ``wanted(row)`` holds, as "'a' or 'b'"."""
+    return " or ".join(repr(name) for name, m in ALL_METHODS.items() if m.sweep and wanted(m))
+
+
 def _check_method(method, model, grid_batch, *, sharpness_every, jitter, backend,
                   replacement, rms_beta, rms_eps) -> None:
     """Refuse, before any work, a method that does not fit the model or the other arguments."""
+    spec = ALL_METHODS[method]
     name = entry_of(model).name
-    if method == "sgd":
+    if spec.engine == "minibatch":
         if not isinstance(model, (SquareLossModel, BNLinearRegression)):
-            sgd_models = sorted(e.name for e in REGISTRY.values()
-                                if issubclass(e.cls, (SquareLossModel, BNLinearRegression)))
-            raise ValueError(f"method='sgd' needs a square-loss model or BN linear regression "
-                             f"({', '.join(sgd_models)}); {name!r} is not one")
-        if sharpness_every:
-            raise ValueError("sharpness_every: method='sgd' records no sharpness (leave it unset)")
-        if jitter:
-            raise ValueError("jitter: method='sgd' has no jitter (its noise is the batches')")
-        if backend not in ("auto", "cpp"):
-            raise ValueError(f"backend: method='sgd' runs on the compiled core ('cpp'), "
-                             f"got {backend!r}")
-        if replacement is not None and not isinstance(replacement, (bool, np.bool_)):
-            raise TypeError(f"replacement must be a bool, got {type(replacement).__name__}")
+            fit = sorted(e.name for e in REGISTRY.values()
+                         if issubclass(e.cls, (SquareLossModel, BNLinearRegression)))
+            raise ValueError(f"method={method!r} needs a square-loss model or BN linear "
+                             f"regression ({', '.join(fit)}); {name!r} is not one")
+    elif not isinstance(model, ScaleInvariantModel):
+        sgd = _swept_with(lambda m: m.engine == "minibatch")
+        raise ValueError(f"method={method!r} needs a scale-invariant model; {name!r} is a "
+                         f"square-loss model: use method={sgd}")
+    if grid_batch is not None and "batch" not in spec.hyper:
+        raise ValueError(f"batch applies to method={_swept_with(lambda m: 'batch' in m.hyper)} "
+                         f"only, not {method!r}")
+    if replacement is not None and "replacement" not in spec.reads:
+        takes = _swept_with(lambda m: "replacement" in m.reads)
+        raise ValueError(f"replacement applies to method={takes} only, not {method!r}")
+    if sharpness_every and "sharpness_every" not in spec.reads:
+        raise ValueError(f"sharpness_every: method={method!r} records no sharpness (leave it "
+                         "unset)")
+    if jitter and "jitter" not in spec.reads:
+        raise ValueError(f"jitter: method={method!r} has no jitter (its noise is the batches')")
+    if ENGINES[spec.engine].core_only and backend not in ("auto", "cpp"):
+        raise ValueError(f"backend: method={method!r} runs on the compiled core ('cpp'), "
+                         f"got {backend!r}")
+    if replacement is not None and not isinstance(replacement, (bool, np.bool_)):
+        raise TypeError(f"replacement must be a bool, got {type(replacement).__name__}")
+    if "batch" in spec.hyper:
         bn = isinstance(model, BNLinearRegression)
         if grid_batch.min() < (2 if bn else 1):
             why = " for BN linear regression (ghost BN takes each batch's mean and std)"
@@ -140,27 +158,17 @@ def _check_method(method, model, grid_batch, *, sharpness_every, jitter, backend
         if not replacement and grid_batch.max() > model.n:
             raise ValueError(f"batch sizes must be <= n = {model.n} without replacement, "
                              f"got {grid_batch.max()}")
-    else:
-        if not isinstance(model, ScaleInvariantModel):
-            raise ValueError(f"method={method!r} needs a scale-invariant model; {name!r} is a "
-                             "square-loss model: use method='sgd'")
-        if grid_batch is not None:
-            raise ValueError(f"batch applies to method='sgd' only, not {method!r}")
-        if replacement is not None:
-            raise ValueError(f"replacement applies to method='sgd' only, not {method!r}")
-    options = METHODS[method].options if method in METHODS else ()
-    for name, value in (("rms_beta", rms_beta), ("rms_eps", rms_eps)):
-        if value is not None and name not in options:
-            takes = [m for m, s in METHODS.items() if s.sweep and name in s.options]
-            raise ValueError(f"{name} applies to method {' or '.join(map(repr, takes))} only, "
-                             f"not {method!r}")
+    for option, value in (("rms_beta", rms_beta), ("rms_eps", rms_eps)):
+        if value is not None and option not in spec.options:
+            takes = _swept_with(lambda m, option=option: option in m.options)
+            raise ValueError(f"{option} applies to method {takes} only, not {method!r}")
 
 
 def _default_record_every(steps: int, method: str) -> int:
     """steps // 100 (at least 1); for a method with an adaptive step (scalar RMSprop) the
     largest divisor of steps up to that, so that step T is recorded (see ``sharpness_drop``)."""
     every = max(1, steps // 100)
-    if method in METHODS and METHODS[method].adaptive_step:
+    if ALL_METHODS[method].adaptive_step:
         while steps % every:
             every -= 1
     return every
@@ -386,13 +394,15 @@ def sweep(model: Any, *, lr, wd=None, seeds=(0,), init_norm=1.0, batch=None,
     xr = _need("xarray")
     if not isinstance(method, str) or method not in METHOD_DIMS:
         raise ValueError(f"method must be one of {sorted(METHOD_DIMS)}, got {method!r}")
+    row = ALL_METHODS[method]
     spec = _spec.normalise(model)
     if wd is None:
-        if method in METHODS and METHODS[method].uses_wd:
+        if "wd" in row.required:
             raise ValueError(f"wd is required for method={method!r}")
         wd = 0.0
-    if batch is None and method == "sgd":
-        raise ValueError("batch is required for method='sgd' (a batch size or a list of them)")
+    if batch is None and "batch" in row.required:
+        raise ValueError(f"batch is required for method={method!r} (a batch size or a list of "
+                         "them)")
     grid_batch = None if batch is None else _axis(batch, "batch", integer=True)
     _check_method(method, _spec.cached(spec), grid_batch, sharpness_every=sharpness_every,
                   jitter=jitter, backend=backend, replacement=replacement,
@@ -403,20 +413,20 @@ def sweep(model: Any, *, lr, wd=None, seeds=(0,), init_norm=1.0, batch=None,
                                    else _default_record_every(steps, method), "record_every")
     check_record_every(record_every, steps)
     extra: dict[str, Any] = {}
-    row = METHODS.get(method)  # None: sgd
-    if row is not None and row.adaptive_step and steps % record_every:
+    if row.adaptive_step and steps % record_every:
         raise ValueError(f"record_every = {record_every} must divide steps = {steps} for "
                          f"method={method!r}: the end sharpness takes one more step, whose "
                          "size is read from eff_lr recorded at the last step")
-    if row is not None and "rms_beta" in row.options:
+    if "rms_beta" in row.options:
         beta = as_real(0.99 if rms_beta is None else rms_beta, "rms_beta", minimum=0.0)
         if beta >= 1:
             raise ValueError(f"rms_beta must be < 1, got {beta}")
         extra = {"rms_beta": beta,
                  "rms_eps": as_real(1e-12 if rms_eps is None else rms_eps, "rms_eps",
                                     minimum=0.0)}
-    if method == "sgd":
+    if "replacement" in row.reads:
         extra = {"replacement": bool(replacement)}
+    if "sharpness_every" not in row.reads:
         sharpness_every = 0
     settings = Settings(
         steps=steps, record_every=record_every,
@@ -424,8 +434,8 @@ def sweep(model: Any, *, lr, wd=None, seeds=(0,), init_norm=1.0, batch=None,
                                         else max(1, steps // 20), "sharpness_every", minimum=0),
         jitter=as_real(jitter, "jitter", minimum=0.0),
         eos_tol=as_real(eos_tol, "eos_tol", minimum=0.0),
-        backend="cpp" if method == "sgd" else resolve(backend, trajectories=True,
-                                                     model=_spec.cached(spec)),
+        backend="cpp" if ENGINES[row.engine].core_only else resolve(
+            backend, trajectories=True, model=_spec.cached(spec)),
         method=method, **extra)
     chunk_size = as_positive_int(chunk_size, "chunk_size")
     if executor is not None and not isinstance(executor, Executor):
@@ -797,7 +807,7 @@ def coordinates(grid: dict, settings: Settings) -> dict[str, np.ndarray]:
     axes (``step`` only for SGD)."""
     coords = {d: np.asarray(grid[d]) for d in settings.dims}
     steps = settings.record_steps()
-    coords.update(steps if settings.method != "sgd" else {"step": steps["step"]})
+    coords.update({axis: steps[axis] for axis in dict.fromkeys(settings.recorded.values())})
     return coords
 
 
