@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _cases import SCALE_INVARIANT, SMALL
 
 import pysharp as ps
 from pysharp._engine.validation import (
@@ -621,12 +622,11 @@ def test_loaded_model_refuses_empty_data():
 
 _BATTERY = textwrap.dedent(r'''
     import numpy as np
-    from pysharp.models import BNLinearRegression, BNMatrixCompletion, Toy3D
+    from pysharp.models import REGISTRY
     import pysharp._core as core
 
-    models = [BNLinearRegression.synthetic(d=12, n=8, seed=0),
-              BNMatrixCompletion.synthetic(size=6, true_rank=2, rank=3, n_obs=18, seed=0),
-              Toy3D(10.0)]
+    # every registered built-in scale-invariant model, small (tests/_cases.py's sizes)
+    models = [REGISTRY[name].factory(**kw) for name, kw in MODELS.items()]
     import warnings
     warnings.simplefilter("ignore")
     n_err = n_ok = 0
@@ -699,7 +699,9 @@ def test_no_crash_and_no_nan_battery(tmp_path):
     Subnormal and tiny (< ~1e-150) w are covered by test_models.py::test_subnormal_w and
     test_hvp_small_w_*. The child runs outside the repository, so it imports the
     installed pysharp rather than the source tree (which has no built _core)."""
-    proc = subprocess.run([sys.executable, "-c", _BATTERY], capture_output=True, text=True,
+    models = {name: SMALL.get(name, {}) for name in SCALE_INVARIANT}
+    script = _BATTERY.replace("MODELS", repr(models))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
