@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _cases import rel_err
+from _cases import SCALE_INVARIANT, rel_err
 
 import pysharp as ps
 from pysharp import _backends
 from pysharp._backends import BackendUnavailable, resolve
-from pysharp.models import ScaleInvariantModel
+from pysharp.models import REGISTRY, ScaleInvariantModel
 
 numba_only = pytest.mark.skipif(not ps.backends()["numba"]["available"],
                                 reason="numba is not installed")
@@ -289,7 +289,10 @@ def test_cuda_module_imports_without_a_gpu_and_says_why():
     reason = cuda.device_error()
     assert isinstance(reason, str)
     assert (reason == "") == ps.backends()["cuda"]["available"]
-    for name in ("BNLinearRegression_f64", "BNMatrixCompletion_f32", "Toy3D_f64"):
+    # a class per registered built-in that says it runs on CUDA, in both precisions
+    built_ins = [REGISTRY[n].cls for n in SCALE_INVARIANT if "cuda" in REGISTRY[n].cls._backends]
+    assert built_ins
+    for name in (f"{cls.__name__}{suffix}" for cls in built_ins for suffix in ("_f64", "_f32")):
         for method in ("loss_grad", "hvp", "third", "hessian", "lanczos", "run"):
             assert hasattr(getattr(cuda, name), method), (name, method)
 
