@@ -9,9 +9,7 @@ The fast tests: the refusal without data, and the loss's invariance.
 """
 
 import json
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,15 +17,11 @@ import pytest
 pytest.importorskip("matplotlib")
 jax = pytest.importorskip("jax")
 
+from _reproduce_cases import write_cifar  # noqa: E402
+
 from pysharp import reproduce  # noqa: E402
 from pysharp.cli import main  # noqa: E402
 from pysharp.reproduce import cifar_sharpness as cs  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-try:
-    from test_datasets import write_cifar  # noqa: E402
-finally:
-    sys.path.pop(0)
 
 TINY = cs.Setting(width=1.0, image=16, per_class=3, test_size=10, lr=0.8, wd=5e-3, steps=40,
                   init_norm=20.0, sharpness_every=10, evals=4, arch=(4, "M"))

@@ -1,5 +1,5 @@
 """The dataset readers of ``pysharp reproduce``: CIFAR-10's python batches and FashionMNIST's
-IDX files, written here in the published formats at a few images each."""
+IDX files, written in the published formats at a few images each (``_reproduce_cases``)."""
 
 import gzip
 import os
@@ -7,39 +7,9 @@ import pickle
 
 import numpy as np
 import pytest
+from _reproduce_cases import idx, write_cifar, write_cifar_batch, write_fashion
 
 from pysharp.reproduce import _datasets as ds
-
-
-def write_cifar_batch(path, images, labels, protocol=2):
-    """A CIFAR-10 batch file: images (N, 3, 32, 32) uint8 as b'data' (N, 3072)."""
-    batch = {b"batch_label": b"testing batch", b"labels": [int(c) for c in labels],
-             b"data": np.asarray(images, dtype=np.uint8).reshape(len(images), 3072),
-             b"filenames": [b"img%d.png" % i for i in range(len(images))]}
-    with open(path, "wb") as fh:
-        pickle.dump(batch, fh, protocol=protocol)
-
-
-def write_cifar(folder, per_batch=(12, 12, 0, 0, 0), n_test=7, seed=0, protocol=2):
-    """CIFAR-10's batch files in ``folder/cifar-10-batches-py`` with ``per_batch`` images in
-    data_batch_1..5 (0: the file is left out), labels cycling over the classes; returns the
-    images and labels written, in file order."""
-    rng = np.random.default_rng(seed)
-    folder = folder / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    written, start = [], 0
-    for i, n in enumerate(per_batch, start=1):
-        if not n:
-            continue
-        X = rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8)
-        y = (np.arange(start, start + n) * 3) % 10
-        write_cifar_batch(folder / f"data_batch_{i}", X, y, protocol)
-        written.append((X, y))
-        start += n
-    X = rng.integers(0, 256, (n_test, 3, 32, 32), dtype=np.uint8)
-    y = np.arange(n_test) % 10
-    write_cifar_batch(folder / "test_batch", X, y, protocol)
-    return np.concatenate([x for x, _ in written]), np.concatenate([y for _, y in written]), X, y
 
 
 @pytest.mark.parametrize("protocol", [2, 5])
@@ -102,26 +72,6 @@ def test_cifar_missing_or_wrong_files_are_refused_in_words(tmp_path):
     write_cifar_batch(folder / "test_batch", np.zeros((2, 3, 32, 32)), [0, 1])
     with pytest.raises(ValueError, match="no image of class bird"):
         ds.load_cifar10(folder, per_class=1)
-
-
-def idx(magic, shape, values, compress=True):
-    raw = magic.to_bytes(4, "big") + b"".join(int(n).to_bytes(4, "big") for n in shape) + \
-        np.asarray(values, dtype=np.uint8).tobytes()
-    return gzip.compress(raw) if compress else raw
-
-
-def write_fashion(folder, n_train=9, n_test=4, seed=0, compress=True):
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for part, n in (("train", n_train), ("t10k", n_test)):
-        X = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
-        y = rng.integers(0, 10, n).astype(np.uint8)
-        suffix = ".gz" if compress else ""
-        (folder / f"{part}-images-idx3-ubyte{suffix}").write_bytes(
-            idx(0x803, (n, 28, 28), X, compress))
-        (folder / f"{part}-labels-idx1-ubyte{suffix}").write_bytes(idx(0x801, (n,), y, compress))
-        arrays[part] = (X, y)
-    return arrays
 
 
 @pytest.mark.parametrize("compress", [True, False])

@@ -1,7 +1,7 @@
 """`pysharp reproduce fashion-stability`: Ma & Ying's FC net on FashionMNIST, SGD over a grid.
 
 The tests write FashionMNIST's gzipped IDX files with a few dozen 28 x 28 images in tmp_path
-(``test_datasets.write_fashion``). The fast tests: the refusal without data, the network
+(``_reproduce_cases.write_fashion``). The fast tests: the refusal without data, the network
 against a NumPy forward pass, and a tiny run end to end (a 2 x 2 grid, 40 steps, a net of
 width 4: its cost is XLA compiling the SGD loop, the Jacobian chunks and the Lanczos
 products), and the command line's --quick on 100 uncompressed images. All five took 20 s
@@ -9,9 +9,7 @@ on the shared 2-core Xeon.
 """
 
 import json
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,15 +17,11 @@ import pytest
 pytest.importorskip("matplotlib")
 jax = pytest.importorskip("jax")
 
+from _reproduce_cases import write_fashion  # noqa: E402
+
 from pysharp import reproduce  # noqa: E402
 from pysharp.cli import main  # noqa: E402
 from pysharp.reproduce import fashion_stability as fs  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-try:
-    from test_datasets import write_fashion  # noqa: E402
-finally:
-    sys.path.pop(0)
 
 TINY = fs.Setting(width=4, depth=2, train_size=30, test_size=10, lrs=(0.002, 0.005),
                   batches=(5, 40), steps=40)

@@ -1,13 +1,12 @@
 """Figures fit to publish: every panel labelled, every figure titled with its settings.
 
-The reproduce figures are those of the quick runs (shared with test_reproduce.py through
-``quick_all``, so the experiments run once per session); the sweep figures come from a
-tiny store made here.
+The reproduce figures are those of the quick runs (``_reproduce_cases.quick_all``, shared
+with test_reproduce.py, so the experiments run once per session); the sweep figures come
+from a tiny store made here.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import tempfile
@@ -23,60 +22,11 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 
-from matplotlib.figure import Figure  # noqa: E402
+
+from _reproduce_cases import Capture, describe, quick_all  # noqa: E402
 
 import pysharp as ps  # noqa: E402
-from pysharp import reproduce  # noqa: E402
 from pysharp.reproduce._common import settings_line  # noqa: E402
-
-
-def describe(fig) -> dict:
-    """What a reviewer reads on a figure: its title and each panel's labels."""
-    axes = []
-    for ax in fig.axes:
-        if not ax.get_visible() or ax.get_label() == "<colorbar>":
-            continue
-        axes.append({"title": ax.get_title(), "xlabel": ax.get_xlabel(),
-                     "ylabel": ax.get_ylabel(),
-                     "legend": [t.get_text() for t in ax.get_legend().get_texts()]
-                     if ax.get_legend() else None})
-    colorbars = [ax.get_ylabel() or ax.get_xlabel() for ax in fig.axes
-                 if ax.get_label() == "<colorbar>"]
-    suptitle = fig._suptitle.get_text() if fig._suptitle is not None else ""
-    return {"suptitle": suptitle, "axes": axes, "colorbars": colorbars}
-
-
-class _Capture:
-    """Record ``describe(fig)`` of every figure saved while active, by file name."""
-
-    def __init__(self):
-        self.figures: dict[str, dict] = {}
-
-    def __enter__(self):
-        self._orig = Figure.savefig
-        capture = self
-
-        def savefig(fig, fname, *args, **kwargs):
-            capture.figures[Path(str(fname)).name] = describe(fig)
-            return capture._orig(fig, fname, *args, **kwargs)
-
-        Figure.savefig = savefig
-        return self
-
-    def __exit__(self, *exc):
-        Figure.savefig = self._orig
-
-
-@functools.lru_cache(maxsize=1)
-def quick_all():
-    """(folder, summaries, figure descriptions) of ``reproduce.run_all(quick=True)``, once."""
-    folder = Path(tempfile.mkdtemp(prefix="pysharp-figures-"))
-    with warnings.catch_warnings():
-        # constrained layout: no "Tight layout not applied" or other layout warnings
-        warnings.filterwarnings("error", message=".*[Ll]ayout.*")
-        with _Capture() as cap:
-            results = reproduce.run_all(folder, quick=True)
-    return folder, results, cap.figures
 
 
 def _flat(text: str) -> str:
@@ -156,7 +106,7 @@ def test_readme_plot_command_hue_is_a_colour_bar(tiny_store, tmp_path, capsys):
     out = tmp_path / "lines.png"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with _Capture() as cap:
+        with Capture() as cap:
             assert main(["plot", str(tiny_store), "--x", "sharpness_step", "--hue", "lr",
                          "--metric", "sharpness", "--sel", "wd=1e-4", "--out", str(out)]) == 0
     assert "nearest to 1e-4" in capsys.readouterr().out
@@ -189,7 +139,7 @@ def test_entry_heatmap_tells_never_from_before_the_first_record(tiny_store):
     assert (entry < 0).any() and (entry == 0).any()   # the store has both cases
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with _Capture() as cap:
+        with Capture() as cap:
             ps.sweeps.plot(ds, x="lr", y="wd", metric=["eos_entry_step", "sharpness_drop"],
                            out=Path(tempfile.mkdtemp()) / "map.png")
     info = cap.figures["map.png"]

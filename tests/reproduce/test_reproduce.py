@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from _reproduce_cases import quick_all  # noqa: E402
+
 from pysharp import reproduce  # noqa: E402
 from pysharp.cli import main  # noqa: E402
 
@@ -17,11 +19,6 @@ from pysharp.cli import main  # noqa: E402
 @pytest.fixture(scope="module")
 def results():
     """The quick runs of every experiment, shared with test_figures.py (run once)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    try:
-        from test_figures import quick_all
-    finally:
-        sys.path.pop(0)
     out, res, _ = quick_all()
     return out, res
 
