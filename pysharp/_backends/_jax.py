@@ -13,7 +13,9 @@ scalar`` (``model._jax_loss()``), differentiated by JAX itself:
   solve), the test is the Ritz residual bound at every step from ``min_iter`` on, and
   k <= 4 pairs come from one block Lanczos run of block size k, which sees each eigenvalue
   with its multiplicity up to k without locking; larger k locks and checks the orthogonal
-  complement as engine/lanczos.hpp does. ``iterations`` counts HVPs (k per block step);
+  complement as engine/lanczos.hpp does; ``multiplicity=False`` takes the top k Ritz pairs
+  of one single-vector run instead (fewer HVPs; a repeated eigenvalue is seen once). k = 1
+  is always one single-vector run. ``iterations`` counts HVPs (k per block step);
 - the trajectory engine: the methods of ``_engine.methods.METHODS`` with the records of
   ``_engine.records.RECORDS``, as engine/trajectory.hpp computes them. The steps between
   two recorded steps run as one jitted ``fori_loop``; a recorded step is one jitted call
@@ -183,12 +185,41 @@ class JaxCore:
         return self._call("hessian", W)
 
     # -- Lanczos ----------------------------------------------------------------------------
-    def lanczos(self, W, options: dict, start=None, streams=None, counter: int = 0):
+    def lanczos(self, W, options: dict, start=None, streams=None, counter: int = 0, *,
+                multiplicity: bool = True):
         """As the compiled core's: ``options`` is ``LanczosOptions.to_core()``.
 
-        Returns (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,),
-        converged (B,), ok (B,)); the random starts from JAX's generator keyed by
-        (seed, streams[b] (default b), counter). ``iterations`` counts HVPs per point.
+        Parameters
+        ----------
+        W : ndarray, shape (B, D)
+            The points.
+        options : dict
+            ``LanczosOptions.to_core()``: k, max_iter, min_iter, tol, seed, smallest.
+        start : ndarray, shape (B, D), optional
+            Warm starts (e.g. the last top eigenvectors).
+        streams : ndarray of uint64, shape (B,), optional
+            Keys of the rows' random starts (default 0 .. B - 1).
+        counter : int
+            Keys the random starts with ``seed`` and ``streams``.
+        multiplicity : bool
+            True (the default): a repeated eigenvalue fills as many of the k slots as its
+            multiplicity, from a block of k starts (k <= 4) or by locking and checking the
+            orthogonal complement (k > 4). False: the top k Ritz pairs of one single-vector
+            Krylov sequence, with no complement check, which takes fewer HVPs for k > 1
+            (on bench/xla.py's small CNN, a top-2 solve to 1e-6 took 22 products against
+            the block's 32). For k = 1 both are the same single-vector Lanczos run. Do not
+            use False for k > 1 where an eigenvalue among the top k may be repeated: one
+            Krylov sequence holds one vector of each eigenspace (rounding may reveal a
+            second in a long run, but nothing guarantees it), so the slots a repeated
+            eigenvalue should fill may get the next eigenvalues down, reported as
+            converged (tests/test_xla_lanczos.py shows it happen).
+
+        Returns
+        -------
+        tuple
+            (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,),
+            ok (B,)); the random starts from JAX's generator keyed by (seed, streams[b],
+            counter). ``iterations`` counts HVPs per point.
         """
         _, jnp = _jax()
         W = np.ascontiguousarray(W, dtype=self.dtype)
@@ -197,13 +228,14 @@ class JaxCore:
         with x64():
             out = self._lanczos(jnp.asarray(W), options, None if start is None
                                 else jnp.asarray(start, dtype=self.dtype),
-                                streams, int(counter))
+                                streams, int(counter), multiplicity=multiplicity)
         return tuple(np.array(a) for a in out)  # writable copies
 
-    def _lanczos(self, W, o: dict, start, streams, counter: int):
-        """A solve on a batch (JAX arrays in and out): for k <= ``_MAX_BLOCK`` one block
-        Lanczos run of block size k, one compiled program; above it engine/lanczos.hpp's
-        single-vector run with locking and complement checks."""
+    def _lanczos(self, W, o: dict, start, streams, counter: int, *, multiplicity: bool = True):
+        """A solve on a batch (JAX arrays in and out): with ``multiplicity``, for k <=
+        ``_MAX_BLOCK`` one block Lanczos run of block size k, one compiled program, above it
+        engine/lanczos.hpp's single-vector run with locking and complement checks; without,
+        the single-vector run alone."""
         _, jnp = _jax()
         k, m_max, tol = int(o["k"]), int(o["max_iter"]), float(o["tol"])
         sign = -1.0 if o["smallest"] else 1.0
@@ -211,7 +243,7 @@ class JaxCore:
         _check_memory(B * (m_max + 2 * k) * D * self.dtype.itemsize,
                       f"a Krylov basis of {m_max} vectors of D = {D} for {B} points",
                       "lower lanczos_max_iter, or fewer points per call")
-        block = k if k <= _MAX_BLOCK else 1
+        block = k if k <= _MAX_BLOCK and multiplicity else 1
         run = self._lanczos_run(k, block, m_max, int(o["min_iter"]), tol, sign, 0, True)
         seed = _seed_words(int(o["seed"]))
         words = jnp.asarray(np.asarray(streams, dtype=np.uint64) % 2 ** 32, dtype=jnp.uint32)
@@ -221,7 +253,7 @@ class JaxCore:
             W, start, have, seed, words, counter, 0, jnp.zeros((B, 0, D), self.dtype),
             self._data)
         m_c = min(m_max, D - k)
-        if block == 1 and k > 1 and m_c >= 1:
+        if multiplicity and block == 1 and k > 1 and m_c >= 1:
             eps = float(np.finfo(self.dtype).eps)
             rel = max(tol, 100 * eps)
             settled = jnp.zeros(B, bool)
