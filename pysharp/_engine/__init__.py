@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from .methods import METHODS, method_spec
 from .validation import as_positive_int
@@ -27,16 +28,18 @@ IN_RUN_MAX_ITER = 128
 #: Update rules of the engine, one member per row of the method table
 #: (``pysharp._engine.methods.METHODS``; the values are those of engine/methods.hpp's
 #: ``enum class Method``, which the same table generates).
-Method = enum.IntEnum("Method", {m.name.upper(): m.code for m in METHODS.values()},
-                      module=__name__)
+Method = enum.IntEnum("Method",  # type: ignore[misc]  # members from the table, no literal
+                      {m.name.upper(): m.code for m in METHODS.values()}, module=__name__)
 
 
-def _named(cls, name: str) -> Method:
+def _named(cls: type[Method], name: str) -> Method:
     """The trajectory engine's method called ``name`` ("gd_wd", "pgd", ...)."""
-    return cls(method_spec(name, engine="trajectory").code)
+    code = method_spec(name, engine="trajectory").code
+    assert code is not None  # every row the trajectory engine runs has its enumerator
+    return cls(code)
 
 
-Method.named = classmethod(_named)
+Method.named = classmethod(_named)  # type: ignore[attr-defined]  # not seen by mypy: no literal
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class LanczosOptions:
     @classmethod
     def for_dim(cls, dim: int, k: int = 1, max_iter: int | None = None, *,
                 default_max_iter: int | None = None, name: str = "max_iter",
-                **kw) -> LanczosOptions:
+                **kw: Any) -> LanczosOptions:
         """Options for a dim-dimensional operator, ``max_iter`` validated and defaulted.
 
         The default Krylov dimension is min(dim, cap, ``default_max_iter`` or

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .validation import as_batch
 
 
-def per_trajectory(value, name: str, *, positive: bool = False) -> np.ndarray:
+def per_trajectory(value: Any, name: str, *, positive: bool = False) -> np.ndarray:
     """A scalar or 1-D array of finite reals, >= 0 (or > 0 with ``positive``); ndim kept."""
     a = np.asarray(value, dtype=np.float64)
     if a.ndim > 1:
@@ -22,7 +25,8 @@ def per_trajectory(value, name: str, *, positive: bool = False) -> np.ndarray:
     return a
 
 
-def broadcast_batch(w0, dim: int, dtype, **params: np.ndarray):
+def broadcast_batch(w0: Any, dim: int, dtype: DTypeLike | None,
+                    **params: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], bool]:
     """Broadcast starts (D,) or (B, D) and 1-D hyperparameters to a common B.
 
     Returns (W0 (B, D), {name: (B,) array}, single) where ``single`` is True

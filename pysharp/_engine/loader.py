@@ -116,12 +116,14 @@ def _load_portable(cpuinfo: ModuleType) -> ModuleType:
     # Every build's module initialises as _core (PYBIND11_MODULE(_core, ...)): loaded from its
     # file under the name pysharp._core, it is that module in every respect but __file__.
     spec = importlib.util.spec_from_file_location("pysharp._core", found.origin)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{found.origin} is not a loadable extension module; reinstall pysharp")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sys.modules["pysharp._core"] = module
     package = sys.modules.get("pysharp")
     if package is not None:
-        package._core = module
+        package._core = module  # type: ignore[attr-defined]  # a module's attribute, at run time
     _dispatch["target"] = choice
     return module
 

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 
-def _read_int(path) -> int | None:
+def _read_int(path: str | Path) -> int | None:
     try:
         text = Path(path).read_text().split()[0]
     except (OSError, IndexError):

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def n_records(steps: int, every: int) -> int:
 
 def run_outputs(B: int, D: int, groups: int, *, steps: int, record_every: int,
                 sharpness_every: int, theta_every: int, top_k: int,
-                real) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+                real: DTypeLike) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """name -> (shape, dtype) of every array a run fills, in :data:`RECORDS` order; an
     output not asked for has a zero-size shape (so the compiled modules can allocate
     them all)."""

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import functools
 import numbers
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
@@ -35,7 +38,8 @@ def rows_in_safe_range(W: np.ndarray) -> bool:
     return bool(np.all(safe_rows(W) | ~W.any(axis=1)))
 
 
-def as_float_array(x, name: str, dtype=None, *, finite: bool = True) -> np.ndarray:
+def as_float_array(x: Any, name: str, dtype: DTypeLike | None = None, *,
+                   finite: bool = True) -> np.ndarray:
     """Return ``x`` as a C-contiguous float32/float64 array, or raise.
 
     Integers are converted to float64 (or to ``dtype``); booleans, complex and
@@ -65,10 +69,10 @@ def as_float_array(x, name: str, dtype=None, *, finite: bool = True) -> np.ndarr
 #: Test hook: when set, called as ``_intake_hook(name, array)`` with every array
 #: ``as_float_array`` hands on (the buffer the kernels read), so tests can check with
 #: ``np.shares_memory`` that an input was read in place.
-_intake_hook = None
+_intake_hook: Callable[[str, np.ndarray], None] | None = None
 
 
-def host_view(x, name: str = "x") -> np.ndarray:
+def host_view(x: Any, name: str = "x") -> np.ndarray:
     """``x`` as a NumPy array, in place where possible.
 
     NumPy arrays pass through. Other objects that export DLPack on the CPU (a
@@ -96,7 +100,7 @@ def host_view(x, name: str = "x") -> np.ndarray:
     return np.asarray(x)
 
 
-def _array_library(x) -> str | None:
+def _array_library(x: Any) -> str | None:
     """"torch", "jax" or "cupy" for an array of that library, else None (NumPy, lists)."""
     if isinstance(x, np.ndarray):
         return None
@@ -106,7 +110,7 @@ def _array_library(x) -> str | None:
     return root if root in ("torch", "cupy") else None
 
 
-def like_input(template, out):
+def like_input(template: Any, out: Any) -> Any:
     """``out`` (an array, or a tuple of them, from a kernel) as arrays of ``template``'s
     library: a torch tensor for a torch input (sharing the NumPy result's memory), a JAX
     array for a JAX input, a CuPy array for a CuPy input; unchanged for anything else.
@@ -129,15 +133,18 @@ def like_input(template, out):
     return cupy.asarray(out)
 
 
-def keeps_array_type(method):
+_Kernel = TypeVar("_Kernel", bound=Callable[..., Any])
+
+
+def keeps_array_type(method: _Kernel) -> _Kernel:
     """Decorator of a kernel method ``f(self, w, ...)``: its results come back in the
     library of ``w`` (:func:`like_input`), so a torch or JAX caller gets its own type."""
 
     @functools.wraps(method)
-    def wrapper(self, w, *args, **kwargs):
+    def wrapper(self: Any, w: Any, *args: Any, **kwargs: Any) -> Any:
         return like_input(w, method(self, w, *args, **kwargs))
 
-    return wrapper
+    return cast(_Kernel, wrapper)
 
 
 def check_finite(a: np.ndarray, name: str) -> None:
@@ -147,7 +154,7 @@ def check_finite(a: np.ndarray, name: str) -> None:
         raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
 
 
-def as_batch(w, dim: int, name: str = "w", dtype=None, *,
+def as_batch(w: Any, dim: int, name: str = "w", dtype: DTypeLike | None = None, *,
              finite: bool = True) -> tuple[np.ndarray, bool]:
     """Validate parameters of shape (D,) or (B, D) (``finite`` as in ``as_float_array``).
 
@@ -174,7 +181,7 @@ def check_nonzero_rows(w: np.ndarray, name: str = "w") -> None:
                          "a scale-invariant loss is undefined at w = 0")
 
 
-def as_positive_int(x, name: str, minimum: int = 1) -> int:
+def as_positive_int(x: Any, name: str, minimum: int = 1) -> int:
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(x).__name__}")
     if x < minimum:
@@ -189,7 +196,8 @@ def check_record_every(record_every: int, steps: int) -> None:
                          "step 0 would be recorded; choose record_every <= steps")
 
 
-def as_real(x, name: str, *, minimum: float | None = None, strict: bool = False) -> float:
+def as_real(x: Any, name: str, *, minimum: float | None = None,
+            strict: bool = False) -> float:
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(x).__name__}")
     v = float(x)
