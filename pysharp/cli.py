@@ -533,6 +533,9 @@ def _run(args) -> int:
 
 
 def _reproduce(args) -> int:
+    if args.name == "all" and args.net is not None:
+        raise ValueError("--net is for one experiment (cifar-sharpness), not `pysharp "
+                         "reproduce all`")
     if args.name == "all":
         results = reproduce.run_all(args.out, quick=args.quick, workers=args.workers or 1)
         print(f"ran {len(results)} experiments; index at {Path(args.out) / 'index.md'}")
@@ -544,8 +547,9 @@ def _reproduce(args) -> int:
     if args.workers is not None:
         raise ValueError("--workers is for `pysharp reproduce all`; one experiment runs in "
                          "this process")
+    options = {} if args.net is None else {"net": args.net}
     summary = reproduce.run(args.name, args.out, quick=args.quick, data=args.data,
-                            full=args.full)
+                            full=args.full, options=options)
     for key, value in summary.items():
         if not isinstance(value, (list, dict)):
             print(f"  {key}: {value}")
@@ -631,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
                      "downloaded")
     rep.add_argument("--full", action="store_true", help="the paper's own size (a GPU's "
                      "work; for experiments on real data)")
+    rep.add_argument("--net", metavar="NET", help="the network, for cifar-sharpness: vgg11 "
+                     "(the default) or resnet20 (Lyu et al.'s scale-invariant ResNet-20)")
     rep.add_argument("--workers", type=_whole, metavar="N", help="with 'all': run the "
                      "experiments N at a time in worker processes of one thread each (default "
                      "1: one after another in this process); for machines with cores to spare")

@@ -10,7 +10,9 @@ the command installing them in ``INSTALL``; ``run_all`` skips it when one is mis
 when its ``lacking()``, if it has one, names anything else it needs and lacks). A
 module reading a published dataset names it in ``DATASET`` (``_datasets.how_to_get``) and
 takes ``run(out, quick, data=DIR, full=False)``: ``full`` is the paper's own size (a GPU's
-work); ``run_all``, which has no data, skips it, saying what to download.
+work); ``run_all``, which has no data, skips it, saying what to download. A module with
+choices of its own (``cifar-sharpness``'s network) names them in ``OPTIONS`` (option ->
+its choices, the default first); :func:`run` passes them through as keywords.
 """
 
 from __future__ import annotations
@@ -84,18 +86,22 @@ def missing(name: str, data=None) -> str | None:
     return lacking
 
 
-def run(name: str, out, quick: bool = False, *, data=None, full: bool = False) -> dict:
+def run(name: str, out, quick: bool = False, *, data=None, full: bool = False,
+        options: dict[str, str] | None = None) -> dict:
     """Run one experiment; write its figures and ``NAME.json`` into ``out``.
 
     ``data`` (a folder of the dataset's files) and ``full`` (the paper's own size) are for
-    the experiments on published data (``DATASET``). Returns the summary dict (also holding
-    ``seconds``, the wall time).
+    the experiments on published data (``DATASET``). ``options`` are the experiment's own
+    choices, those its module's ``OPTIONS`` names (``{"net": "resnet20"}`` for
+    ``cifar-sharpness``; the command line's ``--net``). Returns the summary dict (also
+    holding ``seconds``, the wall time).
 
     Raises
     ------
     ValueError
         ``name`` is not an experiment; ``data`` or ``full`` given to one that takes neither;
-        the dataset's files are not in ``data`` (``_datasets.DataNotFound``, saying what to
+        an option the experiment does not take, or a value not among its choices; the
+        dataset's files are not in ``data`` (``_datasets.DataNotFound``, saying what to
         download).
     ImportError
         matplotlib, or a package the experiment needs (``missing(name)``), is not installed.
@@ -108,10 +114,19 @@ def run(name: str, out, quick: bool = False, *, data=None, full: bool = False) -
     on_data = getattr(module, "DATASET", None) is not None
     if not on_data and (data is not None or full):
         raise ValueError(f"`pysharp reproduce {name}` takes neither --data nor --full")
+    options = dict(options or {})
+    choices = getattr(module, "OPTIONS", {})
+    for option, value in options.items():
+        if option not in choices:
+            raise ValueError(f"`pysharp reproduce {name}` takes no --{option}")
+        if value not in choices[option]:
+            raise ValueError(f"--{option} of `pysharp reproduce {name}` must be one of "
+                             f"{', '.join(choices[option])}, got {value!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    summary = module.run(out, quick, data=data, full=full) if on_data else module.run(out, quick)
+    summary = (module.run(out, quick, data=data, full=full, **options) if on_data
+               else module.run(out, quick, **options))
     summary["seconds"] = round(time.perf_counter() - t0, 3)
     summary["quick"] = quick
     (out / f"{name}.json").write_text(json.dumps(summary, indent=2, default=float))

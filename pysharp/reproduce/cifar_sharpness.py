@@ -18,7 +18,9 @@ scale of each leaf, and of the whole of w, exactly.
 Three sizes: ``FULL`` is the paper's setting (CIFAR-10-2k: the first 200 training images of
 each class, 32 x 32, VGG-11 at full width, meant for a GPU); the default shrinks width, images
 and steps to run on 2 CPU cores in minutes; ``QUICK`` is a smoke run of seconds. Every
-shrinkage is written on the figure and in the JSON.
+shrinkage is written on the figure and in the JSON. ``--net resnet20`` (``run(...,
+net="resnet20")``) runs the paper's scale-invariant ResNet-20 in the same three sizes
+(``RESNET20_FULL``, ``RESNET20_DEFAULT``, ``RESNET20_QUICK``).
 """
 
 from __future__ import annotations
@@ -76,13 +78,17 @@ FULL = Setting(width=1.0, image=32, per_class=200, test_size=10_000, lr=0.8, wd=
 #: 2 CPU cores, minutes: width / 16, 16 x 16 images, 20 images per class, fewer steps.
 DEFAULT = Setting(width=1 / 16, image=16, per_class=20, test_size=1000, lr=0.8, wd=5e-3,
                   steps=1500, init_norm=400.0, sharpness_every=50, evals=50)
-#: Scale-invariant ResNet-20 (the paper's Appendix P.2), the same data and runs; through the
-#: Python API: ``cifar_sharpness.run(out, False, data=DIR, setting=RESNET20_DEFAULT)``.
-RESNET20_FULL = replace(FULL, net="resnet20")
-RESNET20_DEFAULT = replace(DEFAULT, net="resnet20", width=1 / 4)
 #: Seconds: a smoke run.
 QUICK = Setting(width=1 / 32, image=16, per_class=5, test_size=200, lr=0.8, wd=5e-3,
                 steps=200, init_norm=400.0, sharpness_every=20, evals=20)
+#: Scale-invariant ResNet-20 (the paper's Appendix P.2), the same data and runs:
+#: ``pysharp reproduce cifar-sharpness --net resnet20`` (``run(..., net="resnet20")``).
+RESNET20_FULL = replace(FULL, net="resnet20")
+RESNET20_DEFAULT = replace(DEFAULT, net="resnet20", width=1 / 4)
+RESNET20_QUICK = replace(QUICK, net="resnet20", width=1 / 8)
+#: The experiment's options beyond --quick, --full and --data (``reproduce.run``'s
+#: ``options``), each with its choices, the default first.
+OPTIONS = {"net": ("vgg11", "resnet20")}
 
 
 # -- the network, in plain JAX -------------------------------------------------------------
@@ -266,9 +272,15 @@ def accuracy(model, thetas: np.ndarray, X_ref, X, y, plan: str, dtype) -> np.nda
 
 
 # -- the experiment --------------------------------------------------------------------------
-def setting_for(quick: bool, full: bool) -> Setting:
+def setting_for(quick: bool, full: bool, net: str = "vgg11") -> Setting:
+    """The size (``--quick``, the default, ``--full``) of network ``net`` ("vgg11" or
+    "resnet20")."""
     if quick and full:
         raise ValueError("--quick and --full exclude each other")
+    if net not in OPTIONS["net"]:
+        raise ValueError(f"--net must be one of {', '.join(OPTIONS['net'])}, got {net!r}")
+    if net == "resnet20":
+        return RESNET20_QUICK if quick else RESNET20_FULL if full else RESNET20_DEFAULT
     return QUICK if quick else FULL if full else DEFAULT
 
 
@@ -303,8 +315,8 @@ def channels(s: Setting) -> list[int]:
     return [c for c in layers(s) if c != "M"]
 
 
-def run(out, quick: bool, *, data=None, full: bool = False, setting: Setting | None = None
-        ) -> dict:
+def run(out, quick: bool, *, data=None, full: bool = False, net: str = "vgg11",
+        setting: Setting | None = None) -> dict:
     """Train and measure; write ``cifar-sharpness.png``; return the numbers.
 
     Parameters
@@ -313,8 +325,10 @@ def run(out, quick: bool, *, data=None, full: bool = False, setting: Setting | N
         The folder holding CIFAR-10's python batches (``--data``).
     full : bool
         The paper's setting (a GPU's work) instead of the 2-core default.
+    net : {"vgg11", "resnet20"}
+        The network (``--net``): the paper's scale-invariant VGG-11 or ResNet-20.
     setting : Setting, optional
-        Overrides the size (tests).
+        Overrides the size and the network (tests).
 
     Raises
     ------
@@ -325,7 +339,7 @@ def run(out, quick: bool, *, data=None, full: bool = False, setting: Setting | N
     if data is None:
         raise DataNotFound(f"`pysharp reproduce cifar-sharpness` needs --data DIR. "
                            f"{how_to_get(DATASET)}")
-    s = setting or setting_for(quick, full)
+    s = setting or setting_for(quick, full, net)
     split, notes = load_cifar10(data, per_class=s.per_class, test_size=s.test_size)
     n_train, n_test = len(split.y_train), len(split.y_test)
     pixels = split.X_train.astype(np.float64) / 255.0
@@ -426,7 +440,7 @@ def _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, spli
         if panel.get_legend_handles_labels()[0]:
             panel.legend(fontsize=8)
     footer(fig, paper, bool(shrink))
-    figure = save(fig, out, "cifar-sharpness", "CIFAR-10-2k, scale-invariant VGG-11, "
+    figure = save(fig, out, "cifar-sharpness", f"CIFAR-10-2k, scale-invariant {net}, "
                   "full-batch GD+WD (Lyu et al. Fig. 2)", settings)
     return {"figures": [figure], "settings": settings, "setting": asdict(s),
             "paper_setting": not shrink, "shrinkage": shrink, "data_source": split.source,
@@ -435,4 +449,4 @@ def _report(out, s, model, tr, train_acc, test_acc, notes, n_train, n_test, spli
 
 
 __all__ = ["run", "Setting", "FULL", "DEFAULT", "QUICK", "RESNET20_FULL", "RESNET20_DEFAULT",
-           "cross_entropy", "logits", "init_params"]
+           "RESNET20_QUICK", "OPTIONS", "cross_entropy", "logits", "init_params"]

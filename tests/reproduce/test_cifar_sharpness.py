@@ -4,8 +4,9 @@ The tests write CIFAR-10's python batch files with a few images in tmp_path. The
 run uses a one-convolution network of the same construction (BN after every conv, BN'd
 logits); even so it took 20-83 s on the shared 2-core Xeon (load 6 to 8), nearly all of it
 XLA compiling the engine's programs (value-and-grad loop, measured step, Lanczos), so it is a
-slow test, as is the real VGG-11 at the --quick size through the command line (60-75 s).
-The fast tests: the refusal without data, and the loss's invariance.
+slow test, as is the real VGG-11 at the --quick size through the command line (60-75 s), and
+ResNet-20 through ``--net resnet20`` at a tiny size (38 s). The fast tests: the refusal without
+data, the loss's invariance, and ``--net`` reaching the experiment (its run replaced).
 """
 
 import json
@@ -129,3 +130,52 @@ def test_resnet20_is_scale_invariant_in_every_filter_and_its_test_pass_uses_trai
         np.testing.assert_allclose(cs.logits(jp, Xt[1:2], X, plan="resnet20"), both[1:2],
                                    atol=1e-12)
     assert "stage channels [2, 4, 8]" in " ".join(cs._shrinkage(s))
+
+
+def test_net_option_reaches_the_experiment_and_is_refused_where_it_does_not_apply(
+        tmp_path, capsys, monkeypatch):
+    assert cs.setting_for(True, False, "resnet20") is cs.RESNET20_QUICK
+    assert cs.setting_for(False, False, "resnet20") is cs.RESNET20_DEFAULT
+    assert cs.setting_for(False, True, "resnet20") is cs.RESNET20_FULL
+    assert cs.setting_for(True, False) is cs.QUICK and cs.RESNET20_QUICK.net == "resnet20"
+    seen = {}
+
+    def fake(out, quick, *, data=None, full=False, net="vgg11", setting=None):
+        seen.update(quick=quick, data=data, full=full, net=net)
+        return {"figures": []}
+
+    monkeypatch.setattr(cs, "run", fake)
+    assert main(["reproduce", "cifar-sharpness", "--quick", "--net", "resnet20", "--data",
+                 str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    assert seen == {"quick": True, "data": str(tmp_path), "full": False, "net": "resnet20"}
+    seen.clear()
+    assert main(["reproduce", "cifar-sharpness", "--data", str(tmp_path), "--out",
+                 str(tmp_path / "out")]) == 0
+    assert seen["net"] == "vgg11"  # the module's default: no option passed
+    seen.clear()
+    capsys.readouterr()
+    for argv, message in [
+            (["cifar-sharpness", "--net", "lenet", "--data", str(tmp_path)],
+             "must be one of vgg11, resnet20"),
+            (["tracking", "--quick", "--net", "resnet20"], "takes no --net"),
+            (["all", "--quick", "--net", "resnet20"], "--net is for one experiment")]:
+        assert main(["reproduce", *argv, "--out", str(tmp_path / "bad")]) == 2, argv
+        assert message in capsys.readouterr().err
+    assert not seen  # refused before the experiment ran
+    assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").iterdir())
+
+
+@pytest.mark.slow   # ResNet-20's programs (19 convolutions) take XLA about a minute to compile
+def test_cli_resnet20_end_to_end_on_a_tiny_setting(tmp_path, capsys, monkeypatch):
+    tiny = replace(cs.RESNET20_QUICK, width=1 / 16, per_class=2, test_size=6, steps=6,
+                   sharpness_every=3, evals=3)
+    monkeypatch.setattr(cs, "RESNET20_QUICK", tiny)
+    write_cifar(tmp_path / "data", per_batch=(12, 12, 0, 0, 0), n_test=6)
+    assert main(["reproduce", "cifar-sharpness", "--quick", "--net", "resnet20", "--data",
+                 str(tmp_path / "data"), "--out", str(tmp_path / "out")]) == 0
+    saved = json.loads((tmp_path / "out" / "cifar-sharpness.json").read_text())
+    assert saved["setting"]["net"] == "resnet20" and saved["channels"] == [1, 2, 4]
+    assert "ResNet-20" in saved["settings"]["model"] and saved["n_test"] == 6
+    assert saved["sharpness_all_converged"] and np.isfinite(saved["sharpness_end"])
+    assert saved["invariance_rel_change"] < 1e-5 and not saved["diverged"]
+    assert "cifar-sharpness.png" in capsys.readouterr().out
