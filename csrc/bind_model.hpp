@@ -50,6 +50,13 @@ std::int64_t checked_batch(const Core& core, const py::array& W, const char* nam
   return W.shape(0);
 }
 
+// The address of the model struct a holder views (a loaded model's holder keeps it
+// elsewhere and overloads this, bind_loaded.cpp).
+template <class Core>
+std::uintptr_t model_address(const Core& c) {
+  return reinterpret_cast<std::uintptr_t>(&c.model);
+}
+
 // A run's hyperparameters from {name: (B,) array}: exactly the fields `method` reads
 // (kMethodHyper), each with one entry per trajectory; `held` keeps the arrays alive.
 template <class Real>
@@ -141,7 +148,7 @@ void bind_kernels(py::class_<Core>& cls) {
   cls.def_property_readonly("dim", [](const Core& c) { return c.model.dim(); });
   cls.def_property_readonly(
       "model_address",
-      [](const Core& c) { return reinterpret_cast<std::uintptr_t>(&c.model); },
+      [](const Core& c) { return model_address(c); },
       "Address of the model's view, valid while this object lives: what pysharp.jax's FFI "
       "handlers (cpu/jax_ffi.hpp) read");
   cls.def(

@@ -6,11 +6,12 @@
 namespace pysharp::module {
 
 void bind_spectra(py::module_& m) {
-#define PYSHARP_DEF_SLQ(Model) def_slq<Model##Core<double>>(m);
+#define PYSHARP_DEF_SLQ(Model) def_slq<CpuExec, Model##Core<double>>(m);
   PYSHARP_BUILTIN_MODELS(PYSHARP_DEF_SLQ)
 #undef PYSHARP_DEF_SLQ
-  def_slq<LinearRegressionCore<double>>(m);  // the square-loss models of bind_stability.cpp
-  def_slq<TwoLayerNetCore<double>>(m);
+  // the square-loss models of bind_stability.cpp
+  def_slq<CpuExec, LinearRegressionCore<double>>(m);
+  def_slq<CpuExec, TwoLayerNetCore<double>>(m);
 }
 
 }  // namespace pysharp::module

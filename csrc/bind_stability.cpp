@@ -29,7 +29,7 @@ void bind_stability_dtype(py::module_& m, const std::string& suffix) {
          }),
          py::arg("X"), py::arg("y"), py::arg("bias"));
   module::bind_kernels<module::CpuExec, LinearRegressionCore<Real>, Real>(lr);
-  add_square_loss<LinearRegressionCore<Real>, Real>(lr);
+  add_square_loss<module::CpuExec, LinearRegressionCore<Real>, Real>(lr);
 
   py::class_<TwoLayerNetCore<Real>> net(m, ("TwoLayerNet" + suffix).c_str());
   net.def(py::init([](const carray<Real>& X, const carray<Real>& y, int width, int activation) {
@@ -42,7 +42,7 @@ void bind_stability_dtype(py::module_& m, const std::string& suffix) {
           }),
           py::arg("X"), py::arg("y"), py::arg("width"), py::arg("activation"));
   module::bind_kernels<module::CpuExec, TwoLayerNetCore<Real>, Real>(net);
-  add_square_loss<TwoLayerNetCore<Real>, Real>(net);
+  add_square_loss<module::CpuExec, TwoLayerNetCore<Real>, Real>(net);
 
   m.def(
       "bn_linreg_jacobians",
@@ -66,8 +66,8 @@ void bind_stability_dtype(py::module_& m, const std::string& suffix) {
          const carray<int>& batch, const carray<Real>& wd, long long steps,
          long long record_every, bool replacement, std::uint64_t seed, long long offset,
          double max_loss) {
-        return sgd_call(c.model, W0, lr, batch, wd, steps, record_every, replacement, seed,
-                        offset, max_loss);
+        return sgd_call<module::CpuExec>(c, W0, lr, batch, wd, steps, record_every,
+                                         replacement, seed, offset, max_loss);
       },
       py::arg("core"), py::arg("w0"), py::arg("lr"), py::arg("batch"), py::arg("wd"),
       py::arg("steps"), py::arg("record_every"), py::arg("replacement"), py::arg("seed"),

@@ -313,5 +313,6 @@ PYBIND11_MODULE(_core, m) {
   // -- SGD linear stability: square-loss models, SGD engine, linearised SGD --
   bind_stability(m);
   bind_spectra(m);  // Hessian spectra
+  bind_loaded(m);   // the tables of run-time compiled models
   bind_tile(m);     // _tile_*: the GPU engine's tiles on an emulated warp (tests)
 }

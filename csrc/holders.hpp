@@ -84,5 +84,6 @@ void bind_models_f32(py::module_& m);
 void bind_stability(py::module_& m);   // bind_stability.cpp: SGD linear stability
 void bind_spectra(py::module_& m);     // bind_spectra.cpp: SLQ
 void bind_tile(py::module_& m);        // bind_tile.cpp: the GPU tiles on an emulated warp
+void bind_loaded(py::module_& m);      // bind_loaded.cpp: run-time compiled models' tables
 
 }  // namespace pysharp::module

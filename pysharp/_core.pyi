@@ -20,8 +20,15 @@ __all__: list[str] = [
     "BNMatrixCompletion_f64",
     "BNTwoLayerNet_f32",
     "BNTwoLayerNet_f64",
+    "LOADED_ABI_SIZES_f32",
+    "LOADED_ABI_SIZES_f64",
+    "LOADED_ABI_VERSION",
     "LinearRegression_f32",
     "LinearRegression_f64",
+    "LoadedCore_f32",
+    "LoadedCore_f64",
+    "LoadedLibrary_f32",
+    "LoadedLibrary_f64",
     "METHODS",
     "SAFE_NORM2",
     "Toy3D_f32",
@@ -948,6 +955,250 @@ class TwoLayerNet_f32:
         Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
         """
 
+class LoadedCore_f64:
+    """
+    A run-time compiled model's struct, filled from its fields
+    """
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def jacobians(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+    ]:
+        """
+        (P, D) -> (f (P, n), grad_W f (P, n, D), grad_x f (P, n, d))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float64] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.float64],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        hyper: dict,
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
+        """
+    def sgd(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        batch: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        replacement: bool,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        max_loss: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def _layout(self) -> dict: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def group_bounds(self) -> typing.Any: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
+    @property
+    def n_groups(self) -> int: ...
+
+class LoadedLibrary_f64:
+    """
+    The table of a run-time compiled model (loaded_abi.hpp)
+    """
+    def Model(self, data: dict) -> LoadedCore_f64:
+        """
+        The model's struct bound to `data` {field: value}
+        """
+    def __init__(self, address: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        From the address pysharp_loaded_table() returned
+        """
+    @property
+    def DTYPE(self) -> str: ...
+    @property
+    def FIELDS(self) -> list: ...
+    @property
+    def KIND(self) -> str: ...
+    @property
+    def MODEL_NAME(self) -> str: ...
+
+class LoadedCore_f32:
+    """
+    A run-time compiled model's struct, filled from its fields
+    """
+    def hessian(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D) -> (H (B, D, D), ok (B,))
+        """
+    def hvp(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (H v (B, D), ok (B,))
+        """
+    def jacobians(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+    ]:
+        """
+        (P, D) -> (f (P, n), grad_W f (P, n, D), grad_x f (P, n, d))
+        """
+    def lanczos(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        options: dict,
+        start: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None,
+        streams: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64] | None = None,
+        counter: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.int32],
+        numpy.typing.NDArray[numpy.uint8],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D), LanczosOptions dict -> (evals (B, k), evecs (B, k, D), resid (B, k), iterations (B,), converged (B,), ok (B,)); row b's random start keyed by (seed, streams[b] (default b), counter), as the engine keys a trajectory's at a step
+        """
+    def loss_grad(
+        self, W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.float32],
+        numpy.typing.NDArray[numpy.uint8],
+    ]:
+        """
+        (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def run(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        hyper: dict,
+        config: dict,
+        offset: typing.SupportsInt | typing.SupportsIndex = 0,
+    ) -> dict:
+        """
+        (B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first trajectory index -> dict of records
+        """
+    def sgd(
+        self,
+        w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        lr: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        batch: typing.Annotated[numpy.typing.ArrayLike, numpy.int32],
+        wd: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        steps: typing.SupportsInt | typing.SupportsIndex,
+        record_every: typing.SupportsInt | typing.SupportsIndex,
+        replacement: bool,
+        seed: typing.SupportsInt | typing.SupportsIndex,
+        offset: typing.SupportsInt | typing.SupportsIndex,
+        max_loss: typing.SupportsFloat | typing.SupportsIndex,
+    ) -> dict: ...
+    def third(
+        self,
+        W: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+        V: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.uint8]]:
+        """
+        (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
+        """
+    @property
+    def _layout(self) -> dict: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def group_bounds(self) -> typing.Any: ...
+    @property
+    def model_address(self) -> int:
+        """
+        Address of the model's view, valid while this object lives: what pysharp.jax's FFI handlers (cpu/jax_ffi.hpp) read
+        """
+    @property
+    def n_groups(self) -> int: ...
+
+class LoadedLibrary_f32:
+    """
+    The table of a run-time compiled model (loaded_abi.hpp)
+    """
+    def Model(self, data: dict) -> LoadedCore_f32:
+        """
+        The model's struct bound to `data` {field: value}
+        """
+    def __init__(self, address: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        From the address pysharp_loaded_table() returned
+        """
+    @property
+    def DTYPE(self) -> str: ...
+    @property
+    def FIELDS(self) -> list: ...
+    @property
+    def KIND(self) -> str: ...
+    @property
+    def MODEL_NAME(self) -> str: ...
+
 def _bn_linreg_loss_grad_path(
     path: str,
     Xc: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -1301,6 +1552,21 @@ def slq(
     Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta, nodes, weights (B, P, steps), count (B, P), ok (B,)
     """
 
+@typing.overload
+def slq(
+    model: LoadedCore_f64,
+    W: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
+    n_probes: typing.SupportsInt | typing.SupportsIndex,
+    steps: typing.SupportsInt | typing.SupportsIndex,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+) -> dict:
+    """
+    Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta, nodes, weights (B, P, steps), count (B, P), ok (B,)
+    """
+
+LOADED_ABI_SIZES_f32: tuple = (4, 144, 56, 32, 128, 40, 160)
+LOADED_ABI_SIZES_f64: tuple = (8, 144, 56, 32, 128, 40, 160)
+LOADED_ABI_VERSION: int = 1
 METHODS: dict = {
     "gd_wd": 0,
     "pgd": 1,

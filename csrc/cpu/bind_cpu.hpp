@@ -13,6 +13,7 @@
 #include "bind_model.hpp"
 #include "cpu/batched.hpp"
 #include "cpu/engine.hpp"
+#include "cpu/sgd.hpp"
 #include "cpu/slq.hpp"
 #include "cpu/threads.hpp"
 
@@ -54,10 +55,27 @@ struct CpuExec {
     }
     cpu::run_batch(c.model, cfg, W0, h, B, offset, rec);
   }
+  template <class Core>
+  static void slq(const Core& c, const double* W, std::int64_t B, int P, int steps,
+                  std::uint64_t seed, double* alpha, double* beta, double* nodes,
+                  double* weights, int* count, std::uint8_t* ok) {
+    cpu::slq_batch(c.model, W, B, P, steps, seed, alpha, beta, nodes, weights, count, ok);
+  }
+  template <class Core, class Real>
+  static void jacobians(const Core& c, const Real* W, std::int64_t P, Real* F, Real* A,
+                        Real* GX) {
+    cpu::jacobians(c.model, W, P, F, A, GX);
+  }
+  template <class Core, class Real>
+  static void sgd(const Core& c, const SGDConfig& cfg, Real* W, const Real* lr, const int* batch,
+                  const Real* wd, std::int64_t T, std::int64_t offset, Real* loss,
+                  std::uint8_t* diverged, long long* diverged_step) {
+    cpu::sgd_batch(c.model, cfg, W, lr, batch, wd, T, offset, loss, diverged, diverged_step);
+  }
 };
 
 // slq(core, W, n_probes, steps, seed), a module-level function overloaded on the holder type.
-template <class Core>
+template <class Exec, class Core>
 void def_slq(py::module_& m) {
   m.def(
       "slq",
@@ -74,7 +92,7 @@ void def_slq(py::module_& m) {
         {
           py::gil_scoped_release nogil;
           const pysharp::cpu::CoreShare cores;
-          cpu::slq_batch(c.model, W.data(), B, n_probes, steps, seed, alpha.mutable_data(),
+          Exec::slq(c, W.data(), B, n_probes, steps, seed, alpha.mutable_data(),
                     beta.mutable_data(), nodes.mutable_data(), weights.mutable_data(),
                     count.mutable_data(), ok.mutable_data());
         }

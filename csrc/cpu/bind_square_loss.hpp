@@ -11,18 +11,19 @@
 #include <string>
 
 #include "bind_model.hpp"
-#include "cpu/sgd.hpp"
 #include "cpu/threads.hpp"
+#include "pysharp/engine/sgd.hpp"
 
 namespace pysharp::module {
 
 // The SGD runner on any model run_sgd takes (square-loss models; BN linear
-// regression, whose batches get ghost BN): checks, then one GIL-free call.
-template <class Model, class Real>
-inline py::dict sgd_call(const Model& model, const carray<Real>& W0, const carray<Real>& lr,
-                         const carray<int>& batch, const carray<Real>& wd, long long steps,
-                         long long record_every, bool replacement, std::uint64_t seed,
-                         long long offset, double max_loss) {
+// regression, whose batches get ghost BN): checks, then one GIL-free call of Exec::sgd.
+template <class Exec, class Core, class Real>
+py::dict sgd_call(const Core& c, const carray<Real>& W0, const carray<Real>& lr,
+                  const carray<int>& batch, const carray<Real>& wd, long long steps,
+                  long long record_every, bool replacement, std::uint64_t seed, long long offset,
+                  double max_loss) {
+  const auto& model = c.model;
   require(W0.ndim() == 2 && W0.shape(1) == model.dim(),
           "w0 must be (B, " + std::to_string(model.dim()) + ")");
   const std::int64_t T = W0.shape(0);
@@ -49,8 +50,8 @@ inline py::dict sgd_call(const Model& model, const carray<Real>& W0, const carra
   {
     py::gil_scoped_release nogil;
     const pysharp::cpu::CoreShare cores;
-    cpu::sgd_batch(model, cfg, W.mutable_data(), lr.data(), batch.data(), wd.data(), T, offset,
-                   loss.mutable_data(), diverged.mutable_data(), diverged_step.mutable_data());
+    Exec::sgd(c, cfg, W.mutable_data(), lr.data(), batch.data(), wd.data(), T, offset,
+              loss.mutable_data(), diverged.mutable_data(), diverged_step.mutable_data());
   }
   py::dict r;
   r["w"] = W;
@@ -60,7 +61,7 @@ inline py::dict sgd_call(const Model& model, const carray<Real>& W0, const carra
   return r;
 }
 
-template <class Core, class Real>
+template <class Exec, class Core, class Real>
 void add_square_loss(py::class_<Core>& cls) {
   cls.def(
       "jacobians",
@@ -71,8 +72,8 @@ void add_square_loss(py::class_<Core>& cls) {
         {
           py::gil_scoped_release nogil;
           const pysharp::cpu::CoreShare cores;
-          cpu::jacobians(c.model, W.data(), P, F.mutable_data(), A.mutable_data(),
-                         GX.mutable_data());
+          Exec::jacobians(c, W.data(), P, F.mutable_data(), A.mutable_data(),
+                          GX.mutable_data());
         }
         return py::make_tuple(F, A, GX);
       },
@@ -82,7 +83,7 @@ void add_square_loss(py::class_<Core>& cls) {
       [](const Core& c, const carray<Real>& W0, const carray<Real>& lr, const carray<int>& batch,
          const carray<Real>& wd, long long steps, long long record_every, bool replacement,
          std::uint64_t seed, long long offset, double max_loss) {
-        return sgd_call(c.model, W0, lr, batch, wd, steps, record_every, replacement, seed,
+        return sgd_call<Exec>(c, W0, lr, batch, wd, steps, record_every, replacement, seed,
                         offset, max_loss);
       },
       py::arg("w0"), py::arg("lr"), py::arg("batch"), py::arg("wd"), py::arg("steps"),

@@ -1,10 +1,13 @@
-"""Run-time compilation of a model header into an extension module, once per user.
+"""Run-time compilation of a model header into a library, once per user.
 
 A loaded model (:func:`pysharp.models.load_model`) is a C++ header compiled
 against the headers shipped inside the package (:func:`include_dir`) with the
 compiler and flags that built ``pysharp._core`` (recorded by the build in
 ``_build_flags.json``; ``pysharp info`` shows them), so its arithmetic is the
-core's own. The module is cached per user, and the cache checks what it loads:
+core's own. It is compiled into a plain shared library that exports one table of
+the model's functions (``loaded_abi.hpp``), which ``pysharp._core`` binds
+(:class:`ModelLibrary`); ``pysharp.jax``'s FFI handlers are a Python module of their own.
+Both are cached per user ("module" below names either), and the cache checks what it loads:
 
 - the key hashes the header and every file it includes with quotes, pysharp's
   headers, pysharp's version, the compiler (path, size, mtime), the flags, the
@@ -34,6 +37,7 @@ core's own. The module is cached per user, and the cache checks what it loads:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import errno
 import fcntl
@@ -351,7 +355,7 @@ def _locked(cache: Path, stem: str):
         os.close(fd)  # releases the lock
 
 
-def _import(module_name: str, so: Path) -> ModuleType:
+def _import(module_name: str, so: Path) -> ModelLibrary | ModuleType:
     """Module ``module_name`` from its file ``so`` in the cache, checked first: private,
     and of the SHA-256 that its record (``<module_name>.json`` beside it) holds.
 
@@ -362,10 +366,10 @@ def _import(module_name: str, so: Path) -> ModuleType:
     PermissionError
         When either belongs to another user or others can write to it.
     """
-    if module_name in sys.modules:
-        return sys.modules[module_name]
+    if module_name in _LOADED:
+        return _LOADED[module_name]
     record = _record(so.with_name(f"{module_name}.json"))
-    module = None if record is None else _verified(module_name, so, record.get("sha256"))
+    module = None if record is None else _verified(module_name, so, record)
     if module is None:
         raise ModelCompileError(
             f"{so} is missing, or is not the module its record describes (truncated, damaged "
@@ -373,24 +377,86 @@ def _import(module_name: str, so: Path) -> ModuleType:
     return module
 
 
-def _verified(module_name: str, so: Path, digest) -> ModuleType | None:
-    """The module in ``so`` when it is private and has SHA-256 ``digest`` (checked before
-    it is loaded: a damaged module would crash the interpreter, another one run code that
-    is not the model's), else None."""
+class ModelLibrary:
+    """One model in one precision, compiled: the table its library exports
+    (csrc/loaded_abi.hpp) as ``pysharp._core`` binds it (csrc/bind_loaded.cpp).
+
+    It answers what a model's own extension module answered when each loaded model
+    compiled one: the library holds the model's kernels, engine, Lanczos and SLQ as plain
+    functions, and the Python bindings are ``pysharp._core``'s, compiled once.
+
+    Attributes
+    ----------
+    __name__ : str
+        The cache's name for it, which identifies its sources (:func:`compile_model`).
+    __file__ : str
+        The library in the cache.
+    KIND : {"scale_invariant", "square_loss"}
+    MODEL_NAME, DTYPE : str
+        The struct's name and ``"float64"`` or ``"float32"``.
+    FIELDS : list of dict
+        The struct's fields in declaration order: ``{name, kind, dtype, extents}``.
+    """
+
+    def __init__(self, name: str, file: Path, table) -> None:
+        self.__name__, self.__file__, self._table = name, str(file), table
+        self.KIND, self.MODEL_NAME = table.KIND, table.MODEL_NAME
+        self.DTYPE, self.FIELDS = table.DTYPE, table.FIELDS
+
+    def Model(self, data: dict):  # noqa: N802 (the name the modules' class had)
+        """The model's struct bound to ``data`` ({field name: array or number})."""
+        return self._table.Model(data)
+
+    @staticmethod
+    def slq(core, W, n_probes: int, steps: int, seed: int) -> dict:
+        """Stochastic Lanczos quadrature of a float64 core (``pysharp._core.slq``)."""
+        return loader.core().slq(core, W, n_probes, steps, seed)
+
+    def __repr__(self) -> str:
+        return (f"<ModelLibrary {self.__name__} ({self.MODEL_NAME}, {self.DTYPE}) "
+                f"from {self.__file__}>")
+
+
+#: What this process has loaded from the cache, by name: a library is opened once.
+_LOADED: dict[str, ModelLibrary | ModuleType] = {}
+
+
+def _verified(module_name: str, so: Path, record: dict) -> ModelLibrary | ModuleType | None:
+    """The library (or, for a unit that makes one, the module) in ``so`` when it is private
+    and has the SHA-256 its ``record`` holds (checked before it is loaded: a damaged library
+    would crash the interpreter, another one run code that is not the model's), else None."""
     try:
         with open(so, "rb") as fh:
             _refuse_unless_private(so, os.fstat(fh.fileno()), "the cached module", _NOT_PRIVATE)
-            if module_name in sys.modules:  # loaded (and checked) by this process already
-                return sys.modules[module_name]
-            if _sha256(fh) != digest:
+            if module_name in _LOADED:  # loaded (and checked) by this process already
+                return _LOADED[module_name]
+            if _sha256(fh) != record.get("sha256"):
                 return None
     except FileNotFoundError:
         return None
-    spec = importlib.util.spec_from_file_location(module_name, so)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[module_name] = module
+    material = record.get("material", {})
+    if material.get("unit") == _MODEL_UNIT.material["unit"]:
+        module = _open_library(module_name, so, material["dtype"])
+    else:
+        spec = importlib.util.spec_from_file_location(module_name, so)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[module_name] = module
+    _LOADED[module_name] = module
     return module
+
+
+def _open_library(name: str, so: Path, dtype: str) -> ModelLibrary:
+    """Opens a model's library and binds its table (checked by ``pysharp._core`` to have the
+    layout of the core's own headers)."""
+    handle = ctypes.CDLL(str(so), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    table = handle.pysharp_loaded_table
+    table.restype = ctypes.c_void_p
+    bind = getattr(loader.core(), "LoadedLibrary" + {"float64": "_f64", "float32": "_f32"}[dtype])
+    try:
+        return ModelLibrary(name, so, bind(table() or 0))  # ctypes reads NULL as None
+    except ValueError as exc:
+        raise ModelCompileError(f"{so}: {exc}") from None
 
 
 def _sha256(fh) -> str:
@@ -439,7 +505,7 @@ def _cached(cache: Path, stem: str, material: dict) -> ModuleType | None:
                 or _hashes(record["dependencies"]) != record["dependencies"]):
             continue
         module_name = path.name[:-len(".json")]
-        return _verified(module_name, cache / (module_name + _EXT), record.get("sha256"))
+        return _verified(module_name, cache / (module_name + _suffix(record)), record)
     return None
 
 
@@ -464,7 +530,8 @@ def _say(message: str) -> None:
 class _Unit:
     """What a compiled module is made of besides the model: the line that instantiates
     it (``{module}``, ``{name}``, ``{real}`` filled in) after the header and ``include``,
-    extra include folders, and what of them enters the cache key."""
+    extra include folders, and what of them enters the cache key (``material["unit"]``
+    names the kind of unit: the model's library, or a Python module)."""
 
     prefix: str
     include: str
@@ -473,14 +540,21 @@ class _Unit:
     material: dict = dataclasses.field(default_factory=dict)
 
 
-#: A model's own module: the kernels, engine, Lanczos, SLQ (bind_declared.hpp).
-_MODEL_UNIT = _Unit("_pysharp_model_", "bind_declared.hpp",
-                    "PYSHARP_LOADED_MODULE({module}, {name}, {real})")
+#: A model's library: the kernels, engine, Lanczos, SLQ and SGD as a table of plain
+#: functions (loaded_abi.hpp) that pysharp._core binds. No Python binding code is compiled
+#: per model, which halves the compile.
+_MODEL_UNIT = _Unit("_pysharp_model_", "loaded_abi.hpp", "PYSHARP_LOADED_LIBRARY({name}, {real})",
+                    material={"unit": "library", "abi": 1})
+
+
+def _suffix(record: dict) -> str:
+    """The file name suffix of the unit a cache record describes."""
+    return ".so" if record.get("material", {}).get("unit") == "library" else _EXT
 
 
 def compile_model(header: Path, name: str, dtype: str,
-                  include_dirs: tuple[Path, ...] = ()) -> ModuleType:
-    """The extension module of model ``name`` of ``header`` for ``dtype``, from the cache
+                  include_dirs: tuple[Path, ...] = ()) -> ModelLibrary:
+    """The compiled library of model ``name`` of ``header`` for ``dtype``, from the cache
     or compiled now.
 
     Parameters
@@ -526,7 +600,7 @@ def compile_jax_ffi(header: Path, name: str, dtype: str,
 
 
 def _compile(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...],
-             unit: _Unit) -> ModuleType:
+             unit: _Unit) -> ModelLibrary | ModuleType:
     key, material = _key(header, name, dtype, include_dirs, unit)
     stem = f"{unit.prefix}{key}"
     cache = cache_dir()
@@ -541,11 +615,10 @@ def _compile(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...]
         module_name, so, dependencies = _build(header, name, dtype, include_dirs, unit, stem,
                                                cache)
         with open(so, "rb") as fh:
-            digest = _sha256(fh)
-        write_private(cache / f"{module_name}.json", json.dumps(
-            {"material": material, "sha256": digest, "dependencies": dependencies},
-            sort_keys=True, indent=1).encode())
-        return _verified(module_name, so, digest)
+            record = {"material": material, "sha256": _sha256(fh), "dependencies": dependencies}
+        write_private(cache / f"{module_name}.json",
+                      json.dumps(record, sort_keys=True, indent=1).encode())
+        return _verified(module_name, so, record)
 
 
 def _build(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...], unit: _Unit,
@@ -604,7 +677,7 @@ def _build(header: Path, name: str, dtype: str, include_dirs: tuple[Path, ...], 
 
         before = _hashes(run(stem, "-MM"))
         module_name = f"{stem}_{_digest(before)}"
-        so = cache / (module_name + _EXT)
+        so = cache / (module_name + _suffix({"material": unit.material}))
         _say(f"pysharp: compiling {header.name} ({name}, {dtype}) with "
              f"{Path(cxx).name}, once; cached in {cache}")
         t0 = time.perf_counter()

@@ -260,7 +260,7 @@ class LoadedModel(_Compiled, ScaleInvariantModel):
     """A scale-invariant model compiled at run time from a C++ header.
 
     Built by :func:`load_model`; the kernels, the trajectory engine, Lanczos
-    and SLQ run in the model's own extension module, compiled with the core's
+    and SLQ run in the model's own compiled library, compiled with the core's
     flags, exactly as for a built-in model (``backend="auto"`` or ``"cpp"``).
     ``backend="cupy"`` runs the kernels, the engine and Lanczos on a GPU: the header
     compiled by NVRTC at first use, the struct the module holds copied to the device.
@@ -281,7 +281,7 @@ class LoadedModel(_Compiled, ScaleInvariantModel):
     _kind = "scale_invariant"
     _spec_name = "loaded"
     _backends = ("cpp", "cupy")
-    _backends_why = ("a loaded model runs in its own compiled module, or on a GPU through "
+    _backends_why = ("a loaded model runs in its own compiled library, or on a GPU through "
                      "CuPy (its header compiled by NVRTC)")
     _undefined_reason = "the model's loss_grad reports the loss undefined there"
 
@@ -300,9 +300,9 @@ class LoadedModel(_Compiled, ScaleInvariantModel):
         return np.asarray(self._compiled_core(self.dtype).group_bounds, dtype=np.int64)
 
     def _make_core(self, suffix, module):
-        """The model's own compiled module's object (``module``, the shared core, has no
-        class for it), or on the CuPy backend (a ``module`` with ``loaded``) its device
-        core, built from that object's struct."""
+        """The model's struct bound through its own library's table (``module``, the shared
+        core, has no class of its own for it), or on the CuPy backend (a ``module`` with
+        ``loaded``) its device core, built from that struct."""
         real = np.float64 if suffix == "_f64" else np.float32
         if hasattr(module, "loaded"):
             return module.loaded(self, real)
@@ -316,7 +316,7 @@ class LoadedSquareLossModel(_Compiled, SquareLossModel):
     Built by :func:`load_model` when the header's struct has the square-loss members
     (``n_samples``, ``input_dim``, ``sample``, ``jacobian``; data fields ``X`` (n, d)
     and ``y`` (n,); see ``pysharp/models/square_loss.hpp``). Everything a
-    :class:`SquareLossModel` does runs in the model's own module: the kernels,
+    :class:`SquareLossModel` does runs in the model's own library: the kernels,
     per-sample Jacobians, ``run_sgd``, the stability analysis, spectra, sweeps with
     ``method="sgd"``.
 

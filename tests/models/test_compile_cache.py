@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -109,7 +108,8 @@ def copy_of(pristine: Pristine, tmp_path: Path) -> Path:
 
 
 def module_in(cache: Path) -> Path:
-    (so,) = (cache / "models").glob("_pysharp_model_*" + sysconfig.get_config_var("EXT_SUFFIX"))
+    """The model's compiled library in the cache."""
+    (so,) = (cache / "models").glob("_pysharp_model_*.so")
     return so
 
 
@@ -163,13 +163,12 @@ def test_a_cache_written_under_umask_000_is_private(pristine):
 
 
 EVIL = """\
-#include <Python.h>
 #include <cstdio>
-static PyModuleDef def = {PyModuleDef_HEAD_INIT, "%(name)s", nullptr, -1, nullptr};
-PyMODINIT_FUNC PyInit_%(name)s() {
+// runs when the library is opened, before any of its functions is called
+__attribute__((constructor)) static void evil() {
   if (std::FILE* f = std::fopen("%(marker)s", "w")) std::fclose(f);
-  return PyModule_Create(&def);
 }
+extern "C" const void* pysharp_loaded_table() { return nullptr; }
 """
 
 TAMPER = """\
@@ -186,7 +185,7 @@ def no_build(*args, **kwargs):
 
 so, evil = Path(sys.argv[1]), Path(sys.argv[2]).read_bytes()
 good = so.read_bytes()
-cases = {"another valid module": evil, "truncated": good[:len(good) // 2]}
+cases = {"another valid library": evil, "truncated": good[:len(good) // 2]}
 for i in range(16):
     at = (2 * i + 1) * len(good) // 32
     cases[f"byte {at} flipped"] = good[:at] + bytes([good[at] ^ 0xFF]) + good[at + 1:]
@@ -208,17 +207,16 @@ print(repr(float(model.loss(np.array(%(w)r)))))
 
 
 def test_a_tampered_module_is_rebuilt_never_loaded(pristine, tmp_path):
-    """Replaced by another valid module with the right PyInit_ name, truncated, or one
-    byte flipped: the cache sees the module's SHA-256 differ from the one it recorded,
-    so it compiles again rather than running (or crashing on) what it found."""
+    """Replaced by another valid library with the right export (whose constructor would run
+    when it is opened), truncated, or one byte flipped: the cache sees the library's
+    SHA-256 differ from the one it recorded, so it compiles again rather than running (or
+    crashing on) what it found."""
     cache = copy_of(pristine, tmp_path)
     so = module_in(cache)
     marker = tmp_path / "evil-ran"
-    name = so.name[:-len(sysconfig.get_config_var("EXT_SUFFIX"))]
-    (tmp_path / "evil.cpp").write_text(EVIL % {"name": name, "marker": marker})
+    (tmp_path / "evil.cpp").write_text(EVIL % {"marker": marker})
     evil = tmp_path / "evil.so"
-    subprocess.run([_compiler.compiler(), "-shared", "-fPIC",
-                    f"-I{sysconfig.get_paths()['include']}", str(tmp_path / "evil.cpp"),
+    subprocess.run([_compiler.compiler(), "-shared", "-fPIC", str(tmp_path / "evil.cpp"),
                     "-o", str(evil)], check=True)
     script = TAMPER % {"header": str(pristine.header), "inc": str(pristine.inc), "c": C,
                        "w": W.tolist()}
@@ -241,8 +239,7 @@ def test_a_cache_another_user_could_have_written_is_refused(pristine, tmp_path, 
     cache = copy_of(pristine, tmp_path)
     monkeypatch.setenv("PYSHARP_CACHE_DIR", str(cache))
     so = module_in(cache)
-    path = {"module": so, "record": so.with_name(so.name.replace(
-        sysconfig.get_config_var("EXT_SUFFIX"), ".json")), "folder": so.parent}[what]
+    path = {"module": so, "record": so.with_suffix(".json"), "folder": so.parent}[what]
     assert path.exists()
     if how == "others can write it":
         path.chmod(path.stat().st_mode | 0o002)

@@ -132,7 +132,7 @@ def test_every_tool_runs_on_a_loaded_model(phase):
     np.testing.assert_allclose(top.eigenvalues, np.linalg.eigvalsh(H)[::-1][:2], rtol=1e-10)
     dens = ps.spectral_density(model, w0[0], steps=model.dim)
     np.testing.assert_allclose(np.sort(dens.nodes[0]), np.linalg.eigvalsh(H), atol=1e-10)
-    with pytest.raises(ps.BackendUnavailable, match="compiled module"):
+    with pytest.raises(ps.BackendUnavailable, match="compiled library"):
         model.loss(w0[0], backend="numpy")
 
 

@@ -1,0 +1,224 @@
+// pysharp._core's side of a run-time compiled model (loaded_abi.hpp): the table its
+// library exports, bound once per precision. A LoadedCore holds the model's struct, filled
+// from its field records as a built-in's is (bind_declared.hpp), and runs through
+// bind_model.hpp's kernels and engine, bind_square_loss.hpp's SGD tools and SLQ with an
+// executor that calls the library's functions.
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "bind_declared.hpp"
+#include "cpu/bind_square_loss.hpp"
+#include "holders.hpp"
+#include "loaded_abi.hpp"
+
+namespace pysharp::loaded {
+
+namespace py = pybind11;
+using module::carray;
+using module::require;
+
+// What bind_model.hpp's bindings ask of a holder's `model`, read from the table.
+template <class Real>
+struct TableModel {
+  const Table<Real>* table = nullptr;
+  const void* address = nullptr;
+  int dim_ = 0, work_size_ = 0;
+  std::vector<int> bounds;  // group_begin(k), k = 0..G
+  int dim() const { return dim_; }
+  int work_size() const { return work_size_; }
+  int n_groups() const { return static_cast<int>(bounds.size()) - 1; }
+  int group_begin(int k) const { return bounds[k]; }
+  int n_samples() const { return table->n_samples(address); }
+  int input_dim() const { return table->input_dim(address); }
+};
+
+template <class Real>
+int sgd_min_batch(const TableModel<Real>& m) {
+  return m.table->sgd_min_batch(m.address);
+}
+
+// A library's table, checked to be one this core can run.
+template <class Real>
+const Table<Real>* open_table(std::uintptr_t address) {
+  require(address != 0, "the library returned no table");
+  const auto* t = reinterpret_cast<const Table<Real>*>(address);
+  require(t->abi_version == kAbiVersion && t->sizes == sizes_of<Real>(),
+          std::string("the model's library was compiled against other pysharp headers than "
+                      "this pysharp._core (its table's version or layout differs): rebuild "
+                      "pysharp, or delete the library from the model cache to compile it "
+                      "again"));
+  return t;
+}
+
+// The model's struct, built by the library and filled from a dict of its fields.
+template <class Real>
+struct LoadedCore {
+  struct Free {
+    std::size_t align;
+    void operator()(void* p) const { ::operator delete(p, std::align_val_t(align)); }
+  };
+  std::vector<py::object> keep;
+  std::unique_ptr<void, Free> storage;
+  TableModel<Real> model;
+
+  LoadedCore(const Table<Real>* t, const py::dict& data)
+      : storage(::operator new(t->model_size, std::align_val_t(t->model_align)),
+                Free{t->model_align}) {
+    t->construct(storage.get());
+    const std::vector<FieldRecord> fields(t->fields, t->fields + t->n_fields);
+    declared::bind_fields(fields, static_cast<char*>(storage.get()), data, keep);
+    const void* p = storage.get();
+    model.table = t;
+    model.address = p;
+    model.dim_ = t->dim(p);
+    model.work_size_ = t->work_size(p);
+    require(model.dim_ >= 1, "the model's dim() must be >= 1 for this data");
+    require(model.work_size_ >= 0, "the model's work_size() must be >= 0");
+    model.bounds = declared::checked_group_bounds(model.dim_, t->n_groups(p),
+                                                  t->declares_group_begin,
+                                                  [&](int k) { return t->group_begin(p, k); });
+  }
+  LoadedCore(const LoadedCore&) = delete;
+};
+
+// The struct's address for pysharp.jax's FFI handlers (bind_model.hpp's model_address).
+template <class Real>
+std::uintptr_t model_address(const LoadedCore<Real>& c) {
+  return reinterpret_cast<std::uintptr_t>(c.model.address);
+}
+
+// bind_model.hpp's executor for a LoadedCore: the library's functions. A function the
+// table leaves null (the engine of a square-loss model, the SGD tools of a scale-invariant
+// one, SLQ in float32) is refused with a message instead of called.
+struct TableExec {
+  template <class Real>
+  static const void* at(const LoadedCore<Real>& c) {
+    return c.model.address;
+  }
+  template <class F>
+  static F need(F f, const char* what) {
+    require(f != nullptr, std::string("this model has no ") + what +
+                              ": Lanczos and the trajectory engine are for scale-invariant "
+                              "models, the Jacobians and SGD for square-loss ones, SLQ for "
+                              "float64");
+    return f;
+  }
+  template <class Real>
+  static void loss_grad(const LoadedCore<Real>& c, const Real* W, std::int64_t B, Real* loss,
+                        Real* G, std::uint8_t* ok) {
+    c.model.table->loss_grad(at(c), W, B, loss, G, ok);
+  }
+  template <int N, class Real>
+  static void directional(const LoadedCore<Real>& c, const Real* W, const Real* V,
+                          std::int64_t B, Real* out, std::uint8_t* ok) {
+    static_assert(N == 1 || N == 2);
+    (N == 1 ? c.model.table->hvp : c.model.table->third)(at(c), W, V, B, out, ok);
+  }
+  template <class Real>
+  static void hessian(const LoadedCore<Real>& c, const Real* W, std::int64_t B, Real* H,
+                      std::uint8_t* ok) {
+    c.model.table->hessian(at(c), W, B, H, ok);
+  }
+  template <class Real>
+  static void lanczos(const LoadedCore<Real>& c, const LanczosOptions& o, const Real* W,
+                      const Real* start, const std::uint64_t* streams, std::int64_t B,
+                      Real* evals, Real* evecs, Real* resid, int* iterations,
+                      std::uint8_t* converged, std::uint8_t* ok) {
+    need(c.model.table->lanczos, "lanczos")(at(c), o, W, start, streams, B, evals, evecs, resid,
+                                            iterations, converged, ok);
+  }
+  template <class Real>
+  static void run(const LoadedCore<Real>& c, const EngineConfig& cfg, bool, const Real* W0,
+                  const Hyperparameters<Real>& h, std::int64_t B, long long offset,
+                  module::RunOutputs<Real>& out) {
+    need(c.model.table->run, "run")(at(c), cfg, W0, h, B, offset, out.host_records());
+  }
+  static void slq(const LoadedCore<double>& c, const double* W, std::int64_t B, int P,
+                  int steps, std::uint64_t seed, double* alpha, double* beta, double* nodes,
+                  double* weights, int* count, std::uint8_t* ok) {
+    need(c.model.table->slq, "slq")(at(c), W, B, P, steps, seed, alpha, beta, nodes, weights,
+                                    count, ok);
+  }
+  template <class Real>
+  static void jacobians(const LoadedCore<Real>& c, const Real* W, std::int64_t P, Real* F,
+                        Real* A, Real* GX) {
+    need(c.model.table->jacobians, "jacobians")(at(c), W, P, F, A, GX);
+  }
+  template <class Real>
+  static void sgd(const LoadedCore<Real>& c, const SGDConfig& cfg, Real* W, const Real* lr,
+                  const int* batch, const Real* wd, std::int64_t T, std::int64_t offset,
+                  Real* loss, std::uint8_t* diverged, long long* diverged_step) {
+    need(c.model.table->sgd, "sgd")(at(c), cfg, W, lr, batch, wd, T, offset, loss, diverged,
+                                    diverged_step);
+  }
+};
+
+// A library as pysharp/models/_compiler.py hands it to pysharp/models/_loaded.py: what
+// a model's own Python module offered when each model compiled one.
+template <class Real>
+struct Library {
+  const Table<Real>* table;
+};
+
+template <class Real>
+void bind_precision(py::module_& m, const std::string& suffix) {
+  using Core = LoadedCore<Real>;
+  // what a table's `sizes` must hold, in Sizes' order (tests write tables by hand)
+  const Sizes z = sizes_of<Real>();
+  m.attr(("LOADED_ABI_SIZES" + suffix).c_str()) =
+      py::make_tuple(z.real, z.engine_config, z.lanczos_options, z.hyperparameters,
+                     z.batch_records, z.sgd_config, z.field_record);
+  py::class_<Core> core(m, ("LoadedCore" + suffix).c_str(),
+                        "A run-time compiled model's struct, filled from its fields");
+  core.def_property_readonly("n_groups", [](const Core& c) { return c.model.n_groups(); });
+  core.def_property_readonly("group_bounds",
+                             [](const Core& c) { return py::cast(c.model.bounds); });
+  core.def_property_readonly("_layout", [](const Core& c) {
+    const Table<Real>& t = *c.model.table;
+    return declared::layout(std::vector<FieldRecord>(t.fields, t.fields + t.n_fields),
+                            c.model.address, t.model_size, t.model_align, c.model.work_size_);
+  });
+  module::bind_kernels<TableExec, Core, Real>(core);
+
+  py::class_<Library<Real>> lib(m, ("LoadedLibrary" + suffix).c_str(),
+                                "The table of a run-time compiled model (loaded_abi.hpp)");
+  lib.def(py::init([](std::uintptr_t address) {
+            return Library<Real>{open_table<Real>(address)};
+          }),
+          py::arg("address"), "From the address pysharp_loaded_table() returned");
+  lib.def_property_readonly("KIND", [](const Library<Real>& l) {
+    return l.table->square_loss ? "square_loss" : "scale_invariant";
+  });
+  lib.def_property_readonly("MODEL_NAME",
+                            [](const Library<Real>& l) { return l.table->model_name; });
+  lib.def_property_readonly("DTYPE", [](const Library<Real>&) {
+    return sizeof(Real) == 8 ? "float64" : "float32";
+  });
+  lib.def_property_readonly("FIELDS", [](const Library<Real>& l) {
+    return declared::describe({l.table->fields, l.table->fields + l.table->n_fields});
+  });
+  lib.def(
+      "Model",
+      [](const Library<Real>& l, const py::dict& data) {
+        return std::make_unique<Core>(l.table, data);
+      },
+      py::arg("data"), py::keep_alive<0, 1>(), "The model's struct bound to `data` {field: value}");
+  module::bind_engine<TableExec, Core, Real>(core);
+  module::add_square_loss<TableExec, Core, Real>(core);
+  if constexpr (std::is_same_v<Real, double>) module::def_slq<TableExec, Core>(m);
+}
+
+}  // namespace pysharp::loaded
+
+namespace pysharp::module {
+
+void bind_loaded(py::module_& m) {
+  m.attr("LOADED_ABI_VERSION") = loaded::kAbiVersion;
+  loaded::bind_precision<double>(m, "_f64");
+  loaded::bind_precision<float>(m, "_f32");
+}
+
+}  // namespace pysharp::module
