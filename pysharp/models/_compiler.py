@@ -522,8 +522,11 @@ def _hashes(paths) -> dict[str, str]:
 
 
 def _say(message: str) -> None:
-    if sys.stderr is not None and sys.stderr.isatty():
-        print(message, file=sys.stderr, flush=True)
+    """A compile's progress, where a person watches: a terminal, or a Jupyter cell (whose
+    stderr is the kernel's stream, not a tty); logs and captured output stay quiet."""
+    err = sys.stderr
+    if err is not None and (err.isatty() or type(err).__module__.startswith("ipykernel.")):
+        print(message, file=err, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)

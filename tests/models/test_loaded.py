@@ -7,6 +7,7 @@ give the built-ins' bits.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -280,6 +281,24 @@ def test_no_compiler_says_what_to_install(tmp_path, monkeypatch):
     path = write(tmp_path, "cos.hpp", TRIVIAL.format(extra=""))
     with pytest.raises(ModelCompileError, match="apt-get install g\\+\\+.*built-in models work"):
         ps.load_model(path, c=1.0)
+
+
+def _stream(module: str, tty: bool):
+    """A stand-in for sys.stderr: a StringIO whose class says it comes from ``module``."""
+    cls = type("Stream", (io.StringIO,), {"__module__": module, "isatty": lambda self: tty})
+    return cls()
+
+
+@pytest.mark.parametrize(("where", "module", "tty", "shown"), [
+    ("a terminal", "io", True, True),
+    ("a Jupyter cell", "ipykernel.iostream", False, True),
+    ("a log file or captured output", "io", False, False),
+])
+def test_compile_progress_shows_where_a_person_watches(monkeypatch, where, module, tty, shown):
+    err = _stream(module, tty)
+    monkeypatch.setattr(sys, "stderr", err)
+    _compiler._say("pysharp: compiling m.hpp")
+    assert (err.getvalue() == "pysharp: compiling m.hpp\n") is shown, where
 
 
 # -- the cache ----------------------------------------------------------------------------------
