@@ -10,7 +10,8 @@ Rows, each pysharp beside the peer a user would write instead, in one run:
 - ``tracking``: the same run with the spherical sharpness every 100 steps (warm-started
   Lanczos), against no tracking (target: <= 1.5x).
 - ``eigensolve``: one top-2 eigensolve of the small CNN's Hessian to a relative residual of
-  1e-6, pysharp's Lanczos against the issue's peers at the same tolerance: SciPy's
+  1e-6, pysharp's Lanczos (the block run, and the single-vector run that does not look for
+  multiplicity) against the issue's peers at the same tolerance: SciPy's
   ``eigsh`` over torch autograd HVPs (the reference PyTorch code's way, Cohen et al.'s
   ``gd.py``: double backward through the whole loss per product) and PyHessian's power
   iteration with deflation (top-2 by magnitude: that is what it computes), each where it
@@ -209,6 +210,7 @@ def main(argv=None) -> int:
     import scipy.sparse.linalg as sla
 
     from pysharp._backends._jax import x64
+    from pysharp._engine import LanczosOptions
 
     steps = 100 if args.quick else 400
     load_start = os.getloadavg()
@@ -276,6 +278,13 @@ def main(argv=None) -> int:
     res = ps.spherical_sharpness(model, w, k=2, tol=tol, method="lanczos")
     answer("pysharp (block Lanczos, one XLA program)", ours, res.eigenvalues,
            res.iterations, dense[:2], load)
+    # the single-vector run (no multiplicity): the top-2 Ritz pairs of one Krylov sequence
+    single = LanczosOptions.for_dim(model.dim, 2, tol=tol).to_core()
+    lz = model._core(np.dtype(np.float64), "jax").lanczos
+    one_s, one_load = timed(lambda: lz(w[None], single, multiplicity=False), repeats=3)
+    one = lz(w[None], single, multiplicity=False)
+    answer("pysharp single-vector (multiplicity=False)", one_s, one[0][0], one[3][0],
+           dense[:2], one_load)
     with x64():
         arrays = {k: jnp.asarray(v) for k, v in data.items()}
         g = jax.grad(lambda v: loss(model.unravel(v), **arrays))
