@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from .._engine import records
+from .._engine import LANCZOS_MAX_ITER, records
 from .._engine.methods import HYPERPARAMETERS, METHODS
 from .._engine.records import n_records, run_result_names
 from . import _cuda_sources as cs
@@ -61,7 +61,6 @@ from ._errors import BackendUnavailable
 THREADS = 128  # kThreads of executor.cuh
 TILE_WARPS = 8  # kTileWarps of tile_kernels.cuh
 TILE_THREADS = 32 * TILE_WARPS  # kTileThreads
-LANCZOS_MAX_ITER = 1024  # kLanczosMaxIter of engine/lanczos.hpp
 BN_MC_MAX_THREAD_DOUBLES = 511  # kBnMcMaxThreadDoubles of tile/bn_mc.hpp
 
 #: The engine kernels launched here (keys of ``_cuda_sources.kernel_names``): not the
