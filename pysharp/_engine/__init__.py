@@ -53,8 +53,9 @@ class LanczosOptions:
     max_iter : int
         Krylov dimension cap of one run, k <= max_iter <= min(dim, LANCZOS_MAX_ITER).
     min_iter : int
-        Iterations before the residual test is trusted; from then on it runs every other
-        iteration (and at max_iter), so a run may take one step more than it needs.
+        Iterations before the residual test is trusted; from then on the compiled core,
+        CUDA and Numba test every other iteration (and at max_iter), so a run may take one
+        step more than it needs; the XLA backend tests every iteration.
     tol : float
         Relative residual tolerance.
     seed : int
