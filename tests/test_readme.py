@@ -29,7 +29,7 @@ PROVIDER = {"sklearn": "scikit-learn", "distributed": "dask"}
 
 
 def test_the_test_extra_installs_what_the_tests_would_skip_without():
-    """``pip install ".[test]" && pytest`` (the README's command) runs every test but those
+    """``pip install ".[test]" && pytest -n auto`` (the README's command) runs every test but those
     of LEFT_OUT: a package a test file skips without is in the test extra."""
     root = README.parent
     if not (root / "pyproject.toml").is_file():
