@@ -109,3 +109,27 @@ def test_single_vector_misses_a_repeated_top_eigenvalue_which_the_block_sees():
     assert one[4] and one[3] == 11
     assert abs(one[0][0] - dense[0]) < 1e-10 * dense[0]
     assert abs(one[0][1] - dense[2]) < 1e-10 * dense[0]
+
+
+@pytest.mark.slow   # two Lanczos programs to compile, as above
+def test_spherical_sharpness_passes_multiplicity_to_the_xla_backend(net):
+    import pysharp as ps
+
+    model, w, dense, _ = net
+    one = ps.spherical_sharpness(model, w, k=2, tol=1e-12, backend="jax", multiplicity=False)
+    block = ps.spherical_sharpness(model, w, k=2, tol=1e-12, backend="jax")
+    assert int(one.iterations) == _solve(model, w, 2, multiplicity=False)[3]
+    assert int(one.iterations) < int(block.iterations)
+    np.testing.assert_allclose(one.eigenvalues, dense[:2], rtol=1e-10)
+
+
+def test_the_compiled_core_ignores_multiplicity_false():
+    """Its k > 1 solve always locks (multiplicity is kept): the same run, the same bits."""
+    import pysharp as ps
+
+    model = ps.BNLinearRegression.synthetic(d=12, n=8, seed=0)
+    w = model.random_point(batch=2, seed=1)
+    a = ps.spherical_sharpness(model, w, k=3, method="lanczos", backend="cpp")
+    b = ps.spherical_sharpness(model, w, k=3, method="lanczos", backend="cpp", multiplicity=False)
+    assert np.array_equal(a.eigenvalues, b.eigenvalues)
+    assert np.array_equal(a.iterations, b.iterations)
