@@ -58,7 +58,11 @@ template <class Real>
 struct LoadedCore {
   struct Free {
     std::size_t align;
-    void operator()(void* p) const { ::operator delete(p, std::align_val_t(align)); }
+    void (*destroy)(void*);  // set once the library has built the struct
+    void operator()(void* p) const {
+      if (destroy) destroy(p);
+      ::operator delete(p, std::align_val_t(align));
+    }
   };
   std::vector<py::object> keep;
   std::unique_ptr<void, Free> storage;
@@ -66,8 +70,9 @@ struct LoadedCore {
 
   LoadedCore(const Table<Real>* t, const py::dict& data)
       : storage(::operator new(t->model_size, std::align_val_t(t->model_align)),
-                Free{t->model_align}) {
+                Free{t->model_align, nullptr}) {
     t->construct(storage.get());
+    storage.get_deleter().destroy = t->destroy;
     const std::vector<FieldRecord> fields(t->fields, t->fields + t->n_fields);
     declared::bind_fields(fields, static_cast<char*>(storage.get()), data, keep);
     const void* p = storage.get();

@@ -35,7 +35,7 @@ namespace pysharp::loaded {
 using declared::FieldRecord;
 
 // The version of Table's layout: a change to Table increments it.
-inline constexpr int kAbiVersion = 1;
+inline constexpr int kAbiVersion = 2;
 
 // sizeof each struct that crosses between _core and a library.
 struct Sizes {
@@ -74,6 +74,7 @@ struct Table {
   int n_fields;
   bool declares_group_begin;
   void (*construct)(void* storage);  // Model{} in model_size bytes aligned to model_align
+  void (*destroy)(void* model);      // ~Model(), before _core frees the storage
   int (*dim)(const void* model);
   int (*work_size)(const void* model);
   int (*n_groups)(const void* model);
@@ -113,6 +114,7 @@ template <class Model, class Real>
 struct Entries {
   static const Model& m(const void* p) { return *static_cast<const Model*>(p); }
   static void construct(void* storage) { new (storage) Model{}; }
+  static void destroy(void* p) { static_cast<Model*>(p)->~Model(); }
   static int dim(const void* p) { return m(p).dim(); }
   static int work_size(const void* p) { return m(p).work_size(); }
   static int n_groups(const void* p) { return pysharp::n_groups(m(p)); }
@@ -178,6 +180,7 @@ const Table<Real>* table() {
     t.n_fields = static_cast<int>(fields.size());
     t.declares_group_begin = has_group_begin<Model>::value;
     t.construct = E::construct;
+    t.destroy = E::destroy;
     t.dim = E::dim;
     t.work_size = E::work_size;
     t.n_groups = E::n_groups;

@@ -1566,7 +1566,7 @@ def slq(
 
 LOADED_ABI_SIZES_f32: tuple = (4, 144, 56, 32, 128, 40, 160)
 LOADED_ABI_SIZES_f64: tuple = (8, 144, 56, 32, 128, 40, 160)
-LOADED_ABI_VERSION: int = 1
+LOADED_ABI_VERSION: int = 2
 METHODS: dict = {
     "gd_wd": 0,
     "pgd": 1,

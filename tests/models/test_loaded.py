@@ -283,6 +283,55 @@ def test_no_compiler_says_what_to_install(tmp_path, monkeypatch):
         ps.load_model(path, c=1.0)
 
 
+LOGGED = """\
+    #include <cstdio>
+    #include <cstdlib>
+    #include <pysharp/model.hpp>
+    struct Logged {   // appends a line to $PYSHARP_TEST_DESTROYED when destroyed
+      ~Logged() {
+        if (const char* path = std::getenv("PYSHARP_TEST_DESTROYED"))
+          if (std::FILE* f = std::fopen(path, "a")) {
+            std::fputs("destroyed\\n", f);
+            std::fclose(f);
+          }
+      }
+    };
+    template <class Real>
+    struct LoggedCosine {   // L = c (1 - w_0 / ||w||), with a member that has a destructor
+      Real c;
+      Logged logged;
+      PYSHARP_HD int dim() const { return 3; }
+      PYSHARP_HD int work_size() const { return 0; }
+      template <class S>
+      PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, S* g, S*) const {
+        const S r2 = w[0] * w[0] + w[1] * w[1] + w[2] * w[2];
+        const S inv = Real(1) / sqrt_(r2);
+        *loss = c * (Real(1) - w[0] * inv);
+        for (int j = 0; j < 3; ++j) g[j] = c * w[0] * w[j] * inv * inv * inv;
+        g[0] = g[0] - c * inv;
+        return value_of(r2) > Real(0);
+      }
+    };
+    PYSHARP_MODEL(LoggedCosine, PYSHARP_SCALAR(c))
+"""
+
+
+def test_a_loaded_struct_is_destroyed_when_its_model_is_freed(tmp_path, monkeypatch):
+    """The library builds the struct and _core frees it: the struct's destructor must run
+    then (a member that owns memory or a file would leak otherwise), and not before."""
+    import gc
+
+    log = tmp_path / "destroyed.log"
+    monkeypatch.setenv("PYSHARP_TEST_DESTROYED", str(log))
+    model = ps.load_model(write(tmp_path, "logged.hpp", LOGGED), c=2.0)
+    w = np.array([0.3, -1.0, 2.0])
+    np.testing.assert_allclose(model.loss(w), 2.0 * (1 - w[0] / np.linalg.norm(w)), rtol=1e-15)
+    before = log.read_text().count("destroyed") if log.exists() else 0  # copies' lines
+    del model
+    gc.collect()
+    assert log.read_text().count("destroyed") > before
+
+
 def _stream(module: str, tty: bool):
     """A stand-in for sys.stderr: a StringIO whose class says it comes from ``module``."""
     cls = type("Stream", (io.StringIO,), {"__module__": module, "isatty": lambda self: tty})
