@@ -80,6 +80,23 @@ PYSHARP_HD inline long long n_records(long long steps, long long every) {
   return every > 0 ? steps / every + 1 : 0;
 }
 
+// What a record holds at the rows a diverged trajectory never reached: NaN, or 0 for a flag.
+template <class T, class Real>
+PYSHARP_HD T unreached(Real nan) {
+  if constexpr (std::is_same<T, Real>::value)
+    return nan;
+  else
+    return T(0);
+}
+
+// Rows [first, last) of one trajectory's record series (element r at x[(r * stride) * n]).
+template <class T>
+PYSHARP_HD void fill_rows(T* x, long long first, long long last, long long stride,
+                          long long n, T value) {
+  for (long long r = first; r < last; ++r)
+    for (long long k = 0; k < n; ++k) x[r * stride * n + k] = value;
+}
+
 template <class Real>
 PYSHARP_HD bool all_finite(const Real* x, int n) {
   for (int i = 0; i < n; ++i)
@@ -507,30 +524,26 @@ class TrajectoryRunner {
   }
 
   // A diverged trajectory is frozen: its last finite iterate is kept and the
-  // records it never reached are NaN.
+  // records it never reached are NaN (flags 0).
   PYSHARP_HD void finish() {
     const int D = m_.dim();
     const Real nan = Real(0) / Real(0);
     const long long nrec = n_records(c_.steps, c_.record_every);
     const long long nsh = n_records(c_.steps, c_.sharpness_every);
     const long long nth = n_records(c_.steps, c_.theta_every);
+    const long long rows[] = {0, nrec, nsh, nth};  // by RecordEvery
     for (int l = 0; l < lanes_; ++l) {
       const TrajectoryRecords<Real>& o = out_[l];
       const long long S = o.stride;
-      for (long long r = rec_[l]; r < nrec; ++r) {
-        o.loss[r * S] = o.norm2[r * S] = o.eff_lr[r * S] = o.grad_norm[r * S] = nan;
-        if (o.top_grad) o.top_grad[r * S] = nan;
-        if (o.group_norm2)
-          for (int k = 0; k < o.groups; ++k) o.group_norm2[r * S * o.groups + k] = nan;
-      }
-      for (long long r = sh_[l]; r < nsh; ++r) {
-        o.sharpness[r * S] = o.eos_ratio[r * S] = nan;
-        o.sharpness_converged[r * S] = 0;
-        if (o.top_eigs)
-          for (int j = 0; j < o.top_k; ++j) o.top_eigs[r * S * o.top_k + j] = nan;
-      }
-      for (long long r = th_[l]; r < nth; ++r)
-        for (int i = 0; i < D; ++i) o.theta[r * S * D + i] = nan;
+      const long long reached[] = {0, rec_[l], sh_[l], th_[l]};  // by RecordEvery
+      const long long size[] = {1, D, o.groups, o.top_k};         // by RecordItem
+#define PYSHARP_RECORD_UNREACHED(name, field, T, every, item, when)                \
+  if (RecordEvery::every != RecordEvery::none && o.field)                          \
+    fill_rows(o.field, reached[static_cast<int>(RecordEvery::every)],              \
+              rows[static_cast<int>(RecordEvery::every)], S,                       \
+              size[static_cast<int>(RecordItem::item)], unreached<T>(nan));
+      PYSHARP_RECORDS(PYSHARP_RECORD_UNREACHED)
+#undef PYSHARP_RECORD_UNREACHED
       const Real* w = point(l);
       for (int i = 0; i < D; ++i) o.w_final[i] = w[i];
     }
