@@ -96,7 +96,7 @@ struct RunOutputs {
              py::ssize_t nth, bool sharp, int k)
       : groups(G), top_k(k >= 2 ? k : 0) {
     const py::ssize_t rows[] = {0, nrec, nsh, nth};              // by RecordEvery
-    const py::ssize_t size[] = {0, D, G, top_k ? top_k : 1};     // by RecordItem
+    const py::ssize_t size[] = {1, D, G, top_k ? top_k : 1};     // by RecordItem
     const bool on[] = {true, sharp, G > 1, top_k > 0};           // by RecordWhen
     auto shape = [&](const RecordSpec& r) {
       std::vector<py::ssize_t> s;
@@ -150,18 +150,24 @@ struct RunOutputs {
   }
 };
 
+// A record's element type in the record table's spelling.
+template <class T, class Real>
+constexpr const char* record_dtype() {
+  static_assert(std::is_same_v<T, Real> || std::is_same_v<T, std::uint8_t> ||
+                    std::is_same_v<T, long long>,
+                "a record holds Real, std::uint8_t or long long");
+  return std::is_same_v<T, Real> ? "real" : std::is_same_v<T, std::uint8_t> ? "u8" : "i64";
+}
+
 // The record table this module was compiled with: (name, field, dtype, every, item, when)
 // per record, in pysharp._engine.records.RECORDS' spelling.
 template <class Real>
 py::tuple record_table() {
   py::list rows;
-#define PYSHARP_RECORD_TUPLE(name, field, T, every, item, when)                              \
-  rows.append(py::make_tuple(#name, #field,                                                 \
-                             std::is_same_v<T, Real>           ? "real"                     \
-                             : std::is_same_v<T, std::uint8_t> ? "u8"                       \
-                                                               : "i64",                     \
-                             kRecordEveryNames[static_cast<int>(RecordEvery::every)],       \
-                             kRecordItemNames[static_cast<int>(RecordItem::item)],          \
+#define PYSHARP_RECORD_TUPLE(name, field, T, every, item, when)                        \
+  rows.append(py::make_tuple(#name, #field, record_dtype<T, Real>(),                  \
+                             kRecordEveryNames[static_cast<int>(RecordEvery::every)], \
+                             kRecordItemNames[static_cast<int>(RecordItem::item)],    \
                              kRecordWhenNames[static_cast<int>(RecordWhen::when)]));
   PYSHARP_RECORDS(PYSHARP_RECORD_TUPLE)
 #undef PYSHARP_RECORD_TUPLE
