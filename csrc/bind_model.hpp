@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "module_options.hpp"
 #include "cpu/threads.hpp"
@@ -77,17 +78,12 @@ Hyperparameters<Real> hyperparameters_from(const py::dict& d, Method method, std
   return h;
 }
 
-// The host arrays a `run` returns, and the BatchRecords that write them.
+// The host arrays a `run` returns, one per record of engine/records.hpp in its order, and
+// the BatchRecords that write them.
 template <class Real>
 struct RunOutputs {
-  static constexpr int kArrays = 14;
-  carray<Real> loss, norm2, eff_lr, grad_norm, top_grad, sharpness, eos_ratio;
-  flags sharpness_converged;
-  carray<Real> theta, w;
-  flags diverged;
-  py::array_t<long long> diverged_step;
-  carray<Real> group_norm2;
-  carray<Real> top_eigenvalues;
+  static constexpr int kArrays = kRecordCount;
+  std::array<py::array, kArrays> a;
   int groups, top_k;
 
   RunOutputs(py::ssize_t B, py::ssize_t D, int G, const EngineConfig& c)
@@ -95,52 +91,88 @@ struct RunOutputs {
                    n_records(c.steps, c.sharpness_every), n_records(c.steps, c.theta_every),
                    c.sharpness_every > 0, c.top_k) {}
 
+  // An output not asked for is empty: no rows.
   RunOutputs(py::ssize_t B, py::ssize_t D, int G, py::ssize_t nrec, py::ssize_t nsh,
              py::ssize_t nth, bool sharp, int k)
-      : loss({nrec, B}), norm2({nrec, B}), eff_lr({nrec, B}), grad_norm({nrec, B}),
-        top_grad({sharp ? nrec : 0, B}), sharpness({nsh, B}), eos_ratio({nsh, B}),
-        sharpness_converged({nsh, B}), theta({nth, B, D}), w({B, D}), diverged(B),
-        diverged_step(B), group_norm2({G > 1 ? nrec : 0, B, py::ssize_t(G)}),
-        top_eigenvalues({k >= 2 ? nsh : 0, B, py::ssize_t(k >= 2 ? k : 1)}), groups(G),
-        top_k(k >= 2 ? k : 0) {}
+      : groups(G), top_k(k >= 2 ? k : 0) {
+    const py::ssize_t rows[] = {0, nrec, nsh, nth};              // by RecordEvery
+    const py::ssize_t size[] = {1, D, G, top_k ? top_k : 1};     // by RecordItem
+    const bool on[] = {true, sharp, G > 1, top_k > 0};           // by RecordWhen
+    auto shape = [&](const RecordSpec& r) {
+      std::vector<py::ssize_t> s;
+      if (r.every != RecordEvery::none)
+        s.push_back(on[static_cast<int>(r.when)] ? rows[static_cast<int>(r.every)] : 0);
+      s.push_back(B);
+      if (r.item != RecordItem::none) s.push_back(size[static_cast<int>(r.item)]);
+      return s;
+    };
+    int i = 0;
+#define PYSHARP_RECORD_ARRAY(name, field, T, every, item, when) \
+  a[i] = carray<T>(shape(kRecords[i]));                        \
+  ++i;
+    PYSHARP_RECORDS(PYSHARP_RECORD_ARRAY)
+#undef PYSHARP_RECORD_ARRAY
+  }
 
-  // Every array, in the order of BatchRecords' fields, and its name in the result dict.
-  static constexpr const char* kNames[kArrays] = {
-      "loss",      "norm2", "eff_lr",   "grad_norm",     "top_grad",    "sharpness",
-      "eos_ratio", "sharpness_converged", "theta", "w", "diverged", "diverged_step",
-      "group_norm2", "top_eigenvalues"};
   std::array<py::array*, kArrays> arrays() {
-    return {&loss, &norm2, &eff_lr, &grad_norm, &top_grad, &sharpness, &eos_ratio,
-            &sharpness_converged, &theta, &w, &diverged, &diverged_step, &group_norm2,
-            &top_eigenvalues};
+    std::array<py::array*, kArrays> p;
+    for (int i = 0; i < kArrays; ++i) p[i] = &a[i];
+    return p;
   }
 
   // Records writing to p[i] for arrays()[i]: the host data, or a device mirror.
   // An empty array (an output not asked for) gets a null pointer.
-  BatchRecords<Real> records(const std::array<void*, kArrays>& p) {
-    auto r = [&](int i) { return static_cast<Real*>(p[i]); };
-    return {r(0), r(1), r(2), r(3), r(4), r(5), r(6),
-            static_cast<std::uint8_t*>(p[7]), r(8), r(9), static_cast<std::uint8_t*>(p[10]),
-            static_cast<long long*>(p[11]), r(12), groups, r(13), top_k};
+  BatchRecords<Real> records(const std::array<void*, kArrays>& p) const {
+    BatchRecords<Real> r;
+    int i = 0;
+#define PYSHARP_RECORD_POINTER(name, field, T, every, item, when) \
+  r.field = static_cast<T*>(p[i++]);
+    PYSHARP_RECORDS(PYSHARP_RECORD_POINTER)
+#undef PYSHARP_RECORD_POINTER
+    r.groups = groups;
+    r.top_k = top_k;
+    return r;
   }
 
   BatchRecords<Real> host_records() {
     std::array<void*, kArrays> p{};
-    auto a = arrays();
-    for (int i = 0; i < kArrays; ++i) p[i] = a[i]->size() ? a[i]->mutable_data() : nullptr;
+    for (int i = 0; i < kArrays; ++i) p[i] = a[i].size() ? a[i].mutable_data() : nullptr;
     return records(p);
   }
 
-  // The result dict; the two optional records only where they were asked for.
-  py::dict to_dict() {
+  // The result dict: the records of groups and of top_k only where they were asked for.
+  py::dict to_dict() const {
+    const bool present[] = {true, true, groups > 1, top_k >= 2};  // by RecordWhen
     py::dict r;
-    const auto a = arrays();
-    for (int i = 0; i < kArrays - 2; ++i) r[kNames[i]] = *a[i];
-    if (groups > 1) r[kNames[12]] = group_norm2;
-    if (top_k >= 2) r[kNames[13]] = top_eigenvalues;
+    for (int i = 0; i < kArrays; ++i)
+      if (present[static_cast<int>(kRecords[i].when)]) r[kRecords[i].name] = a[i];
     return r;
   }
 };
+
+// A record's element type in the record table's spelling.
+template <class T, class Real>
+constexpr const char* record_dtype() {
+  static_assert(std::is_same_v<T, Real> || std::is_same_v<T, std::uint8_t> ||
+                    std::is_same_v<T, long long>,
+                "a record holds Real, std::uint8_t or long long");
+  return std::is_same_v<T, Real> ? "real" : std::is_same_v<T, std::uint8_t> ? "u8" : "i64";
+}
+
+// The record table this module was compiled with: (name, field, dtype, every, item, when)
+// per record, in pysharp._engine.records.RECORDS' spelling.
+template <class Real>
+py::tuple record_table() {
+  py::list rows;
+#define PYSHARP_RECORD_TUPLE(name, field, T, every, item, when)                        \
+  rows.append(py::make_tuple(#name, #field, record_dtype<T, Real>(),                  \
+                             kRecordEveryNames[static_cast<int>(RecordEvery::every)], \
+                             kRecordItemNames[static_cast<int>(RecordItem::item)],    \
+                             kRecordWhenNames[static_cast<int>(RecordWhen::when)]));
+  PYSHARP_RECORDS(PYSHARP_RECORD_TUPLE)
+#undef PYSHARP_RECORD_TUPLE
+  return py::tuple(rows);
+}
 
 // dim, loss_grad, hvp, third, hessian.
 template <class Exec, class Core, class Real>

@@ -251,6 +251,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("_bn_linreg_loss_grad_path_f32", &bn_linreg_loss_grad_path<float>, py::arg("path"),
         py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("W"));
   m.attr("METHODS") = module::method_names();
+  m.attr("RECORDS") = module::record_table<double>();
   py::dict safe;  // kernels mark rows outside these squared norms ok = 2 (cpu/batched.hpp)
   safe["float64"] = py::make_tuple(SafeNorm2<double>::lo, SafeNorm2<double>::hi);
   safe["float32"] = py::make_tuple(double(SafeNorm2<float>::lo),

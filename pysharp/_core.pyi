@@ -30,6 +30,7 @@ __all__: list[str] = [
     "LoadedLibrary_f32",
     "LoadedLibrary_f64",
     "METHODS",
+    "RECORDS",
     "SAFE_NORM2",
     "Toy3D_f32",
     "Toy3D_f64",
@@ -1564,8 +1565,8 @@ def slq(
     Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta, nodes, weights (B, P, steps), count (B, P), ok (B,)
     """
 
-LOADED_ABI_SIZES_f32: tuple = (4, 144, 56, 32, 128, 40, 160)
-LOADED_ABI_SIZES_f64: tuple = (8, 144, 56, 32, 128, 40, 160)
+LOADED_ABI_SIZES_f32: tuple = (4, 144, 56, 32, 120, 40, 160)
+LOADED_ABI_SIZES_f64: tuple = (8, 144, 56, 32, 120, 40, 160)
 LOADED_ABI_VERSION: int = 2
 METHODS: dict = {
     "gd_wd": 0,
@@ -1574,6 +1575,22 @@ METHODS: dict = {
     "scalar_rmsprop": 3,
     "pgd_quasi_rmsprop": 4,
 }
+RECORDS: tuple = (
+    ("loss", "loss", "real", "record", "", ""),
+    ("norm2", "norm2", "real", "record", "", ""),
+    ("eff_lr", "eff_lr", "real", "record", "", ""),
+    ("grad_norm", "grad_norm", "real", "record", "", ""),
+    ("top_grad", "top_grad", "real", "record", "", "sharpness"),
+    ("sharpness", "sharpness", "real", "sharpness", "", ""),
+    ("eos_ratio", "eos_ratio", "real", "sharpness", "", ""),
+    ("sharpness_converged", "sharpness_converged", "u8", "sharpness", "", ""),
+    ("theta", "theta", "real", "theta", "D", ""),
+    ("w", "w_final", "real", "", "D", ""),
+    ("diverged", "diverged", "u8", "", "", ""),
+    ("diverged_step", "diverged_step", "i64", "", "", ""),
+    ("group_norm2", "group_norm2", "real", "record", "G", "groups"),
+    ("top_eigenvalues", "top_eigs", "real", "sharpness", "k", "top_k"),
+)
 SAFE_NORM2: dict = {
     "float64": (4.909093465297727e-91, 2.037035976334486e90),
     "float32": (5.960464477539063e-08, 16777216.0),

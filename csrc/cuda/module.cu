@@ -26,6 +26,7 @@ PYBIND11_MODULE(_cuda, m) {
 #undef PYSHARP_CUDA_BIND_UNITS
   cuda_module::bind_tile(m);
   m.attr("METHODS") = module::method_names();
+  m.attr("RECORDS") = module::record_table<double>();
   m.def("device_error", []() -> std::string {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);

@@ -1,15 +1,19 @@
 """What a trajectory run returns, one row per array: the single list every engine reads.
 
-The compiled engine fills these arrays (csrc/bind_model.hpp's ``RunOutputs``, in this
-order, the order of ``BatchRecords``' fields), the CuPy launcher allocates them
+The compiled engine's side is generated from this table: ``tools/gen_methods.py`` writes it as
+the X-macro ``PYSHARP_RECORDS`` (csrc/include/pysharp/engine/records.hpp; CI checks it is
+current), from which ``BatchRecords`` and ``TrajectoryRecords`` (engine/trajectory.hpp) take
+their fields in this order and csrc/bind_model.hpp's ``RunOutputs`` its arrays, names, shapes
+and which records a result holds; ``pysharp._core.RECORDS`` is the table the core was compiled
+with. The CuPy launcher allocates the arrays and lays out ``BatchRecords`` from here
 (``_backends._cupy``), the XLA engine (``_backends._jax``) and the Numba port return them,
-and :func:`pysharp.dynamics.run_method` turns them into a ``Trajectory``. Shapes and
-presence come from here; tests/engine/test_records.py checks the compiled engine's result
-against :func:`run_outputs` key by key.
+and :func:`pysharp.dynamics.run_method` turns them into a ``Trajectory``.
+tests/engine/test_records.py checks the core's table against this one row by row and its
+result against :func:`run_outputs` key by key.
 
-Adding a record: a row here, its field in ``BatchRecords`` and the line in
-``TrajectoryRunner::observe`` (engine/trajectory.hpp) that writes it, its line in each
-Python engine, and its attribute of ``Trajectory``.
+Adding a record: a row here, ``python tools/gen_methods.py``, and the line in
+``TrajectoryRunner::observe`` (engine/trajectory.hpp) that writes it; then, for the Python
+engines, its line in each of them, and its attribute of ``Trajectory``.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@
 #include "pysharp/engine/lanczos.hpp"
 #include "pysharp/engine/lanczos_lanes.hpp"
 #include "pysharp/engine/methods.hpp"
+#include "pysharp/engine/records.hpp"
 #include "pysharp/engine/rng.hpp"
 #include "pysharp/models/derivatives.hpp"
 
@@ -38,52 +39,62 @@ struct EngineConfig {
   LanczosOptions lanczos;         // k = 1; stream/counter set per call
 };
 
-// Where one trajectory's records go: element r of a record series is at
-// base[r * stride] (stride = batch size, so arrays are (records, B)).
+// Where one trajectory's records go: a pointer per record of engine/records.hpp (generated
+// from pysharp/_engine/records.py), named by its field. Element r of a record series is at
+// field[(r * stride) * n], n its trailing size (1, D, groups or top_k), so arrays are
+// (records, B, n); a record not asked for is null.
 template <class Real>
 struct TrajectoryRecords {
-  long long stride;
-  Real *loss, *norm2, *eff_lr, *grad_norm, *top_grad;  // per record step
-  Real *sharpness, *eos_ratio;                         // per sharpness step
-  std::uint8_t* sharpness_converged;                   // per sharpness step
-  Real* theta;          // (n_theta, B, D): element r at theta[(r * stride) * D]
-  Real* w_final;        // D
-  std::uint8_t* diverged;
-  long long* diverged_step;
-  Real* group_norm2;    // (n_records, B, G): element r at group_norm2[(r * stride) * G]; or null
-  int groups;           // G = n_groups(model)
-  Real* top_eigs;       // (n_sharpness, B, k): element r at top_eigs[(r * stride) * k]; or null
+  long long stride;  // the batch size
+#define PYSHARP_RECORD_FIELD(name, field, T, every, item, when) T* field;
+  PYSHARP_RECORDS(PYSHARP_RECORD_FIELD)
+#undef PYSHARP_RECORD_FIELD
+  int groups;  // G = n_groups(model)
   int top_k;
 };
 
-// Record arrays of a whole batch; each trajectory gets a strided view.
+// Record arrays of a whole batch, (records, B, n) each; each trajectory gets a strided view.
 template <class Real>
 struct BatchRecords {
-  Real *loss, *norm2, *eff_lr, *grad_norm, *top_grad;
-  Real *sharpness, *eos_ratio;
-  std::uint8_t* sharpness_converged;
-  Real* theta;
-  Real* w_final;
-  std::uint8_t* diverged;
-  long long* diverged_step;
-  Real* group_norm2 = nullptr;  // (n_records, B, G) squared norms of the parameter groups
-  int groups = 1;               // recorded only when G > 1
-  Real* top_eigs = nullptr;     // (n_sharpness, B, k) top-k spherical eigenvalues
-  int top_k = 0;                // recorded only when k >= 2
+#define PYSHARP_RECORD_FIELD(name, field, T, every, item, when) T* field = nullptr;
+  PYSHARP_RECORDS(PYSHARP_RECORD_FIELD)
+#undef PYSHARP_RECORD_FIELD
+  int groups = 1;  // group_norm2 recorded only when G > 1
+  int top_k = 0;   // top_eigs recorded only when k >= 2
 
   PYSHARP_HD TrajectoryRecords<Real> row(long long b, long long B, int D) const {
-    auto at = [b](auto* p) { return p ? p + b : p; };
-    return {B,           at(loss),      at(norm2),   at(eff_lr),
-            at(grad_norm), at(top_grad), at(sharpness), at(eos_ratio),
-            at(sharpness_converged), theta ? theta + b * D : nullptr,
-            w_final + b * D, diverged + b, diverged_step + b,
-            group_norm2 ? group_norm2 + b * groups : nullptr, groups,
-            top_eigs ? top_eigs + b * top_k : nullptr, top_k};
+    TrajectoryRecords<Real> r;
+    r.stride = B;
+    r.groups = groups;
+    r.top_k = top_k;
+    const long long size[] = {1, D, groups, top_k};  // by RecordItem
+#define PYSHARP_RECORD_ROW(name, field, T, every, item, when) \
+  r.field = field ? field + b * size[static_cast<int>(RecordItem::item)] : nullptr;
+    PYSHARP_RECORDS(PYSHARP_RECORD_ROW)
+#undef PYSHARP_RECORD_ROW
+    return r;
   }
 };
 
 PYSHARP_HD inline long long n_records(long long steps, long long every) {
   return every > 0 ? steps / every + 1 : 0;
+}
+
+// What a record holds at the rows a diverged trajectory never reached: NaN, or 0 for a flag.
+template <class T, class Real>
+PYSHARP_HD T unreached(Real nan) {
+  if constexpr (std::is_same<T, Real>::value)
+    return nan;
+  else
+    return T(0);
+}
+
+// Rows [first, last) of one trajectory's record series (element r at x[(r * stride) * n]).
+template <class T>
+PYSHARP_HD void fill_rows(T* x, long long first, long long last, long long stride,
+                          long long n, T value) {
+  for (long long r = first; r < last; ++r)
+    for (long long k = 0; k < n; ++k) x[r * stride * n + k] = value;
 }
 
 template <class Real>
@@ -513,30 +524,26 @@ class TrajectoryRunner {
   }
 
   // A diverged trajectory is frozen: its last finite iterate is kept and the
-  // records it never reached are NaN.
+  // records it never reached are NaN (flags 0).
   PYSHARP_HD void finish() {
     const int D = m_.dim();
     const Real nan = Real(0) / Real(0);
     const long long nrec = n_records(c_.steps, c_.record_every);
     const long long nsh = n_records(c_.steps, c_.sharpness_every);
     const long long nth = n_records(c_.steps, c_.theta_every);
+    const long long rows[] = {0, nrec, nsh, nth};  // by RecordEvery
     for (int l = 0; l < lanes_; ++l) {
       const TrajectoryRecords<Real>& o = out_[l];
       const long long S = o.stride;
-      for (long long r = rec_[l]; r < nrec; ++r) {
-        o.loss[r * S] = o.norm2[r * S] = o.eff_lr[r * S] = o.grad_norm[r * S] = nan;
-        if (o.top_grad) o.top_grad[r * S] = nan;
-        if (o.group_norm2)
-          for (int k = 0; k < o.groups; ++k) o.group_norm2[r * S * o.groups + k] = nan;
-      }
-      for (long long r = sh_[l]; r < nsh; ++r) {
-        o.sharpness[r * S] = o.eos_ratio[r * S] = nan;
-        o.sharpness_converged[r * S] = 0;
-        if (o.top_eigs)
-          for (int j = 0; j < o.top_k; ++j) o.top_eigs[r * S * o.top_k + j] = nan;
-      }
-      for (long long r = th_[l]; r < nth; ++r)
-        for (int i = 0; i < D; ++i) o.theta[r * S * D + i] = nan;
+      const long long reached[] = {0, rec_[l], sh_[l], th_[l]};  // by RecordEvery
+      const long long size[] = {1, D, o.groups, o.top_k};         // by RecordItem
+#define PYSHARP_RECORD_UNREACHED(name, field, T, every, item, when)                \
+  if (RecordEvery::every != RecordEvery::none && o.field)                          \
+    fill_rows(o.field, reached[static_cast<int>(RecordEvery::every)],              \
+              rows[static_cast<int>(RecordEvery::every)], S,                       \
+              size[static_cast<int>(RecordItem::item)], unreached<T>(nan));
+      PYSHARP_RECORDS(PYSHARP_RECORD_UNREACHED)
+#undef PYSHARP_RECORD_UNREACHED
       const Real* w = point(l);
       for (int i = 0; i < D; ++i) o.w_final[i] = w[i];
     }
