@@ -120,6 +120,7 @@ def test_the_reduced_path_refuses_a_norm_it_cannot_hold_and_the_default_leaves_i
 
 
 def test_a_sweep_at_a_huge_init_norm_gives_the_unit_sweeps_sharpness():
+    pytest.importorskip("xarray")
     kw = dict(wd=[1e-3], seeds=[0], steps=400, sharpness_every=100)
     c = 2.0**200
     big = ps.sweep("toy3d", lr=[0.3], init_norm=c, **kw)

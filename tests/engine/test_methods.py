@@ -142,6 +142,7 @@ def test_adaptive_rows_are_those_whose_step_size_lr_wd_and_norm_do_not_give(name
 
 @pytest.mark.parametrize("name", [n for n, m in METHODS.items() if m.sweep])
 def test_adaptive_rows_need_step_t_recorded_in_a_sweep(name):
+    pytest.importorskip("xarray")
     kw = dict(wd=[0.0] if not METHODS[name].uses_wd else [1e-3], seeds=[0], steps=20,
               record_every=7, progress=False)
     if METHODS[name].adaptive_step:
@@ -162,6 +163,7 @@ def test_central_flow_rows_are_the_ones_it_models(name):
 
 
 def test_the_cli_runs_a_swept_method(tmp_path, capsys):
+    pytest.importorskip("xarray")
     from pysharp import cli
     out = tmp_path / "run"
     assert cli.main(["run", "bn_linear_regression", "--method", "pgd", "--lr", "0.05",
