@@ -1,8 +1,10 @@
 // pysharp._core's side of a run-time compiled model (loaded_abi.hpp): the table its
 // library exports, bound once per precision. A LoadedCore holds the model's struct, filled
-// from its field records as a built-in's is (bind_declared.hpp), and runs through
-// bind_model.hpp's kernels and engine, bind_square_loss.hpp's SGD tools and SLQ with an
-// executor that calls the library's functions.
+// from its field records as a built-in's is (bind_declared.hpp). TableModel is a model to
+// the core's CPU code (model.hpp's concept) whose arithmetic is the library's: the batched
+// kernels, the dense Hessian, Lanczos, SLQ and the trajectory engine are instantiated here
+// once, for TableModel, and call the library per lane block; the Jacobians and SGD of a
+// square-loss model are the library's own.
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -11,6 +13,9 @@
 
 #include "bind_declared.hpp"
 #include "cpu/bind_square_loss.hpp"
+#include "cpu/bn_linreg_rows.hpp"
+#include "cpu/engine.hpp"
+#include "cpu/slq.hpp"
 #include "holders.hpp"
 #include "loaded_abi.hpp"
 
@@ -20,7 +25,8 @@ namespace py = pybind11;
 using module::carray;
 using module::require;
 
-// What bind_model.hpp's bindings ask of a holder's `model`, read from the table.
+// The loaded model as the core's CPU code sees a model: dim, work size and groups read
+// from the table once, loss_grad on the one lane block the library was compiled for.
 template <class Real>
 struct TableModel {
   const Table<Real>* table = nullptr;
@@ -33,7 +39,52 @@ struct TableModel {
   int group_begin(int k) const { return bounds[k]; }
   int n_samples() const { return table->n_samples(address); }
   int input_dim() const { return table->input_dim(address); }
+  template <class S>
+  mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const {
+    static_assert(std::is_same_v<S, Block<Real>>,
+                  "a loaded model's library evaluates lane blocks only; the derivatives go "
+                  "through hvp() and third_contraction() below");
+    return table->block_loss_grad(address, w, loss, g, work);
+  }
 };
+
+// models/derivatives.hpp's hvp and third_contraction, for a TableModel: the library's,
+// which seed the model's own loss_grad (chosen over the generic templates by overload
+// resolution, found by argument-dependent lookup where the drivers call them).
+template <class Real>
+mask_t<Block<Real>> hvp(const TableModel<Real>& m, const Block<Real>* w, const Block<Real>* v,
+                        Block<Real>* out, Jet<Block<Real>, 1>* scratch) {
+  return m.table->block_hvp(m.address, w, v, out, scratch);
+}
+// The HVP at one point (the scalar Lanczos of k >= 2 eigenpairs): the point in every lane
+// of a block, lane 0 read back. The library then holds no scalar instantiation of the
+// model (a 948-equation RNN compiled in 22 s instead of 36), and this HVP has the bits of
+// the block kernels' (lane arithmetic, core/lane_math.hpp), not those of a scalar path.
+template <class Real>
+bool hvp(const TableModel<Real>& m, const Real* w, const Real* v, Real* out, Jet<Real, 1>*) {
+  using V = Block<Real>;
+  const int D = m.dim();
+  thread_local std::vector<V> points;
+  thread_local std::vector<Jet<V, 1>> jets;
+  points.resize(3 * static_cast<std::size_t>(D));
+  jets.resize(jet_scratch_size(m));
+  V* wb = points.data();
+  V* vb = wb + D;
+  V* ob = vb + D;
+  for (int i = 0; i < D; ++i) {
+    wb[i] = V(w[i]);
+    vb[i] = V(v[i]);
+  }
+  const mask_t<V> defined = m.table->block_hvp(m.address, wb, vb, ob, jets.data());
+  for (int i = 0; i < D; ++i) out[i] = lane(ob[i], 0);
+  return lane(defined, 0);
+}
+template <class Real>
+mask_t<Block<Real>> third_contraction(const TableModel<Real>& m, const Block<Real>* w,
+                                      const Block<Real>* v, Block<Real>* out,
+                                      Jet<Block<Real>, 2>* scratch) {
+  return m.table->block_third(m.address, w, v, out, scratch);
+}
 
 template <class Real>
 int sgd_min_batch(const TableModel<Real>& m) {
@@ -95,57 +146,60 @@ std::uintptr_t model_address(const LoadedCore<Real>& c) {
   return reinterpret_cast<std::uintptr_t>(c.model.address);
 }
 
-// bind_model.hpp's executor for a LoadedCore: the library's functions. A function the
-// table leaves null (the engine of a square-loss model, the SGD tools of a scale-invariant
-// one, SLQ in float32) is refused with a message instead of called.
+// bind_model.hpp's executor for a LoadedCore: the core's CPU code on its TableModel, and
+// the library's Jacobians and SGD. What a model of its kind does not have (the engine of a
+// square-loss model, the SGD tools of a scale-invariant one) is refused with a message.
 struct TableExec {
   template <class Real>
   static const void* at(const LoadedCore<Real>& c) {
     return c.model.address;
   }
+  static constexpr const char* kKinds =
+      ": Lanczos and the trajectory engine are for scale-invariant models, the Jacobians and "
+      "SGD for square-loss ones";
+  template <class Real>
+  static const TableModel<Real>& scale_invariant(const LoadedCore<Real>& c, const char* what) {
+    require(!c.model.table->square_loss, std::string("this model has no ") + what + kKinds);
+    return c.model;
+  }
   template <class F>
   static F need(F f, const char* what) {
-    require(f != nullptr, std::string("this model has no ") + what +
-                              ": Lanczos and the trajectory engine are for scale-invariant "
-                              "models, the Jacobians and SGD for square-loss ones, SLQ for "
-                              "float64");
+    require(f != nullptr, std::string("this model has no ") + what + kKinds);
     return f;
   }
   template <class Real>
   static void loss_grad(const LoadedCore<Real>& c, const Real* W, std::int64_t B, Real* loss,
                         Real* G, std::uint8_t* ok) {
-    c.model.table->loss_grad(at(c), W, B, loss, G, ok);
+    cpu::loss_grad(c.model, W, B, loss, G, ok);
   }
   template <int N, class Real>
   static void directional(const LoadedCore<Real>& c, const Real* W, const Real* V,
                           std::int64_t B, Real* out, std::uint8_t* ok) {
-    static_assert(N == 1 || N == 2);
-    (N == 1 ? c.model.table->hvp : c.model.table->third)(at(c), W, V, B, out, ok);
+    cpu::directional<N>(c.model, W, V, B, out, ok);
   }
   template <class Real>
   static void hessian(const LoadedCore<Real>& c, const Real* W, std::int64_t B, Real* H,
                       std::uint8_t* ok) {
-    c.model.table->hessian(at(c), W, B, H, ok);
+    cpu::hessian(c.model, W, B, H, ok);
   }
   template <class Real>
   static void lanczos(const LoadedCore<Real>& c, const LanczosOptions& o, const Real* W,
                       const Real* start, const std::uint64_t* streams, std::int64_t B,
                       Real* evals, Real* evecs, Real* resid, int* iterations,
                       std::uint8_t* converged, std::uint8_t* ok) {
-    need(c.model.table->lanczos, "lanczos")(at(c), o, W, start, streams, B, evals, evecs, resid,
-                                            iterations, converged, ok);
+    cpu::lanczos_batch(scale_invariant(c, "lanczos"), o, W, start, streams, B, evals, evecs,
+                       resid, iterations, converged, ok);
   }
   template <class Real>
   static void run(const LoadedCore<Real>& c, const EngineConfig& cfg, bool, const Real* W0,
                   const Hyperparameters<Real>& h, std::int64_t B, long long offset,
                   module::RunOutputs<Real>& out) {
-    need(c.model.table->run, "run")(at(c), cfg, W0, h, B, offset, out.host_records());
+    cpu::run_batch(scale_invariant(c, "run"), cfg, W0, h, B, offset, out.host_records());
   }
   static void slq(const LoadedCore<double>& c, const double* W, std::int64_t B, int P,
                   int steps, std::uint64_t seed, double* alpha, double* beta, double* nodes,
                   double* weights, int* count, std::uint8_t* ok) {
-    need(c.model.table->slq, "slq")(at(c), W, B, P, steps, seed, alpha, beta, nodes, weights,
-                                    count, ok);
+    cpu::slq_batch(c.model, W, B, P, steps, seed, alpha, beta, nodes, weights, count, ok);
   }
   template <class Real>
   static void jacobians(const LoadedCore<Real>& c, const Real* W, std::int64_t P, Real* F,
@@ -174,8 +228,7 @@ void bind_precision(py::module_& m, const std::string& suffix) {
   // what a table's `sizes` must hold, in Sizes' order (tests write tables by hand)
   const Sizes z = sizes_of<Real>();
   m.attr(("LOADED_ABI_SIZES" + suffix).c_str()) =
-      py::make_tuple(z.real, z.engine_config, z.lanczos_options, z.hyperparameters,
-                     z.batch_records, z.sgd_config, z.field_record);
+      py::make_tuple(z.real, z.block, z.block_mask, z.sgd_config, z.field_record);
   py::class_<Core> core(m, ("LoadedCore" + suffix).c_str(),
                         "A run-time compiled model's struct, filled from its fields");
   core.def_property_readonly("n_groups", [](const Core& c) { return c.model.n_groups(); });

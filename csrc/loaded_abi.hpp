@@ -1,10 +1,14 @@
 // The binary interface of a run-time compiled model (pysharp.models.load_model).
 //
 // The model's library exports one function, pysharp_loaded_table(), whose Table holds
-// the struct's field records (model_concept.hpp) and its kernels, trajectory engine,
-// Lanczos, SLQ and SGD as plain functions of the struct's address. pysharp._core binds
-// the Table once per precision (bind_loaded.cpp) and holds the struct, so the library
-// holds no Python binding code: no pybind11 to parse and compile for every model.
+// the struct's field records (model_concept.hpp) and the model's own arithmetic: its
+// loss_grad on a lane block and the derivatives seeded on it (models/derivatives.hpp),
+// plus, for a square-loss model, its Jacobians and SGD. pysharp._core binds the Table
+// once per precision (bind_loaded.cpp) and runs everything else itself: the batched
+// drivers, Lanczos, the trajectory engine, SLQ and the dense Hessian are compiled once,
+// in the core, for a model seen through its table, and call the library per lane
+// block. A library then holds the model's arithmetic only, which is most of what a
+// compile of a traced loss costs to build: no pybind11, no engine, no Lanczos.
 // The generated translation unit is three lines,
 //
 //   #include "/path/to/the/users/model.hpp"
@@ -14,9 +18,10 @@
 // so that the compiler's diagnostics point at the user's file and line.
 //
 // The library is compiled with the core's compiler and flags against the core's headers
-// (pysharp/models/_compiler.py keys its cache on them); the structs passed between the
-// two by reference must still have one layout, which Sizes checks when _core opens a
-// table (a core rebuilt from other headers refuses the library, and it is compiled again).
+// (pysharp/models/_compiler.py keys its cache on them); the structs and lane blocks passed
+// between the two by reference must still have one layout, which Sizes checks when _core
+// opens a table (a core rebuilt from other headers refuses the library, and it is compiled
+// again).
 #pragma once
 
 #include <cstddef>
@@ -24,41 +29,37 @@
 #include <new>
 #include <vector>
 
-#include "cpu/batched.hpp"
-#include "cpu/engine.hpp"
 #include "cpu/sgd.hpp"
-#include "cpu/slq.hpp"
 #include "model_concept.hpp"
+#include "pysharp/core/lanes.hpp"
+#include "pysharp/models/derivatives.hpp"
 
 namespace pysharp::loaded {
 
 using declared::FieldRecord;
 
 // The version of Table's layout: a change to Table increments it.
-inline constexpr int kAbiVersion = 2;
+inline constexpr int kAbiVersion = 3;
 
-// sizeof each struct that crosses between _core and a library.
+// The lane block the core's drivers hand a library: one vector register of Reals.
+template <class Real>
+using Block = Lanes<Real, kNativeLanes<Real>>;
+
+// sizeof each type that crosses between _core and a library (a lane block and its mask
+// differ between instruction sets).
 struct Sizes {
-  std::size_t real, engine_config, lanczos_options, hyperparameters, batch_records, sgd_config,
-      field_record;
+  std::size_t real, block, block_mask, sgd_config, field_record;
 };
 
 template <class Real>
 constexpr Sizes sizes_of() {
-  return {sizeof(Real),
-          sizeof(EngineConfig),
-          sizeof(LanczosOptions),
-          sizeof(Hyperparameters<Real>),
-          sizeof(BatchRecords<Real>),
-          sizeof(SGDConfig),
+  return {sizeof(Real), sizeof(Block<Real>), sizeof(mask_t<Block<Real>>), sizeof(SGDConfig),
           sizeof(FieldRecord)};
 }
 
 inline bool operator==(const Sizes& a, const Sizes& b) {
-  return a.real == b.real && a.engine_config == b.engine_config &&
-         a.lanczos_options == b.lanczos_options && a.hyperparameters == b.hyperparameters &&
-         a.batch_records == b.batch_records && a.sgd_config == b.sgd_config &&
-         a.field_record == b.field_record;
+  return a.real == b.real && a.block == b.block && a.block_mask == b.block_mask &&
+         a.sgd_config == b.sgd_config && a.field_record == b.field_record;
 }
 
 // One model in one precision. `model` is the address of a struct the library's
@@ -79,25 +80,16 @@ struct Table {
   int (*work_size)(const void* model);
   int (*n_groups)(const void* model);
   int (*group_begin)(const void* model, int k);
-  // the kernels (cpu/batched.hpp)
-  void (*loss_grad)(const void* model, const Real* W, std::int64_t B, Real* loss, Real* G,
-                    std::uint8_t* ok);
-  void (*hvp)(const void* model, const Real* W, const Real* V, std::int64_t B, Real* out,
-              std::uint8_t* ok);
-  void (*third)(const void* model, const Real* W, const Real* V, std::int64_t B, Real* out,
-                std::uint8_t* ok);
-  void (*hessian)(const void* model, const Real* W, std::int64_t B, Real* H, std::uint8_t* ok);
-  // SLQ (cpu/slq.hpp): float64 libraries only, else null
-  void (*slq)(const void* model, const Real* W, std::int64_t B, int P, int steps,
-              std::uint64_t seed, Real* alpha, Real* beta, Real* nodes, Real* weights,
-              int* count, std::uint8_t* ok);
-  // Lanczos and the trajectory engine (cpu/engine.hpp): scale-invariant models, else null
-  void (*lanczos)(const void* model, const LanczosOptions& o, const Real* W, const Real* start,
-                  const std::uint64_t* streams, long long B, Real* evals, Real* evecs,
-                  Real* resid, int* iterations, std::uint8_t* converged, std::uint8_t* ok);
-  void (*run)(const void* model, const EngineConfig& c, const Real* W0,
-              const Hyperparameters<Real>& h, long long B, long long offset,
-              const BatchRecords<Real>& out);
+  // the model's arithmetic on one lane block (V = Block<Real>): its loss_grad, hvp and
+  // third_contraction (models/derivatives.hpp), called by the core's drivers
+  mask_t<Block<Real>> (*block_loss_grad)(const void* model, const Block<Real>* w,
+                                         Block<Real>* loss, Block<Real>* g, Block<Real>* work);
+  mask_t<Block<Real>> (*block_hvp)(const void* model, const Block<Real>* w,
+                                   const Block<Real>* v, Block<Real>* out,
+                                   Jet<Block<Real>, 1>* scratch);
+  mask_t<Block<Real>> (*block_third)(const void* model, const Block<Real>* w,
+                                     const Block<Real>* v, Block<Real>* out,
+                                     Jet<Block<Real>, 2>* scratch);
   // the SGD tools (cpu/sgd.hpp): square-loss models, else null
   int (*n_samples)(const void* model);
   int (*input_dim)(const void* model);
@@ -119,33 +111,15 @@ struct Entries {
   static int work_size(const void* p) { return m(p).work_size(); }
   static int n_groups(const void* p) { return pysharp::n_groups(m(p)); }
   static int group_begin(const void* p, int k) { return pysharp::group_begin(m(p), k); }
-  static void loss_grad(const void* p, const Real* W, std::int64_t B, Real* loss, Real* G,
-                        std::uint8_t* ok) {
-    cpu::loss_grad(m(p), W, B, loss, G, ok);
+  using V = Block<Real>;
+  static mask_t<V> block_loss_grad(const void* p, const V* w, V* loss, V* g, V* work) {
+    return m(p).loss_grad(w, loss, g, work);
   }
-  template <int N>
-  static void directional(const void* p, const Real* W, const Real* V, std::int64_t B,
-                          Real* out, std::uint8_t* ok) {
-    cpu::directional<N>(m(p), W, V, B, out, ok);
+  static mask_t<V> block_hvp(const void* p, const V* w, const V* v, V* out, Jet<V, 1>* s) {
+    return ::pysharp::hvp(m(p), w, v, out, s);
   }
-  static void hessian(const void* p, const Real* W, std::int64_t B, Real* H, std::uint8_t* ok) {
-    cpu::hessian(m(p), W, B, H, ok);
-  }
-  static void slq(const void* p, const Real* W, std::int64_t B, int P, int steps,
-                  std::uint64_t seed, Real* alpha, Real* beta, Real* nodes, Real* weights,
-                  int* count, std::uint8_t* ok) {
-    cpu::slq_batch(m(p), W, B, P, steps, seed, alpha, beta, nodes, weights, count, ok);
-  }
-  static void lanczos(const void* p, const LanczosOptions& o, const Real* W, const Real* start,
-                      const std::uint64_t* streams, long long B, Real* evals, Real* evecs,
-                      Real* resid, int* iterations, std::uint8_t* converged, std::uint8_t* ok) {
-    cpu::lanczos_batch(m(p), o, W, start, streams, B, evals, evecs, resid, iterations,
-                       converged, ok);
-  }
-  static void run(const void* p, const EngineConfig& c, const Real* W0,
-                  const Hyperparameters<Real>& h, long long B, long long offset,
-                  const BatchRecords<Real>& out) {
-    cpu::run_batch(m(p), c, W0, h, B, offset, out);
+  static mask_t<V> block_third(const void* p, const V* w, const V* v, V* out, Jet<V, 2>* s) {
+    return ::pysharp::third_contraction(m(p), w, v, out, s);
   }
   static int n_samples(const void* p) { return m(p).n_samples(); }
   static int input_dim(const void* p) { return m(p).input_dim(); }
@@ -162,8 +136,8 @@ struct Entries {
 };
 
 // The table of Model in precision Real, built once. A square-loss model (it has
-// jacobian()) gets the SGD tools; the engine of the scale-invariant runs (sphere,
-// projections, EoS tracking) is for the others only, as for the built-ins.
+// jacobian()) gets the SGD tools; the core runs the engine of the scale-invariant runs
+// (sphere, projections, EoS tracking) for the others only, as for the built-ins.
 template <class Model, class Real>
 const Table<Real>* table() {
   static_assert(declared::check_concept<Model, Real>());
@@ -185,11 +159,9 @@ const Table<Real>* table() {
     t.work_size = E::work_size;
     t.n_groups = E::n_groups;
     t.group_begin = E::group_begin;
-    t.loss_grad = E::loss_grad;
-    t.hvp = E::template directional<1>;
-    t.third = E::template directional<2>;
-    t.hessian = E::hessian;
-    if constexpr (std::is_same_v<Real, double>) t.slq = E::slq;
+    t.block_loss_grad = E::block_loss_grad;
+    t.block_hvp = E::block_hvp;
+    t.block_third = E::block_third;
     if constexpr (declared::is_square_loss<Model, Real>()) {
       t.square_loss = true;
       t.n_samples = E::n_samples;
@@ -197,9 +169,6 @@ const Table<Real>* table() {
       t.sgd_min_batch = E::sgd_min_batch;
       t.jacobians = E::jacobians;
       t.sgd = E::sgd;
-    } else {
-      t.lanczos = E::lanczos;
-      t.run = E::run;
     }
     return t;
   }();

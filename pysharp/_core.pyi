@@ -1565,9 +1565,9 @@ def slq(
     Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta, nodes, weights (B, P, steps), count (B, P), ok (B,)
     """
 
-LOADED_ABI_SIZES_f32: tuple = (4, 144, 56, 32, 120, 40, 160)
-LOADED_ABI_SIZES_f64: tuple = (8, 144, 56, 32, 120, 40, 160)
-LOADED_ABI_VERSION: int = 2
+LOADED_ABI_SIZES_f32: tuple = (4, 64, 64, 40, 160)
+LOADED_ABI_SIZES_f64: tuple = (8, 64, 64, 40, 160)
+LOADED_ABI_VERSION: int = 3
 METHODS: dict = {
     "gd_wd": 0,
     "pgd": 1,
