@@ -70,6 +70,7 @@ def test_help_is_plain_text_and_reproduce_help_lists_the_experiments():
 
 
 def test_a_negative_number_is_read_as_a_value(capsys):
+    pytest.importorskip("xarray")
     assert main(["run", "toy3d", "--wd", "-2e-4", "--steps", "10"]) == 2
     err = capsys.readouterr().err
     assert "wd must be >= 0, got -0.0002" in err  # the value reached the check
@@ -77,6 +78,7 @@ def test_a_negative_number_is_read_as_a_value(capsys):
 
 
 def test_a_bad_param_is_named_and_exits_2(capsys):
+    pytest.importorskip("xarray")
     assert main(["run", "bn_linear_regression", "--param", "d=forty"]) == 2
     err = capsys.readouterr().err
     assert "--param d must be a whole number (default 40), got 'forty'" in err
@@ -87,6 +89,7 @@ def test_a_bad_param_is_named_and_exits_2(capsys):
 
 
 def test_whole_numbers_accept_integral_floats_and_refuse_fractions(tmp_path, capsys):
+    pytest.importorskip("xarray")
     from pysharp.sweeps._config import model_parameters, whole_number
 
     assert whole_number("1e5", "steps") == 100_000 and whole_number(2e3, "steps") == 2000
@@ -119,11 +122,13 @@ def test_config_integers_accept_integral_floats(tmp_path):
 
 
 def test_record_every_beyond_steps_is_refused_by_the_cli(capsys):
+    pytest.importorskip("xarray")
     assert main(["run", "toy3d", "--steps", "100", "--record-every", "200"]) == 2
     assert "record_every = 200 is larger than steps = 100" in capsys.readouterr().err
 
 
 def test_a_store_too_large_for_the_disk_is_refused(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("xarray")
     import shutil
     from collections import namedtuple
 
@@ -205,6 +210,7 @@ def test_demo_quick_writes_its_own_files_and_says_what_it_measures(tmp_path, mon
 
 
 def test_an_interrupted_demo_says_what_was_saved(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("xarray")
     from pysharp.sweeps import SweepInterrupted
 
     def stop(*args, **kwargs):

@@ -76,5 +76,6 @@ def test_scheduler_arguments_are_checked():
         ps.run_pgd(model, theta0, 0.1, 10, scheduler=ps.QuasiRMSprop(lr=0.05, beta=1.0))
     with pytest.raises(TypeError, match="QuasiRMSprop"):
         ps.run_pgd(model, theta0, 0.1, 10, scheduler={"lr": 0.05})
+    pytest.importorskip("numba")  # without it, "numba is not installed" comes first
     with pytest.raises(ps.BackendUnavailable, match="Quasi-RMSprop"):
         ps.run_pgd(model, theta0, 0.1, 10, scheduler=s, backend="numba")

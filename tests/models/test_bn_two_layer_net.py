@@ -117,6 +117,7 @@ def test_backends(model):
     W, V = _points(model, B=3)
     np.testing.assert_allclose(model.hvp(W, V, backend="numpy"), model.hvp(W, V), rtol=1e-11,
                                atol=1e-13 * np.abs(model.hvp(W, V)).max())
+    pytest.importorskip("numba")  # without it, "numba is not installed" comes first
     with pytest.raises(ps.BackendUnavailable, match="no BNTwoLayerNet port"):
         model.loss(W, backend="numba")
 

@@ -131,6 +131,7 @@ def test_the_stability_tools_run_on_a_loaded_model(diag):
 
 
 def test_an_sgd_sweep_is_bit_equal_to_lone_runs_and_rebuilds_from_a_spec(diag):
+    pytest.importorskip("xarray")
     model, X, y = diag
     grid = {"lr": [0.02, 0.05], "batch": [3, 6], "wd": [0.0], "seeds": [0, 1], "init_norm": 1.0}
     ds = ps.sweep(model, method="sgd", steps=200, record_every=20, **grid, chunk_size=3)
@@ -219,6 +220,7 @@ def test_square_loss_data_of_the_wrong_form_is_refused(diag, tmp_path):
 
 
 def test_pysharp_sweep_runs_sgd_on_a_model_header(tmp_path, diag):
+    pytest.importorskip("xarray")
     _, X, y = diag
     np.savez(tmp_path / "diag.npz", X=X, y=y)
     (tmp_path / "diag.toml").write_text(
