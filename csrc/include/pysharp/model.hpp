@@ -41,7 +41,7 @@
 //   < > <= >= == != between S values and with Real constants: they compare the
 //   value part (value_of) and give mask_t<S>, combined with & | !;
 //   sqrt_, exp_, expm1_, log_, log1p_, tanh_,
-//   sin_, cos_                                    elementary functions;
+//   sin_, cos_, erf_, erfc_, atan2_(y, x)        elementary functions;
 //   select(mask, a, b)                            a where mask, else b (no branch);
 //   value_of(x)                                   the value part of a jet (for tests
 //                                                 of degeneracy, not for arithmetic);
@@ -87,6 +87,9 @@ using pysharp::matvec_rows;
 using pysharp::select;
 using pysharp::sin_;
 using pysharp::cos_;
+using pysharp::erf_;
+using pysharp::erfc_;
+using pysharp::atan2_;
 using pysharp::sqrt_;
 using pysharp::square_loss_grad;
 using pysharp::tanh_;
