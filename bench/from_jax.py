@@ -20,7 +20,8 @@ Then issue 44's targets:
   ``jit(vmap(scan))`` of the same loss, and their final iterates compared;
 - the first compile in compiler CPU time (the compiler processes' user + system time, the
   measure that does not depend on the machine's other load): a 20-line loss (LayerNorm,
-  BatchNorm, softmax cross-entropy) and an unrolled RNN of about 1000 equations, the latter
+  BatchNorm, softmax cross-entropy), a 30-line one (the same with self-attention) and an
+  unrolled RNN of about 1000 equations, the latter
   compiled in stages (the default) and as one function;
 - a 262-equation loss (the many-primitives loss of the tests) in stages and as one
   function: the kernels' speed (the compiler stops inlining the jets' arithmetic in one
@@ -128,6 +129,36 @@ def small_net(w, X, labels, widths=(6, 5)):
     return ce + penalty
 
 
+def thirty_lines(w, X, labels, widths=(6, 5), heads=2):
+    """A loss of thirty lines: small_net's layers with a two-head self-attention block across
+    the samples and a residual LayerNorm after it."""
+    import jax
+    import jax.numpy as jnp
+    n, d = X.shape
+    (m1, m2), k = widths, 3
+    W1 = w[:m1 * d].reshape(m1, d)
+    Wqkv = w[m1 * d:m1 * d + 3 * m1 * m1].reshape(3, m1, m1)
+    W2 = w[m1 * d + 3 * m1 * m1:m1 * d + 3 * m1 * m1 + m2 * m1].reshape(m2, m1)
+    A = w[m1 * d + 3 * m1 * m1 + m2 * m1:].reshape(k, m2)
+    W1 = W1 / jnp.linalg.norm(W1)
+    Z = X @ W1.T
+    Z = (Z - Z.mean(-1, keepdims=True)) / jnp.sqrt(jnp.var(Z, -1, keepdims=True) + 1e-6)
+    H = jax.nn.gelu(Z, approximate=False)
+    Q, K, V = (H @ Wqkv[i].T for i in range(3))
+    Qh, Kh, Vh = (M.reshape(n, heads, m1 // heads).transpose(1, 0, 2) for M in (Q, K, V))
+    att = jax.nn.softmax(Qh @ Kh.transpose(0, 2, 1) / jnp.sqrt(m1 / heads), axis=-1)
+    H = H + (att @ Vh).transpose(1, 0, 2).reshape(n, m1)
+    H = (H - H.mean(-1, keepdims=True)) / jnp.sqrt(jnp.var(H, -1, keepdims=True) + 1e-6)
+    Z2 = H @ W2.T
+    Z2 = (Z2 - Z2.mean(0)) / jnp.sqrt(jnp.var(Z2, 0) + 1e-6)
+    H2 = jnp.tanh(Z2)
+    logits = H2 @ (A / jnp.sqrt(jnp.sum(A * A))).T
+    logp = jax.nn.log_softmax(4.0 * logits)
+    ce = -jnp.mean(logp[jnp.arange(n), labels])
+    penalty = 1e-3 * jnp.sum(jnp.abs(W2)) / jnp.sqrt(jnp.sum(W2 * W2))
+    return ce + penalty
+
+
 def rnn(w, X, c, y, T):
     """An RNN unrolled in Python over T steps, a LayerNorm readout: about 20 equations a step
     in value_and_grad."""
@@ -224,6 +255,12 @@ def issue_targets(ps, quick: bool, rows: list) -> None:
     print(f"a 20-line loss: {equations(model)} equations, first compile {cpu:.1f} s of "
           f"compiler CPU ({wall:.1f} s wall)")
     rows.append({"workload": "first compile, a 20-line loss", "equations": equations(model),
+                 "compile_cpu_s": cpu, "wall_s": wall})
+    D = 6 * 8 + 3 * 6 * 6 + 5 * 6 + 3 * 5
+    model, cpu, wall = compiled(ps, thirty_lines, np.ones(D), X=Xs, labels=labels)
+    print(f"a 30-line loss (with attention): {equations(model)} equations, first compile "
+          f"{cpu:.1f} s of compiler CPU ({wall:.1f} s wall)")
+    rows.append({"workload": "first compile, a 30-line loss", "equations": equations(model),
                  "compile_cpu_s": cpu, "wall_s": wall})
 
     T = 12 if quick else 46
