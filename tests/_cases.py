@@ -23,7 +23,9 @@ import pytest
 from pysharp.models import (
     REGISTRY,
     BNLinearRegression,
+    LinearRegression,
     ScaleInvariantModel,
+    TwoLayerNet,
     include_dir,
     load_model,
 )
@@ -155,6 +157,36 @@ def get_case(key: str) -> Case:
     if key not in _CACHE:
         _CACHE[key] = BUILDERS[key]()
     return _CACHE[key]
+
+
+# -- square-loss models (SGD, linear stability) -----------------------------------------
+def square_linreg(n: int = 6, d: int = 3, seed: int = 0, realizable: bool = True):
+    """Linear regression on n Gaussian samples in d dimensions; realizable: y = X w* exactly
+    (an interpolating minimum exists), else y is noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = X @ rng.standard_normal(d) if realizable else rng.standard_normal(n)
+    return LinearRegression(X, y)
+
+
+def square_net(n: int = 8, d: int = 3, m: int = 5, seed: int = 0):
+    """The two-layer net (width m) on n Gaussian samples, y = sin(x_0)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    return TwoLayerNet(d, m, X=X, y=np.sin(X[:, 0]))
+
+
+def conv_bn_loss(p, X, y):
+    """A small CNN as JAX code: one 'SAME' convolution (kernels p["c"]), BatchNorm over the
+    batch and the pixels, ReLU, average pooling, a linear head p["fc"], cross-entropy on the
+    integer labels y. The XLA engine runs a batch of such rows one row at a time on the CPU."""
+    import jax
+    import jax.numpy as jnp
+
+    z = jax.lax.conv_general_dilated(X, p["c"], (1, 1), "SAME")
+    z = (z - z.mean((0, 2, 3), keepdims=True)) / jnp.sqrt(z.var((0, 2, 3), keepdims=True) + 1e-12)
+    logits = jax.nn.relu(z).mean((2, 3)) @ p["fc"]
+    return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(X.shape[0]), y])
 
 
 # -- numerical helpers -----------------------------------------------------------------

@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pytest
 from _cases import rel_err
-from test_stability import _linreg, _net
+from _cases import square_linreg as _linreg
+from _cases import square_net as _net
 
 from pysharp._engine import loader
 from pysharp.models import LinearRegression

@@ -15,24 +15,13 @@ import math
 import numpy as np
 import pytest
 from _cases import rel_err
+from _cases import square_linreg as _linreg
+from _cases import square_net as _net
 
 import pysharp as ps
 from pysharp import stability
 from pysharp.models import LinearRegression, TwoLayerNet
 from pysharp.sgd import run_sgd
-
-
-def _linreg(n=6, d=3, seed=0, realizable=True):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, d))
-    y = X @ rng.standard_normal(d) if realizable else rng.standard_normal(n)
-    return LinearRegression(X, y)
-
-
-def _net(n=8, d=3, m=5, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, d))
-    return TwoLayerNet(d, m, X=X, y=np.sin(X[:, 0]))
 
 
 def _fd(f, w, h=1e-6):

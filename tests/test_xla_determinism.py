@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _cases import conv_bn_loss
 
 import pysharp as ps
 
@@ -20,18 +21,10 @@ jax = pytest.importorskip("jax")
 def test_a_conv_networks_row_alone_has_its_bits_in_the_batch():
     from pysharp.models import from_jax
 
-    lax, jnp = jax.lax, jax.numpy
     rng = np.random.default_rng(5)
     X, y = rng.standard_normal((6, 1, 4, 4)), rng.integers(0, 2, 6)
 
-    def loss(p, X, y):
-        z = lax.conv_general_dilated(X, p["c"], (1, 1), "SAME")
-        z = (z - z.mean((0, 2, 3), keepdims=True)) / jnp.sqrt(z.var((0, 2, 3), keepdims=True)
-                                                              + 1e-12)
-        logits = jax.nn.relu(z).mean((2, 3)) @ p["fc"]
-        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(6), y])
-
-    model = from_jax(loss, {"c": rng.standard_normal((2, 1, 3, 3)),
+    model = from_jax(conv_bn_loss, {"c": rng.standard_normal((2, 1, 3, 3)),
                             "fc": rng.standard_normal((2, 2))}, X=X, y=y, check=False)
     assert model._core(np.dtype(np.float64), "jax").rows_apart
     W = model.initial_point() + 0.05 * rng.standard_normal((3, model.dim))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _cases import rel_err
+from _cases import conv_bn_loss, rel_err
 
 import pysharp as ps
 from pysharp._backends import BackendUnavailable, resolve
@@ -273,18 +273,10 @@ def test_a_conv_network_runs_its_rows_apart_on_the_cpu_as_the_vmapped_batch_woul
     # XLA's CPU runs a vmapped convolution with per-row kernels as a grouped convolution, far
     # slower than the rows one after another: the engine runs such a batch row by row, with
     # each row keyed by its global index, so the records are the vmapped batch's to rounding
-    lax, jnp = jax.lax, jax.numpy
     rng = np.random.default_rng(4)
     X, y = rng.standard_normal((8, 1, 4, 4)), rng.integers(0, 2, 8)
 
-    def loss(p, X, y):
-        z = lax.conv_general_dilated(X, p["c"], (1, 1), "SAME")
-        z = (z - z.mean((0, 2, 3), keepdims=True)) / jnp.sqrt(z.var((0, 2, 3), keepdims=True)
-                                                              + 1e-12)
-        logits = jax.nn.relu(z).mean((2, 3)) @ p["fc"]
-        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(8), y])
-
-    model = _xla(loss, {"c": rng.standard_normal((2, 1, 3, 3)),
+    model = _xla(conv_bn_loss, {"c": rng.standard_normal((2, 1, 3, 3)),
                         "fc": rng.standard_normal((2, 2))}, X=X, y=y, check=False)
     core = model._core(np.dtype(np.float64), "jax")
     assert core.rows_apart == (jax.default_backend() == "cpu")
