@@ -1,7 +1,10 @@
 """The lane code on aarch64 (NEON): tests/csrc/aarch64_smoke.cpp cross-compiled with Debian's
 aarch64 g++ and run under qemu-user, where both are installed (.ci/run installs them;
-skipped elsewhere). It covers the header-only lane math and drivers, not the Python
-package, whose aarch64 wheel is not built here."""
+skipped elsewhere). It covers the header-only code on NEON lanes: the lane math, the kernels
+of every built-in model (against the scalar path, finite differences and, for BN linear
+regression, the formula in plain loops), the trajectory engine (against a plain loop, and
+its own bits at other thread counts and batch positions) and Lanczos (against a dense
+eigensolve). Not the Python package, whose aarch64 wheel is not built here."""
 
 from __future__ import annotations
 
