@@ -69,6 +69,24 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 _ONE_THREAD_MARK = "BENCH_SUITE_ONE_THREAD"  # set in the re-executed process
 
+#: The peers held to the instruction set of pysharp's core where it is narrower than the
+#: CPU's (PYSHARP_CPU_TARGET=avx2 on an AVX-512 machine stands in for an AVX2 machine, whose
+#: JAX and Numba could not use AVX-512 either): XLA's --xla_cpu_max_isa (SSE4_2 is XLA's
+#: narrowest) and Numba's NUMBA_CPU_NAME, read when each library loads.
+PEER_ISA = {"sse2": ("SSE4_2", "nehalem"), "avx2": ("AVX2", "haswell"),
+            "avx512": ("AVX512", "skylake-avx512")}
+_PEER_ISA_MARK = "BENCH_SUITE_PEER_ISA"  # set in the re-executed process
+
+
+def narrower_target(ps) -> str | None:
+    """The instruction set of pysharp's loaded core where it is narrower than the best one
+    the CPU runs, else None."""
+    info = ps.build_info()
+    target, runnable = info.get("cpu_target"), info.get("cpu_targets_runnable") or []
+    if target not in OPENBLAS_CORETYPE or not runnable or target == runnable[-1]:
+        return None
+    return target
+
 
 def cpu_timed(fn, repeats: int) -> float:
     """Least CPU time of the process (all threads) over ``repeats`` calls of fn, after a
@@ -340,9 +358,8 @@ def target_ceilings(ps) -> dict | None:
     nothing about its own room, so OpenBLAS is held to the core's set here
     (``OPENBLAS_CORETYPE``, read when the library loads, hence a subprocess): the ceiling
     the same core would meet on a CPU without the wider set."""
-    info = ps.build_info()
-    target, runnable = info.get("cpu_target"), info.get("cpu_targets_runnable") or []
-    if target not in OPENBLAS_CORETYPE or not runnable or target == runnable[-1]:
+    target = narrower_target(ps)
+    if target is None:
         return None
     root = Path(__file__).resolve().parent.parent
     code = ("import json, sys; from bench.suite import ceilings; "
@@ -453,7 +470,9 @@ def target_note(result: dict) -> str:
     return (f" The core ran its {target} build on a CPU with a wider set: the last column is "
             f"taken against OpenBLAS held to {target} (OPENBLAS_CORETYPE="
             f"{OPENBLAS_CORETYPE[target]}: DGEMM {t['float64']['gflops']:.0f}, SGEMM "
-            f"{t['float32']['gflops']:.0f} GFLOP/s) and the nominal peak of its lanes.")
+            f"{t['float32']['gflops']:.0f} GFLOP/s) and the nominal peak of its lanes; JAX "
+            f"ran with --xla_cpu_max_isa={PEER_ISA[target][0]} and Numba with NUMBA_CPU_NAME="
+            f"{PEER_ISA[target][1]}, as on a CPU without the wider set.")
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -501,17 +520,25 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
-    if args.cpu_time and os.environ.get(_ONE_THREAD_MARK) != "1":
-        # The thread counts are read when the libraries load: run again with them set.
-        flags = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), XLA_ONE_THREAD) if f)
-        env = dict(os.environ, **ONE_THREAD, XLA_FLAGS=flags, **{_ONE_THREAD_MARK: "1"})
-        cmd = [sys.executable, "-m", "bench.suite", *(sys.argv[1:] if argv is None else argv)]
-        return subprocess.run(cmd, env=env, check=False).returncode
     TIMING.repeats, TIMING.cpu_time = args.repeats, args.cpu_time
     if args.readme:
         write_readme(json.loads(Path(args.readme).read_text()))
         return 0
     ps, note = import_pysharp()
+    # Thread counts and instruction sets are read when the libraries load: where either must
+    # be held, run again with them set.
+    env, flags = {}, [os.environ.get("XLA_FLAGS", "")]
+    if args.cpu_time and os.environ.get(_ONE_THREAD_MARK) != "1":
+        env.update(ONE_THREAD, **{_ONE_THREAD_MARK: "1"})
+        flags.append(XLA_ONE_THREAD)
+    target = narrower_target(ps)
+    if target and os.environ.get(_PEER_ISA_MARK) != "1" and not args.pysharp_only:
+        env.update(NUMBA_CPU_NAME=PEER_ISA[target][1], **{_PEER_ISA_MARK: "1"})
+        flags.append(f"--xla_cpu_max_isa={PEER_ISA[target][0]}")
+    if env:
+        env["XLA_FLAGS"] = " ".join(f for f in flags if f)
+        cmd = [sys.executable, "-m", "bench.suite", *(sys.argv[1:] if argv is None else argv)]
+        return subprocess.run(cmd, env=dict(os.environ, **env), check=False).returncode
     first, first_target = ceilings(args.cpu_time), target_ceilings(ps)
     build = dict(ps.build_info(), file=str(Path(ps.__file__).resolve()))
     result = {"machine": machine_info(), "build": build, "quick": args.quick,

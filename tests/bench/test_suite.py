@@ -70,3 +70,21 @@ def test_a_result_without_ceilings_keeps_the_nominal_column():
 def test_peak_fraction_refuses_a_non_positive_ceiling():
     with pytest.raises(ValueError, match="positive"):
         _common.peak_fraction(1.0, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("target, runnable, expect", [
+    ("avx2", ["sse2", "avx2", "avx512"], "avx2"),     # an AVX2 core on an AVX-512 CPU
+    ("avx512", ["sse2", "avx2", "avx512"], None),     # the CPU's best: nothing to hold
+    ("native", ["native"], None),                     # a -march=native build
+    ("sse2", ["sse2"], None),                         # a CPU without AVX
+])
+def test_the_peers_are_held_only_to_a_narrower_core(target, runnable, expect):
+    class Build:
+        @staticmethod
+        def build_info():
+            return {"cpu_target": target, "cpu_targets_runnable": runnable}
+
+    assert suite.narrower_target(Build) == expect
+    if expect:
+        xla, numba = suite.PEER_ISA[expect]
+        assert xla == "AVX2" and numba == "haswell"
