@@ -190,9 +190,10 @@ def period_two_diagnostics(model: ScaleInvariantModel, trajectory: Trajectory, *
     (``SharpnessReductionFlow.project``: a gradient flow in the core, then
     Newton steps with dense eigen-decompositions) and its geometry is
     evaluated (``geometry``: one more eigen-decomposition and a third-order
-    contraction). That is 1.1-1.5 ms per step for BN linear regression with
-    d = 20 and 2.4 ms with d = 36 (2-core Xeon): meant for windows of a few
-    hundred to a few thousand steps and D up to a few hundred, not for sweeps.
+    contraction). For BN linear regression that is 1.8-1.9 ms per step with n = 12
+    samples (d = 20 or 36) and 16-18 ms with n = 20 (d = 36): the cost grows with n
+    (2-core Xeon, load about 1): meant for windows of a few hundred to a few
+    thousand steps and D up to a few hundred, not for sweeps.
 
     Parameters
     ----------
