@@ -41,8 +41,15 @@ import numpy as np
 from .._engine import Method
 from .._engine.memory import available_memory
 from .._engine.methods import METHODS
-from .._engine.records import BY_NAME, run_outputs, run_result_names
+from .._engine.records import BY_NAME, RECORDS, run_outputs, run_result_names
 from ._errors import BackendUnavailable
+
+#: The records a record step and a sharpness step copy as they are from the step's values
+#: (``rec`` and ``sh`` below), read from the table: the real scalars written always. A new
+#: such row of records.py needs only its value computed there.
+_PLAIN = {every: tuple(r.name for r in RECORDS
+                       if r.every == every and not r.item and not r.when and r.dtype == "real")
+          for every in ("record", "sharpness")}
 
 
 def probe() -> str | None:
@@ -763,7 +770,7 @@ class _Engine:
                              div_step=jnp.where(before["alive"] & ~solved["alive"], t,
                                                 state["div_step"]))
                 r = self.rows["sharpness"]
-                for name in ("sharpness", "eos_ratio"):
+                for name in _PLAIN["sharpness"]:
                     out[name][r] = np.where(alive, np.asarray(sh[name]), np.nan)
                 out["sharpness_converged"][r] = np.asarray(sh["sharpness_converged"]) & alive
                 if "top_eigenvalues" in out and out["top_eigenvalues"].shape[0]:
@@ -773,7 +780,7 @@ class _Engine:
                 before = solved
             if is_event["record"]:
                 r = self.rows["record"]
-                for name in ("loss", "norm2", "eff_lr", "grad_norm"):
+                for name in _PLAIN["record"]:
                     out[name][r] = np.where(alive, np.asarray(rec[name]), np.nan)
                 if out["top_grad"].shape[0]:
                     tg = jnp.sqrt(rec["norm2"]) * jnp.sum(rec["g"] * before["v1"], axis=1)
