@@ -150,22 +150,15 @@ std::uintptr_t model_address(const LoadedCore<Real>& c) {
 // the library's Jacobians and SGD. What a model of its kind does not have (the engine of a
 // square-loss model, the SGD tools of a scale-invariant one) is refused with a message.
 struct TableExec {
+  // c's model where its kind (square loss or not) has `what`, else refused by name.
   template <class Real>
-  static const void* at(const LoadedCore<Real>& c) {
-    return c.model.address;
-  }
-  static constexpr const char* kKinds =
-      ": Lanczos and the trajectory engine are for scale-invariant models, the Jacobians and "
-      "SGD for square-loss ones";
-  template <class Real>
-  static const TableModel<Real>& scale_invariant(const LoadedCore<Real>& c, const char* what) {
-    require(!c.model.table->square_loss, std::string("this model has no ") + what + kKinds);
+  static const TableModel<Real>& of_kind(const LoadedCore<Real>& c, bool square_loss,
+                                         const char* what) {
+    require(c.model.table->square_loss == square_loss,
+            std::string("this model has no ") + what +
+                ": Lanczos and the trajectory engine are for scale-invariant models, the "
+                "Jacobians and SGD for square-loss ones");
     return c.model;
-  }
-  template <class F>
-  static F need(F f, const char* what) {
-    require(f != nullptr, std::string("this model has no ") + what + kKinds);
-    return f;
   }
   template <class Real>
   static void loss_grad(const LoadedCore<Real>& c, const Real* W, std::int64_t B, Real* loss,
@@ -187,14 +180,14 @@ struct TableExec {
                       const Real* start, const std::uint64_t* streams, std::int64_t B,
                       Real* evals, Real* evecs, Real* resid, int* iterations,
                       std::uint8_t* converged, std::uint8_t* ok) {
-    cpu::lanczos_batch(scale_invariant(c, "lanczos"), o, W, start, streams, B, evals, evecs,
+    cpu::lanczos_batch(of_kind(c, false, "lanczos"), o, W, start, streams, B, evals, evecs,
                        resid, iterations, converged, ok);
   }
   template <class Real>
   static void run(const LoadedCore<Real>& c, const EngineConfig& cfg, bool, const Real* W0,
                   const Hyperparameters<Real>& h, std::int64_t B, long long offset,
                   module::RunOutputs<Real>& out) {
-    cpu::run_batch(scale_invariant(c, "run"), cfg, W0, h, B, offset, out.host_records());
+    cpu::run_batch(of_kind(c, false, "run"), cfg, W0, h, B, offset, out.host_records());
   }
   static void slq(const LoadedCore<double>& c, const double* W, std::int64_t B, int P,
                   int steps, std::uint64_t seed, double* alpha, double* beta, double* nodes,
@@ -204,14 +197,15 @@ struct TableExec {
   template <class Real>
   static void jacobians(const LoadedCore<Real>& c, const Real* W, std::int64_t P, Real* F,
                         Real* A, Real* GX) {
-    need(c.model.table->jacobians, "jacobians")(at(c), W, P, F, A, GX);
+    const TableModel<Real>& m = of_kind(c, true, "jacobians");
+    m.table->jacobians(m.address, W, P, F, A, GX);
   }
   template <class Real>
   static void sgd(const LoadedCore<Real>& c, const SGDConfig& cfg, Real* W, const Real* lr,
                   const int* batch, const Real* wd, std::int64_t T, std::int64_t offset,
                   Real* loss, std::uint8_t* diverged, long long* diverged_step) {
-    need(c.model.table->sgd, "sgd")(at(c), cfg, W, lr, batch, wd, T, offset, loss, diverged,
-                                    diverged_step);
+    const TableModel<Real>& m = of_kind(c, true, "sgd");
+    m.table->sgd(m.address, cfg, W, lr, batch, wd, T, offset, loss, diverged, diverged_step);
   }
 };
 
