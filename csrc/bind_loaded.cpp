@@ -25,6 +25,17 @@ namespace py = pybind11;
 using module::carray;
 using module::require;
 
+// Refuses, by name, what a model of its kind (square loss or not) does not have: the table
+// holds the sample counts, Jacobians and SGD of a square-loss model only, and the core runs
+// Lanczos and the trajectory engine for the others only.
+template <class Real>
+void require_kind(const Table<Real>& t, bool square_loss, const char* what) {
+  require(t.square_loss == square_loss,
+          std::string("this model has no ") + what +
+              ": Lanczos and the trajectory engine are for scale-invariant models, the "
+              "Jacobians and SGD for square-loss ones");
+}
+
 // The loaded model as the core's CPU code sees a model: dim, work size and groups read
 // from the table once, loss_grad on the one lane block the library was compiled for.
 template <class Real>
@@ -37,8 +48,14 @@ struct TableModel {
   int work_size() const { return work_size_; }
   int n_groups() const { return static_cast<int>(bounds.size()) - 1; }
   int group_begin(int k) const { return bounds[k]; }
-  int n_samples() const { return table->n_samples(address); }
-  int input_dim() const { return table->input_dim(address); }
+  int n_samples() const {
+    require_kind(*table, true, "training samples");
+    return table->n_samples(address);
+  }
+  int input_dim() const {
+    require_kind(*table, true, "input dimension");
+    return table->input_dim(address);
+  }
   template <class S>
   mask_t<S> loss_grad(const S* w, S* loss, S* g, S* work) const {
     static_assert(std::is_same_v<S, Block<Real>>,
@@ -88,6 +105,7 @@ mask_t<Block<Real>> third_contraction(const TableModel<Real>& m, const Block<Rea
 
 template <class Real>
 int sgd_min_batch(const TableModel<Real>& m) {
+  require_kind(*m.table, true, "SGD");
   return m.table->sgd_min_batch(m.address);
 }
 
@@ -154,10 +172,7 @@ struct TableExec {
   template <class Real>
   static const TableModel<Real>& of_kind(const LoadedCore<Real>& c, bool square_loss,
                                          const char* what) {
-    require(c.model.table->square_loss == square_loss,
-            std::string("this model has no ") + what +
-                ": Lanczos and the trajectory engine are for scale-invariant models, the "
-                "Jacobians and SGD for square-loss ones");
+    require_kind(*c.model.table, square_loss, what);
     return c.model;
   }
   template <class Real>

@@ -110,6 +110,22 @@ def test_a_diverging_trajectory_is_flagged_not_fatal_to_its_batch(diag):
     assert list(run.diverged) == [False, True] and np.isfinite(run.loss[-1, 0])
 
 
+def test_each_kind_refuses_the_other_kinds_tools_in_words(diag):
+    # the library of a square-loss model has no engine to run, that of a scale-invariant
+    # one no samples: asked directly (past the Python layer), the core refuses, never crashes
+    from pysharp.sharpness import LanczosOptions
+
+    model, _, _ = diag
+    core = model._core(np.dtype(np.float64))
+    with pytest.raises(ValueError, match="has no lanczos"):
+        core.lanczos(np.ones((1, model.dim)), LanczosOptions.for_dim(model.dim, 1).to_core(),
+                     None)
+    X = np.random.default_rng(0).standard_normal((30, 8))
+    phase = ps.load_model(EXAMPLES / "phase_retrieval.hpp", X=X, y=np.ones(30), c=1.0)
+    with pytest.raises(ValueError, match="has no training samples"):
+        phase._core(np.dtype(np.float64)).jacobians(np.ones((1, phase.dim)))
+
+
 def test_the_stability_tools_run_on_a_loaded_model(diag):
     model, X, _ = diag
     beta = np.zeros(6)
