@@ -61,6 +61,19 @@ PYSHARP_HD S dot_split(const S* w, const Real* x, int d) {
   return (p[0] + p[1]) + (p[2] + p[3]);
 }
 
+// sum_k value(w[k])^2 in dot_split's order, for a sum that only sets a threshold (a
+// rounding floor): its order reaches no result, so it need not be one chain.
+template <class S>
+PYSHARP_HD value_t<S> squares_split(const S* w, int d) {
+  using T = value_t<S>;
+  T p[4] = {T(0), T(0), T(0), T(0)};
+  int k = 0;
+  for (; k + 4 <= d; k += 4)
+    for (int b = 0; b < 4; ++b) p[b] += value_of(w[k + b]) * value_of(w[k + b]);
+  for (; k < d; ++k) p[0] += value_of(w[k]) * value_of(w[k]);
+  return (p[0] + p[1]) + (p[2] + p[3]);
+}
+
 // The blocks below size P, largest first, each at most once: block(size, i) for those
 // that fit in [i, n), advancing i. Every remainder of a block of K <= 2 P outputs is
 // covered.

@@ -63,7 +63,7 @@ struct SpectralState {
   // at point(): a run that drifts outside gets the power of two `scale` that brings
   // ||w|| to order one, and point() returns scale w while the runner asks for it.
   PYSHARP_HD void scale_point(Real f) { point_scale *= f; }
-  PYSHARP_HD bool evaluate(Real& loss, Real& norm2, Real& gnorm2, Real& scale) {
+  PYSHARP_HD bool evaluate(Real& loss, Real& norm2, Real& gnorm2, Real& scale, bool) {
     const bool ok = evaluate_unscaled(loss, norm2, gnorm2);
     scale = Real(1);
     if (ok && !(norm2 > SafeNorm2<Real>::lo && norm2 < SafeNorm2<Real>::hi) &&

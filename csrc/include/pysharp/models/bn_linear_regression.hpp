@@ -33,9 +33,7 @@ struct BNLinearRegression {
   // (models/derivatives.hpp).
   template <class S, class G>
   PYSHARP_HD mask_t<S> loss_grad(const S* w, S* loss, G* g, S* work) const {
-    value_t<S> w2 = Real(0);
-    for (int j = 0; j < d; ++j) w2 += value_of(w[j]) * value_of(w[j]);
-    const value_t<S> floor2 = rounding_floor2(w2);
+    const value_t<S> floor2 = rounding_floor2(squares_split(w, d));  // a threshold only
     matvec_rows(Xc, n, d, w, work);  // z = Xc w
     const mask_t<S> defined = bn_cosine_loss_grad(work, u, scale, n, floor2, loss, work);
     matvec_cols(Xc, n, d, work, g);  // grad = Xc^T dL/dz
