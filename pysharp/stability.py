@@ -69,7 +69,8 @@ from ._backends import core_only
 from ._engine.loader import core
 from ._engine.memory import available_memory
 from ._engine.validation import as_batch, as_float_array, as_positive_int, as_real
-from .models import BNLinearRegression, SquareLossModel
+from .models import BNLinearRegression
+from .models._kinds import require_sample_jacobians
 from .models._xla_square_loss import XlaSquareLossModel
 from .sharpness import lanczos
 
@@ -83,15 +84,13 @@ __all__ = ["StabilityQuantities", "SecondMomentOperator", "MomentGrowth", "Stabi
 
 # --------------------------------------------------------------------------- inputs
 def _check_model(model) -> None:
-    if not isinstance(model, (SquareLossModel, BNLinearRegression, XlaSquareLossModel)):
-        raise TypeError("model must be a pysharp LinearRegression, TwoLayerNet, "
-                        "BNLinearRegression or square_loss_from_jax model, got "
-                        f"{type(model).__name__}")
+    require_sample_jacobians(model, "model")
 
 
 def _backend(model, backend: str, what: str) -> None:
     """The compiled core runs the algebra; a JAX model's Jacobians come from XLA."""
-    if isinstance(model, XlaSquareLossModel):
+    require_sample_jacobians(model, what)
+    if model.jacobians_by == "xla":
         if backend not in ("auto", "jax"):
             raise ValueError(f"{what}: a square_loss_from_jax model's Jacobians are computed "
                              f"by XLA; backend must be 'auto' or 'jax', got {backend!r}")
@@ -101,7 +100,7 @@ def _backend(model, backend: str, what: str) -> None:
 
 def _outputs(model) -> int:
     """k, the outputs per sample (1 but for a JAX model with vector outputs)."""
-    return model.outputs if isinstance(model, XlaSquareLossModel) else 1
+    return model.outputs
 
 
 def per_sample_gradients(model, w, *, backend: str = "auto") -> np.ndarray:
@@ -117,20 +116,13 @@ def per_sample_gradients(model, w, *, backend: str = "auto") -> np.ndarray:
     _backend(model, backend, "per_sample_gradients")
     _check_model(model)
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)
-    if isinstance(model, BNLinearRegression):
-        A = model.per_sample_jacobians(W)[1]
-    elif isinstance(model, XlaSquareLossModel):
-        A = model.param_gradients(W)
-    else:
-        A = model.jacobians(W)[1]
+    A = model.param_gradients(W)
     return A[0] if single else A
 
 
 def _rows(model, W: np.ndarray) -> np.ndarray:
     """The Jacobian rows of points W (B, D): (B, n k, D), sample-major (k = 1: (B, n, D))."""
-    if isinstance(model, XlaSquareLossModel):
-        return model.jacobian_rows(W)
-    return per_sample_gradients(model, W)
+    return model.jacobian_rows(W)
 
 
 def _point(model, w) -> np.ndarray:
@@ -342,7 +334,7 @@ def sharpness_nonuniformity(model, w, *, method: str = "auto", tol: float = 1e-1
     seed = as_positive_int(seed, "seed", minimum=0)
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)
     k = _outputs(model)
-    if isinstance(model, XlaSquareLossModel) and (
+    if model.jacobians_by == "xla" and (
             method == "lanczos" or (method == "auto" and not _jacobian_fits(model))):
         rows = [_sharp_nonuni_chunked(model, x, tol, seed) for x in W]
         n, D, method = model.n, model.dim, "lanczos"
@@ -1153,7 +1145,7 @@ def gradient_moment_ratio(model, w, lr, batch, *, k: int = 1, backend: str = "au
     lr = _lr(lr)
     k = as_positive_int(k, "k")
     batch = as_positive_int(batch, "batch")
-    if isinstance(model, XlaSquareLossModel):
+    if model.jacobians_by == "xla":  # over chunks of samples, any n
         W, single = as_batch(w, model.dim, "w", dtype=np.float64)
         moment = np.array([model.jacobian_moment(x, k) for x in W])
         moment = moment[0] if single else moment
@@ -1218,7 +1210,7 @@ def input_smoothness(model, w, X=None, *, k: int = 1, backend: str = "auto") -> 
     k = as_positive_int(k, "k")
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)
     lhs = rhs = holds = None  # the first-layer bound, for models with a first layer
-    if isinstance(model, XlaSquareLossModel):
+    if model.jacobians_by == "xla":
         m = model if X is None else model.with_data(X)
         g_W = np.array([m.jacobian_moment(x, k) for x in W]) ** (1 / (2 * k))
         g_x = np.array([m.input_moment(x, k) for x in W]) ** (1 / (2 * k))

@@ -565,3 +565,25 @@ def test_lyapunov_exponent_rejects_bad_arguments():
         stability.lyapunov_exponent(m, [0.7], 0.1, 4)  # B > n without replacement
     with pytest.raises(ValueError):
         stability.lyapunov_exponent(m, [0.7], 0.1, 1, runs=1)
+
+
+# A model answers for itself whether it has per-sample Jacobians (models/_kinds.py):
+# the scale-invariant models without them are refused by name, before any work.
+@pytest.mark.parametrize("call", [
+    lambda m, w: ps.stability.per_sample_gradients(m, w),
+    lambda m, w: ps.stability.sharpness_nonuniformity(m, w),
+    lambda m, w: ps.stability.second_moment_operator(m, w, 0.1, 2),
+    lambda m, w: ps.stability.is_linearly_stable(m, w, 0.1, 2),
+    lambda m, w: ps.stability.moment_growth(m, w, 0.1, 2),
+    lambda m, w: ps.stability.lyapunov_exponent(m, w, 0.1, 2),
+    lambda m, w: ps.stability.stability_conditions(m, w, 0.1, 2),
+    lambda m, w: ps.stability.critical_lr(m, w, 2),
+    lambda m, w: ps.stability.gradient_moment_ratio(m, w, 0.1, 2),
+    lambda m, w: ps.stability.input_smoothness(m, w),
+])
+@pytest.mark.parametrize("model", [ps.Toy3D(c=10.0),
+                                   ps.BNMatrixCompletion.synthetic(size=4, true_rank=1, rank=2,
+                                                                   seed=0)])
+def test_a_model_without_sample_jacobians_is_refused_by_name(call, model):
+    with pytest.raises(TypeError, match=f"per-sample Jacobians.*{type(model).__name__}"):
+        call(model, model.random_point(seed=0))

@@ -215,6 +215,18 @@ class BNLinearRegression(ScaleInvariantModel):
         return self._shape(L, single), self._shape(G, single)
 
     # -- SGD linear stability (per-sample Jacobians of the predictions) ------------
+    #: outputs per sample (k) and who computes the Jacobians, as pysharp.stability reads them
+    outputs = 1
+    jacobians_by = "core"
+
+    def param_gradients(self, w) -> np.ndarray:
+        """a_i = grad_w p_i(w) for every training sample: (n, d) or (B, n, d)."""
+        return self.per_sample_jacobians(w)[1]
+
+    def jacobian_rows(self, w) -> np.ndarray:
+        """The rows pysharp.stability reads: ``param_gradients``, (n, d) or (B, n, d)."""
+        return self.param_gradients(w)
+
     def per_sample_jacobians(self, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Predictions and their per-sample gradients, for the SGD stability analysis.
 

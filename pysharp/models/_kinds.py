@@ -22,3 +22,19 @@ def require_scale_invariant(model, tool: str, instead: str) -> None:
         raise TypeError(f"{tool} needs a scale-invariant model; {name} is a square-loss model, "
                         f"not defined up to scale: {instead}")
     raise TypeError(f"model must be a pysharp model, got {name}")
+
+
+def require_sample_jacobians(model, what: str) -> None:
+    """Raise TypeError unless ``model`` gives the per-sample Jacobians of SGD's stability theory.
+
+    Such a model (LinearRegression, TwoLayerNet, a loaded square-loss model,
+    BNLinearRegression, a square_loss_from_jax network) says so itself: ``outputs`` (k),
+    ``jacobians_by`` ("core" or "xla"), ``param_gradients(w)`` and ``jacobian_rows(w)``,
+    (B, n k, D) for points (B, D). ``what`` names the caller in the message.
+    """
+    if all(hasattr(model, a) for a in ("outputs", "jacobians_by", "param_gradients",
+                                       "jacobian_rows")):
+        return
+    raise TypeError(f"{what}: model must be a pysharp LinearRegression, TwoLayerNet, "
+                    "loaded square-loss model, BNLinearRegression or square_loss_from_jax "
+                    f"model (one with per-sample Jacobians), got {type(model).__name__}")

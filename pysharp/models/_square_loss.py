@@ -56,6 +56,10 @@ class SquareLossModel(abc.ABC):
 
     #: whether the model's parameters start with a first layer W1 multiplying x
     has_first_layer = True
+    #: outputs per sample (k); pysharp.stability reads it with jacobian_rows
+    outputs = 1
+    #: who computes the Jacobians that pysharp.stability reads: the compiled core
+    jacobians_by = "core"
 
     def __init__(self, X, y) -> None:
         self.X, self.y = _data(X, y)
@@ -185,6 +189,10 @@ class SquareLossModel(abc.ABC):
     @keeps_array_type
     def param_gradients(self, w) -> np.ndarray:
         """Per-sample parameter gradients a_i = grad_W f(x_i; w), (n, D) or (B, n, D)."""
+        return self.jacobians(w)[1]
+
+    def jacobian_rows(self, w) -> np.ndarray:
+        """The per-sample gradients as the rows pysharp.stability reads: (n, D) or (B, n, D)."""
         return self.jacobians(w)[1]
 
     @keeps_array_type

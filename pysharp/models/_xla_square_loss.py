@@ -48,6 +48,8 @@ class XlaSquareLossModel:
 
     #: which leaf is the first layer is not known: input_smoothness gives the moments only
     has_first_layer = False
+    #: who computes the Jacobians that pysharp.stability reads: XLA, over chunks of samples
+    jacobians_by = "xla"
 
     def __init__(self, predict: Callable, params: Any, X, Y, *, chunk: int | None = None):
         import jax  # lazy: JAX is an optional dependency
