@@ -26,13 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._backends import _jax_square_loss, core_only
+from ._backends import core_only
 from ._engine.hyper import broadcast_batch, per_trajectory
 from ._engine.loader import core
 from ._engine.methods import method_spec
 from ._engine.options import RunOptions
-from ._engine.validation import as_positive_int, as_real, check_nonzero_rows
+from ._engine.validation import as_positive_int, as_real
 from .models import BNLinearRegression, SquareLossModel
+from .models._kinds import require_sgd
 from .models._xla_square_loss import XlaSquareLossModel
 
 
@@ -185,18 +186,13 @@ def run_minibatch(model: SquareLossModel | BNLinearRegression | XlaSquareLossMod
                          f"({', '.join(spec.optional)} optional), got {got}")
     options.check_read_by(spec)
     backend, replacement = options.backend, options.replacement
-    is_xla = isinstance(model, XlaSquareLossModel)
-    if is_xla:
+    require_sgd(model, spec.runner)
+    if model.jacobians_by == "xla":
         if backend not in ("auto", "jax"):
             raise ValueError(f"{spec.runner}: a square_loss_from_jax model runs in XLA; backend "
                              f"must be 'auto' or 'jax', got {backend!r}")
     else:
         core_only(backend, spec.runner)
-    is_bn = isinstance(model, BNLinearRegression)
-    if not (is_bn or is_xla or isinstance(model, SquareLossModel)):
-        raise TypeError(f"model must be a pysharp square-loss model (LinearRegression, "
-                        f"TwoLayerNet, square_loss_from_jax) or BNLinearRegression, got "
-                        f"{type(model).__name__}")
     steps = as_positive_int(options.steps, "steps", minimum=0)
     record_every = options.record_every
     if record_every is None:
@@ -209,26 +205,14 @@ def run_minibatch(model: SquareLossModel | BNLinearRegression | XlaSquareLossMod
         raise TypeError(f"replacement must be a bool, got {type(replacement).__name__}")
     lr_a = per_trajectory(hyper["lr"], "lr", positive=True)
     wd_a = per_trajectory(hyper.get("wd", 0.0), "wd")
-    if is_bn:
-        b_a = _batch_sizes(hyper["batch"], model.n, bool(replacement), minimum=2,
-                           why=" for BNLinearRegression (ghost BN takes the mean and std of "
-                               "each batch, undefined for one sample)")
-    else:
-        b_a = _batch_sizes(hyper["batch"], model.n, bool(replacement))
+    minimum, why = model.sgd_min_batch
+    b_a = _batch_sizes(hyper["batch"], model.n, bool(replacement), minimum=minimum, why=why)
     dtype = np.asarray(w0).dtype if np.asarray(w0).dtype in (np.float32, np.float64) else np.float64
     W0, params, single = broadcast_batch(w0, model.dim, dtype, lr=lr_a, wd=wd_a, batch=b_a)
     B = params["batch"].astype(np.int32)
     args = (W0, params["lr"], B, params["wd"], steps, record_every, bool(replacement), seed,
             first_trajectory, max_loss)
-    if is_bn:
-        check_nonzero_rows(W0, "w0")
-        model.loss(W0)  # a start where the loss is undefined is refused, not run
-        out = core().bn_linreg_sgd(model._core(W0.dtype), *args)
-    elif is_xla:
-        out = _run_sgd_xla(model, W0, params["lr"], B, params["wd"], steps, record_every,
-                           bool(replacement), seed, first_trajectory, max_loss)
-    else:
-        out = model._core(W0.dtype).sgd(*args)
+    out = model._run_sgd(*args)
     rec_steps = np.arange(steps // record_every + 1) * record_every
     res = SGDResult(out["w"], rec_steps, out["loss"], out["diverged"].astype(bool),
                     out["diverged_step"], params["lr"], B, params["wd"], bool(replacement), seed)
@@ -237,22 +221,6 @@ def run_minibatch(model: SquareLossModel | BNLinearRegression | XlaSquareLossMod
         res.diverged, res.diverged_step = res.diverged[0], res.diverged_step[0]
         res.lr, res.batch, res.wd = res.lr[0], res.batch[0], res.wd[0]
     return res
-
-
-def _run_sgd_xla(model: XlaSquareLossModel, W0, lr, B, wd, steps, record_every, replacement,
-                 seed, first_trajectory, max_loss) -> dict:
-    """SGD of a JAX network in XLA over the compiled engine's batches."""
-    T = W0.shape[0]
-    b_max = int(B.max())
-    batches = np.zeros((T, steps, b_max), dtype=np.int32)
-    for lane in range(T):
-        batches[lane, :, : B[lane]] = sgd_batches(model.n, int(B[lane]), steps,
-                                                  replacement=replacement, seed=seed,
-                                                  trajectory=first_trajectory + lane)
-    out = _jax_square_loss.run_sgd(model._pred, model.X, model.Y, W0, lr, wd, B, batches, steps,
-                                   record_every, max_loss, model.chunk)
-    out["diverged"] = out["diverged_step"] >= 0
-    return out
 
 
 def sgd_batches(n: int, batch: int, steps: int, *, replacement: bool = False, seed: int = 0,

@@ -14,6 +14,7 @@ from _cases import rel_err
 from _cases import square_linreg as _linreg
 from _cases import square_net as _net
 
+import pysharp as ps
 from pysharp._engine import loader
 from pysharp.models import LinearRegression
 from pysharp.sgd import run_sgd, sgd_batches
@@ -125,3 +126,11 @@ def test_batch_sizes_must_be_whole_numbers(batch, error):
     model = _linreg()
     with pytest.raises(error, match="batch"):
         run_sgd(model, np.zeros(model.dim), 0.1, batch, 3)
+
+
+# A model answers for itself whether it runs SGD (models/_kinds.py's require_sgd): a
+# scale-invariant model without ghost-BN SGD is refused by name, before any work.
+@pytest.mark.parametrize("model", [ps.Toy3D(c=10.0), ps.BNTwoLayerNet.synthetic(seed=0)])
+def test_a_model_without_sgd_is_refused_by_name(model):
+    with pytest.raises(TypeError, match=f"run_sgd: .*got {type(model).__name__}"):
+        ps.run_sgd(model, model.random_point(seed=0), 0.1, 2, 10)

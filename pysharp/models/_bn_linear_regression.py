@@ -5,7 +5,7 @@ import functools
 import numpy as np
 
 from .._engine.loader import core
-from .._engine.validation import as_positive_int
+from .._engine.validation import as_positive_int, check_nonzero_rows
 from ..reference import BNLinearRegressionReference
 from ._base import (
     ScaleInvariantModel,
@@ -215,9 +215,19 @@ class BNLinearRegression(ScaleInvariantModel):
         return self._shape(L, single), self._shape(G, single)
 
     # -- SGD linear stability (per-sample Jacobians of the predictions) ------------
-    #: outputs per sample (k) and who computes the Jacobians, as pysharp.stability reads them
+    #: outputs per sample (k) and who computes the Jacobians (and runs SGD), as
+    #: pysharp.stability and pysharp.sgd read them; the smallest SGD batch, and why
     outputs = 1
     jacobians_by = "core"
+    sgd_min_batch = (2, " for BNLinearRegression (ghost BN takes the mean and std of each "
+                        "batch, undefined for one sample)")
+
+    def _run_sgd(self, W0: np.ndarray, *args) -> dict:
+        """pysharp.sgd's engine for this model (validated arguments, after W0 (T, D)): ghost
+        BN SGD in the compiled core, from starts where the loss is defined."""
+        check_nonzero_rows(W0, "w0")
+        self.loss(W0)  # a start where the loss is undefined is refused, not run
+        return core().bn_linreg_sgd(self._core(W0.dtype), W0, *args)
 
     def param_gradients(self, w) -> np.ndarray:
         """a_i = grad_w p_i(w) for every training sample: (n, d) or (B, n, d)."""

@@ -58,8 +58,10 @@ class SquareLossModel(abc.ABC):
     has_first_layer = True
     #: outputs per sample (k); pysharp.stability reads it with jacobian_rows
     outputs = 1
-    #: who computes the Jacobians that pysharp.stability reads: the compiled core
+    #: who computes the Jacobians that pysharp.stability reads, and runs SGD: the compiled core
     jacobians_by = "core"
+    #: the smallest SGD batch, and the words that say why when it is above 1
+    sgd_min_batch: tuple[int, str] = (1, "")
 
     def __init__(self, X, y) -> None:
         self.X, self.y = _data(X, y)
@@ -194,6 +196,11 @@ class SquareLossModel(abc.ABC):
     def jacobian_rows(self, w) -> np.ndarray:
         """The per-sample gradients as the rows pysharp.stability reads: (n, D) or (B, n, D)."""
         return self.jacobians(w)[1]
+
+    def _run_sgd(self, W0: np.ndarray, *args) -> dict:
+        """pysharp.sgd's engine for this model (validated arguments, after W0 (T, D)): the
+        compiled core's SGD, csrc/cpu/sgd.hpp."""
+        return self._core(W0.dtype).sgd(W0, *args)
 
     @keeps_array_type
     def input_gradients(self, w) -> np.ndarray:

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from .._backends._jax import x64
-from .._backends._jax_square_loss import SquareLossKernels
+from .._backends._jax_square_loss import SquareLossKernels, run_sgd
+from .._engine.loader import core
 from .._engine.memory import available_memory
 from .._engine.validation import as_batch, as_float_array, as_positive_int
 from ._xla import _leaf_paths
@@ -48,8 +49,10 @@ class XlaSquareLossModel:
 
     #: which leaf is the first layer is not known: input_smoothness gives the moments only
     has_first_layer = False
-    #: who computes the Jacobians that pysharp.stability reads: XLA, over chunks of samples
+    #: who computes the Jacobians that pysharp.stability reads, and runs SGD: XLA
     jacobians_by = "xla"
+    #: the smallest SGD batch, and the words that say why when it is above 1
+    sgd_min_batch: tuple[int, str] = (1, "")
 
     def __init__(self, predict: Callable, params: Any, X, Y, *, chunk: int | None = None):
         import jax  # lazy: JAX is an optional dependency
@@ -215,6 +218,21 @@ class XlaSquareLossModel:
         A = np.stack([self._kernels.jacobians(x)[1].reshape(self.n * self.outputs, self.dim)
                       for x in W])
         return A[0] if single else A
+
+    def _run_sgd(self, W0: np.ndarray, lr: np.ndarray, batch: np.ndarray, wd: np.ndarray,
+                 steps: int, record_every: int, replacement: bool, seed: int,
+                 first_trajectory: int, max_loss: float) -> dict:
+        """pysharp.sgd's engine for this model (validated arguments): SGD in XLA over the
+        batches the compiled core draws for each trajectory (pysharp.sgd.sgd_batches)."""
+        T = W0.shape[0]
+        batches = np.zeros((T, steps, int(batch.max())), dtype=np.int32)
+        for lane in range(T):
+            batches[lane, :, : batch[lane]] = core().sgd_batches(
+                self.n, int(batch[lane]), replacement, seed, first_trajectory + lane, steps)
+        out = run_sgd(self._pred, self.X, self.Y, W0, lr, wd, batch, batches, steps,
+                      record_every, max_loss, self.chunk)
+        out["diverged"] = out["diverged_step"] >= 0
+        return out
 
     def input_gradients(self, w, X=None) -> np.ndarray:
         """d predict(x_i) / dx on X (default: the training inputs): (N, k, *x.shape), or

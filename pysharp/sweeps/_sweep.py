@@ -21,7 +21,7 @@ from .._engine.memory import available_memory, cgroup_room  # noqa: F401 - the t
 from .._engine.methods import ALL_METHODS, ENGINES
 from .._engine.validation import as_positive_int, as_real, check_nonzero_rows, check_record_every
 from .._version import __version__
-from ..models import BNLinearRegression, ScaleInvariantModel, SquareLossModel
+from ..models import ScaleInvariantModel
 from ..models._registry import REGISTRY, entry_of
 from . import _spec
 from ._compute import (
@@ -124,9 +124,8 @@ def _check_method(method, model, grid_batch, *, sharpness_every, jitter, backend
     spec = ALL_METHODS[method]
     name = entry_of(model).name
     if spec.engine == "minibatch":
-        if not isinstance(model, (SquareLossModel, BNLinearRegression)):
-            fit = sorted(e.name for e in REGISTRY.values()
-                         if issubclass(e.cls, (SquareLossModel, BNLinearRegression)))
+        if not hasattr(model, "_run_sgd"):  # models/_kinds.py's require_sgd
+            fit = sorted(e.name for e in REGISTRY.values() if hasattr(e.cls, "_run_sgd"))
             raise ValueError(f"method={method!r} needs a square-loss model or BN linear "
                              f"regression ({', '.join(fit)}); {name!r} is not one")
     elif not isinstance(model, ScaleInvariantModel):
@@ -150,11 +149,9 @@ def _check_method(method, model, grid_batch, *, sharpness_every, jitter, backend
     if replacement is not None and not isinstance(replacement, (bool, np.bool_)):
         raise TypeError(f"replacement must be a bool, got {type(replacement).__name__}")
     if "batch" in spec.hyper:
-        bn = isinstance(model, BNLinearRegression)
-        if grid_batch.min() < (2 if bn else 1):
-            why = " for BN linear regression (ghost BN takes each batch's mean and std)"
-            raise ValueError(f"batch sizes must be >= {2 if bn else 1}{why if bn else ''}, "
-                             f"got {grid_batch.min()}")
+        minimum, why = model.sgd_min_batch
+        if grid_batch.min() < minimum:
+            raise ValueError(f"batch sizes must be >= {minimum}{why}, got {grid_batch.min()}")
         if not replacement and grid_batch.max() > model.n:
             raise ValueError(f"batch sizes must be <= n = {model.n} without replacement, "
                              f"got {grid_batch.max()}")
