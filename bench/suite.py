@@ -78,12 +78,34 @@ PEER_ISA = {"sse2": ("SSE4_2", "nehalem"), "avx2": ("AVX2", "haswell"),
 _PEER_ISA_MARK = "BENCH_SUITE_PEER_ISA"  # set in the re-executed process
 
 
-def narrower_target(ps) -> str | None:
+def cpu_best_target() -> str | None:
+    """The widest of pysharp's x86 instruction sets this CPU runs, by NumPy's CPU features
+    (None where NumPy does not say, as on ARM)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as has
+    except ImportError:
+        return None
+    if all(has.get(f) for f in ("AVX512F", "AVX512CD", "AVX512BW", "AVX512DQ", "AVX512VL")):
+        return "avx512"
+    if has.get("AVX2") and has.get("FMA3"):
+        return "avx2"
+    return "sse2" if has.get("SSE2") else None
+
+
+def narrower_target(ps, cpu_best: str | None = None) -> str | None:
     """The instruction set of pysharp's loaded core where it is narrower than the best one
-    the CPU runs, else None."""
+    the CPU runs, else None. A portable build knows the sets the CPU runs; a build for one
+    set (``PYSHARP_MARCH=x86-64-v3``) is compared with ``cpu_best`` (default: the CPU's, by
+    :func:`cpu_best_target`)."""
     info = ps.build_info()
     target, runnable = info.get("cpu_target"), info.get("cpu_targets_runnable") or []
-    if target not in OPENBLAS_CORETYPE or not runnable or target == runnable[-1]:
+    if target not in OPENBLAS_CORETYPE or not runnable:
+        return None
+    order = list(OPENBLAS_CORETYPE)  # narrowest first
+    best = runnable[-1]
+    if len(runnable) == 1:
+        best = cpu_best if cpu_best is not None else cpu_best_target()
+    if best not in order or order.index(target) >= order.index(best):
         return None
     return target
 

@@ -72,19 +72,25 @@ def test_peak_fraction_refuses_a_non_positive_ceiling():
         _common.peak_fraction(1.0, 1.0, 0.0)
 
 
-@pytest.mark.parametrize("target, runnable, expect", [
-    ("avx2", ["sse2", "avx2", "avx512"], "avx2"),     # an AVX2 core on an AVX-512 CPU
-    ("avx512", ["sse2", "avx2", "avx512"], None),     # the CPU's best: nothing to hold
-    ("native", ["native"], None),                     # a -march=native build
-    ("sse2", ["sse2"], None),                         # a CPU without AVX
+@pytest.mark.parametrize("target, runnable, cpu, expect", [
+    ("avx2", ["sse2", "avx2", "avx512"], None, "avx2"),  # portable: an AVX2 core, AVX-512 CPU
+    ("avx512", ["sse2", "avx2", "avx512"], None, None),  # the CPU's best: nothing to hold
+    ("native", ["native"], "avx512", None),              # a -march=native build
+    ("sse2", ["sse2"], "sse2", None),                    # a CPU without AVX
+    ("avx2", ["avx2"], "avx512", "avx2"),                # PYSHARP_MARCH=x86-64-v3, AVX-512 CPU
+    ("avx2", ["avx2"], "avx2", None),                    # the same build on an AVX2 CPU
 ])
-def test_the_peers_are_held_only_to_a_narrower_core(target, runnable, expect):
+def test_the_peers_are_held_only_to_a_narrower_core(target, runnable, cpu, expect):
     class Build:
         @staticmethod
         def build_info():
             return {"cpu_target": target, "cpu_targets_runnable": runnable}
 
-    assert suite.narrower_target(Build) == expect
+    assert suite.narrower_target(Build, cpu_best=cpu) == expect
     if expect:
         xla, numba = suite.PEER_ISA[expect]
         assert xla == "AVX2" and numba == "haswell"
+
+
+def test_the_cpus_best_set_is_one_of_the_cores():
+    assert suite.cpu_best_target() in (*suite.OPENBLAS_CORETYPE, None)
