@@ -88,7 +88,8 @@ def _check_model(model) -> None:
 
 
 def _backend(model, backend: str, what: str) -> None:
-    """The compiled core runs the algebra; a JAX model's Jacobians come from XLA."""
+    """Refuses a model without per-sample Jacobians, then a backend that cannot run ``what``:
+    the compiled core runs the algebra; a JAX model's Jacobians come from XLA."""
     require_sample_jacobians(model, what)
     if model.jacobians_by == "xla":
         if backend not in ("auto", "jax"):
@@ -114,7 +115,6 @@ def per_sample_gradients(model, w, *, backend: str = "auto") -> np.ndarray:
     function of this module.
     """
     _backend(model, backend, "per_sample_gradients")
-    _check_model(model)
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)
     A = model.param_gradients(W)
     return A[0] if single else A
@@ -327,7 +327,6 @@ def sharpness_nonuniformity(model, w, *, method: str = "auto", tol: float = 1e-1
     StabilityQuantities
     """
     _backend(model, backend, "sharpness_nonuniformity")
-    _check_model(model)
     if method not in ("auto", "dense", "gram", "lanczos"):
         raise ValueError(f"method must be 'auto', 'dense', 'gram' or 'lanczos', got {method!r}")
     tol = as_real(tol, "tol", minimum=0.0, strict=True)
@@ -1007,7 +1006,6 @@ def stability_conditions(model, w, lr, batch, *, replacement: bool = False,
         ``stable`` rests on ``second_moment_operator`` (dense T_2 up to rank 44).
     """
     _backend(model, backend, "stability_conditions")
-    _check_model(model)
     lr = _lr(lr)
     batch, replacement = _batch(batch, model.n, replacement)
     rtol = as_real(rtol, "rtol", minimum=0.0)
@@ -1141,7 +1139,6 @@ def gradient_moment_ratio(model, w, lr, batch, *, k: int = 1, backend: str = "au
     (tr(H) <= D a); Ma & Ying prove the k >= 2 bounds for scalar outputs only.
     """
     _backend(model, backend, "gradient_moment_ratio")
-    _check_model(model)
     lr = _lr(lr)
     k = as_positive_int(k, "k")
     batch = as_positive_int(batch, "batch")
@@ -1206,7 +1203,6 @@ def input_smoothness(model, w, X=None, *, k: int = 1, backend: str = "auto") -> 
     InputSmoothness
     """
     _backend(model, backend, "input_smoothness")
-    _check_model(model)
     k = as_positive_int(k, "k")
     W, single = as_batch(w, model.dim, "w", dtype=np.float64)
     lhs = rhs = holds = None  # the first-layer bound, for models with a first layer

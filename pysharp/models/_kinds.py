@@ -40,14 +40,19 @@ def require_sample_jacobians(model, what: str) -> None:
                     f"model (one with per-sample Jacobians), got {type(model).__name__}")
 
 
-def require_sgd(model, what: str) -> None:
-    """Raise TypeError unless ``model`` runs mini-batch SGD (``pysharp.run_sgd``).
+def runs_sgd(model) -> bool:
+    """Whether ``model`` (an instance or a class) runs mini-batch SGD (``pysharp.run_sgd``).
 
     Such a model says so itself: ``_run_sgd(W0, lr, batch, wd, steps, record_every,
     replacement, seed, first_trajectory, max_loss)`` (its engine), ``sgd_min_batch`` (the
     smallest batch and why) and ``jacobians_by`` (where it runs: "core" or "xla").
     """
-    if all(hasattr(model, a) for a in ("_run_sgd", "sgd_min_batch", "jacobians_by")):
+    return all(hasattr(model, a) for a in ("_run_sgd", "sgd_min_batch", "jacobians_by"))
+
+
+def require_sgd(model, what: str) -> None:
+    """Raise TypeError unless ``model`` runs mini-batch SGD (:func:`runs_sgd`)."""
+    if runs_sgd(model):
         return
     raise TypeError(f"{what}: model must be a pysharp square-loss model (LinearRegression, "
                     f"TwoLayerNet, square_loss_from_jax) or BNLinearRegression, got "

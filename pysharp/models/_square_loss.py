@@ -195,7 +195,7 @@ class SquareLossModel(abc.ABC):
 
     def jacobian_rows(self, w) -> np.ndarray:
         """The per-sample gradients as the rows pysharp.stability reads: (n, D) or (B, n, D)."""
-        return self.jacobians(w)[1]
+        return self.param_gradients(w)
 
     def _run_sgd(self, W0: np.ndarray, *args) -> dict:
         """pysharp.sgd's engine for this model (validated arguments, after W0 (T, D)): the

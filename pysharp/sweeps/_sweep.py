@@ -22,6 +22,7 @@ from .._engine.methods import ALL_METHODS, ENGINES
 from .._engine.validation import as_positive_int, as_real, check_nonzero_rows, check_record_every
 from .._version import __version__
 from ..models import ScaleInvariantModel
+from ..models._kinds import runs_sgd
 from ..models._registry import REGISTRY, entry_of
 from . import _spec
 from ._compute import (
@@ -124,8 +125,8 @@ def _check_method(method, model, grid_batch, *, sharpness_every, jitter, backend
     spec = ALL_METHODS[method]
     name = entry_of(model).name
     if spec.engine == "minibatch":
-        if not hasattr(model, "_run_sgd"):  # models/_kinds.py's require_sgd
-            fit = sorted(e.name for e in REGISTRY.values() if hasattr(e.cls, "_run_sgd"))
+        if not runs_sgd(model):
+            fit = sorted(e.name for e in REGISTRY.values() if runs_sgd(e.cls))
             raise ValueError(f"method={method!r} needs a square-loss model or BN linear "
                              f"regression ({', '.join(fit)}); {name!r} is not one")
     elif not isinstance(model, ScaleInvariantModel):
