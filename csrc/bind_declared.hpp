@@ -62,21 +62,47 @@ inline py::list describe(const std::vector<FieldRecord>& fields) {
   return out;
 }
 
-// The struct as held (its scalars and extents set, its pointers host addresses) and where
-// each array field's pointer sits in it (byte offsets), for the CuPy backend, which copies
-// it to a kernel argument with device pointers instead (pysharp/_backends/_cupy.py).
+// The struct as held (its scalars, extents and derived fields set, its pointers host
+// addresses), where each array field's pointer sits in it (byte offsets) and a copy of
+// each array (its extents read from the struct), for the CuPy backend, which copies the
+// struct to a kernel argument with device pointers instead (pysharp/_backends/_cupy.py).
 inline py::dict layout(const std::vector<FieldRecord>& fields, const void* model,
                        std::size_t size, std::size_t align, int work_size) {
+  const char* base = static_cast<const char*>(model);
   py::list arrays;
-  for (const FieldRecord& r : fields)
-    if (r.is_array) arrays.append(py::make_tuple(r.name, r.offset));
+  py::dict data;
+  for (const FieldRecord& r : fields) {
+    if (!r.is_array) continue;
+    arrays.append(py::make_tuple(r.name, r.offset));
+    std::vector<py::ssize_t> shape;
+    for (int axis = 0; axis < r.n_extents; ++axis) {
+      int n;
+      std::memcpy(&n, base + r.extent_offsets[axis], sizeof n);
+      shape.push_back(n);
+    }
+    const void* p;
+    std::memcpy(&p, base + r.offset, sizeof p);
+    data[r.name] = with_type(r.type, [&](auto v) {
+      py::array_t<decltype(v)> a(shape);
+      if (a.size()) std::memcpy(a.mutable_data(), p, a.nbytes());
+      return py::array(a);
+    });
+  }
   py::dict d;
   d["size"] = size;
   d["align"] = align;
-  d["bytes"] = py::bytes(static_cast<const char*>(model), size);
+  d["bytes"] = py::bytes(base, size);
   d["arrays"] = arrays;
+  d["data"] = data;
   d["work_size"] = work_size;
   return d;
+}
+
+// layout() of a declared model's struct.
+template <class Model>
+py::dict layout_of(const Model& model) {
+  static const std::vector<FieldRecord> fields = field_records<Model>();
+  return layout(fields, &model, sizeof(Model), alignof(Model), model.work_size());
 }
 
 // Fills the model at `base` from a dict of NumPy arrays and numbers (validated and

@@ -87,31 +87,41 @@ struct RunOutputs {
   int groups, top_k;
 
   RunOutputs(py::ssize_t B, py::ssize_t D, int G, const EngineConfig& c)
-      : RunOutputs(B, D, G, n_records(c.steps, c.record_every),
-                   n_records(c.steps, c.sharpness_every), n_records(c.steps, c.theta_every),
-                   c.sharpness_every > 0, c.top_k) {}
-
-  // An output not asked for is empty: no rows.
-  RunOutputs(py::ssize_t B, py::ssize_t D, int G, py::ssize_t nrec, py::ssize_t nsh,
-             py::ssize_t nth, bool sharp, int k)
-      : groups(G), top_k(k >= 2 ? k : 0) {
-    const py::ssize_t rows[] = {0, nrec, nsh, nth};              // by RecordEvery
-    const py::ssize_t size[] = {1, D, G, top_k ? top_k : 1};     // by RecordItem
-    const bool on[] = {true, sharp, G > 1, top_k > 0};           // by RecordWhen
-    auto shape = [&](const RecordSpec& r) {
-      std::vector<py::ssize_t> s;
-      if (r.every != RecordEvery::none)
-        s.push_back(on[static_cast<int>(r.when)] ? rows[static_cast<int>(r.every)] : 0);
-      s.push_back(B);
-      if (r.item != RecordItem::none) s.push_back(size[static_cast<int>(r.item)]);
-      return s;
-    };
+      : groups(G), top_k(c.top_k >= 2 ? c.top_k : 0) {
+    const auto s = shapes(B, D, G, c);
     int i = 0;
 #define PYSHARP_RECORD_ARRAY(name, field, T, every, item, when) \
-  a[i] = carray<T>(shape(kRecords[i]));                        \
+  a[i] = carray<T>(s[i]);                                       \
   ++i;
     PYSHARP_RECORDS(PYSHARP_RECORD_ARRAY)
 #undef PYSHARP_RECORD_ARRAY
+  }
+
+  // Each record's shape, in the table's order; an output not asked for is empty: no rows.
+  static std::array<std::vector<py::ssize_t>, kArrays> shapes(py::ssize_t B, py::ssize_t D,
+                                                              int G, const EngineConfig& c) {
+    const int k = c.top_k >= 2 ? c.top_k : 0;
+    const py::ssize_t rows[] = {0, n_records(c.steps, c.record_every),  // by RecordEvery
+                                n_records(c.steps, c.sharpness_every),
+                                n_records(c.steps, c.theta_every)};
+    const py::ssize_t size[] = {1, D, G, k ? k : 1};                  // by RecordItem
+    const bool on[] = {true, c.sharpness_every > 0, G > 1, k > 0};    // by RecordWhen
+    std::array<std::vector<py::ssize_t>, kArrays> out;
+    for (int i = 0; i < kArrays; ++i) {
+      const RecordSpec& r = kRecords[i];
+      if (r.every != RecordEvery::none)
+        out[i].push_back(on[static_cast<int>(r.when)] ? rows[static_cast<int>(r.every)] : 0);
+      out[i].push_back(B);
+      if (r.item != RecordItem::none) out[i].push_back(size[static_cast<int>(r.item)]);
+    }
+    return out;
+  }
+
+  // Whether the result dict holds record i: those of groups and of top_k only where they
+  // were asked for.
+  static bool present(int i, int groups, int top_k) {
+    const bool when[] = {true, true, groups > 1, top_k >= 2};  // by RecordWhen
+    return when[static_cast<int>(kRecords[i].when)];
   }
 
   std::array<py::array*, kArrays> arrays() {
@@ -142,10 +152,9 @@ struct RunOutputs {
 
   // The result dict: the records of groups and of top_k only where they were asked for.
   py::dict to_dict() const {
-    const bool present[] = {true, true, groups > 1, top_k >= 2};  // by RecordWhen
     py::dict r;
     for (int i = 0; i < kArrays; ++i)
-      if (present[static_cast<int>(kRecords[i].when)]) r[kRecords[i].name] = a[i];
+      if (present(i, groups, top_k)) r[kRecords[i].name] = a[i];
     return r;
   }
 };
@@ -291,6 +300,50 @@ void bind_engine(py::class_<Core>& cls) {
       py::arg("w0"), py::arg("hyper"), py::arg("config"), py::arg("offset") = 0,
       "(B, D), {name: (B,)} the method's hyperparameters, EngineConfig dict, first "
       "trajectory index -> dict of records");
+  cls.def(
+      "plan",
+      [](const Core& c, std::int64_t B, std::optional<py::dict> config,
+         std::optional<py::dict> lanczos) {
+        using Model = std::decay_t<decltype(c.model)>;
+        require(B >= 0, "B must be >= 0");
+        const int D = c.model.dim(), G = n_groups(c.model);
+        py::dict p;
+        p["dim"] = D;
+        p["groups"] = G;
+        p["work_size"] = c.model.work_size();
+        p["state_reals"] = FullSpaceState<Model, Real>::scratch_size(c.model);
+        p["jets"] = jet_scratch_size(c.model);
+        if (config) {
+          bool reduced = false;
+          const EngineConfig cfg = engine_config_from(*config, D, has_reduced<Core>::value,
+                                                      &reduced);
+          const auto shapes = RunOutputs<Real>::shapes(B, D, G, cfg);
+          const int top_k = cfg.top_k >= 2 ? cfg.top_k : 0;
+          py::dict outputs;
+          py::list names;
+          int i = 0;
+#define PYSHARP_RECORD_PLAN(name, field, T, every, item, when)                         \
+  outputs[#name] = py::make_tuple(py::tuple(py::cast(shapes[i])), py::dtype::of<T>()); \
+  if (RunOutputs<Real>::present(i, G, top_k)) names.append(#name);                    \
+  ++i;
+          PYSHARP_RECORDS(PYSHARP_RECORD_PLAN)
+#undef PYSHARP_RECORD_PLAN
+          p["outputs"] = outputs;
+          p["result_names"] = names;
+          p["top_k"] = top_k;
+          p["trajectory_reals"] = trajectory_scratch_reals(D, cfg);
+        }
+        if (lanczos) p["lanczos_reals"] = lanczos_scratch_size(D, lanczos_options_from(*lanczos, D));
+        return p;
+      },
+      py::arg("B"), py::arg("config") = py::none(), py::arg("lanczos") = py::none(),
+      "What a run of B trajectories allocates, for an engine that launches this core's "
+      "kernels itself (the CuPy backend): dim, groups, work_size, state_reals (one "
+      "trajectory's state), jets (one derivative evaluation's, per order + 1); with an "
+      "EngineConfig dict, outputs {record: (shape, dtype)} in the table's order, "
+      "result_names (the keys run returns, in order), top_k and trajectory_reals (one "
+      "trajectory's engine scratch, one trajectory a thread); with LanczosOptions, "
+      "lanczos_reals (one solve's scratch)");
 }
 
 template <class Exec, class Core, class Real>

@@ -61,6 +61,9 @@ void bind_dtype(py::module_& m, const std::string& suffix) {
     py::class_<Model##Core<Real>> cls(m, (#Model + suffix).c_str());            \
     module::def_init_##Model<Real>(cls);                                        \
     module::bind_cpu_model<Model##Core<Real>, Real>(cls);                       \
+    cls.def_property_readonly("_layout", [](const Model##Core<Real>& c) {       \
+      return declared::layout_of(c.model);                                      \
+    });                                                                         \
     bind_extras(cls);                                                           \
   }
   PYSHARP_BUILTIN_MODELS(PYSHARP_BIND_MODEL)

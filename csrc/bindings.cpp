@@ -19,6 +19,7 @@
 #include <omp.h>
 #endif
 
+#include "builtin_models.hpp"
 #include "cpu/batched.hpp"
 #include "holders.hpp"
 
@@ -250,6 +251,13 @@ PYBIND11_MODULE(_core, m) {
         py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("W"));
   m.def("_bn_linreg_loss_grad_path_f32", &bn_linreg_loss_grad_path<float>, py::arg("path"),
         py::arg("Xc"), py::arg("u"), py::arg("scale"), py::arg("W"));
+  // the scale-invariant built-ins (builtin_models.hpp), whose classes the CuPy backend
+  // mirrors on the device
+#define PYSHARP_MODEL_NAME(Model) #Model,
+  m.attr("BUILTIN_MODELS") =
+      py::tuple(py::cast(std::vector<std::string>{PYSHARP_BUILTIN_MODELS(PYSHARP_MODEL_NAME)}));
+#undef PYSHARP_MODEL_NAME
+  m.attr("LANCZOS_MAX_ITER") = kLanczosMaxIter;  // Krylov dimension cap of one solve
   m.attr("METHODS") = module::method_names();
   m.attr("RECORDS") = module::record_table<double>();
   py::dict safe;  // kernels mark rows outside these squared norms ok = 2 (cpu/batched.hpp)

@@ -20,6 +20,8 @@ __all__: list[str] = [
     "BNMatrixCompletion_f64",
     "BNTwoLayerNet_f32",
     "BNTwoLayerNet_f64",
+    "BUILTIN_MODELS",
+    "LANCZOS_MAX_ITER",
     "LOADED_ABI_SIZES_f32",
     "LOADED_ABI_SIZES_f64",
     "LOADED_ABI_VERSION",
@@ -101,6 +103,15 @@ class BNLinearRegression_f64:
         """
         (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
         """
+    def plan(
+        self,
+        B: typing.SupportsInt | typing.SupportsIndex,
+        config: dict | None = None,
+        lanczos: dict | None = None,
+    ) -> dict:
+        """
+        What a run of B trajectories allocates, for an engine that launches this core's kernels itself (the CuPy backend): dim, groups, work_size, state_reals (one trajectory's state), jets (one derivative evaluation's, per order + 1); with an EngineConfig dict, outputs {record: (shape, dtype)} in the table's order, result_names (the keys run returns, in order), top_k and trajectory_reals (one trajectory's engine scratch, one trajectory a thread); with LanczosOptions, lanczos_reals (one solve's scratch)
+        """
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -119,6 +130,8 @@ class BNLinearRegression_f64:
         """
         (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
         """
+    @property
+    def _layout(self) -> dict: ...
     @property
     def dim(self) -> int: ...
     @property
@@ -180,6 +193,15 @@ class BNMatrixCompletion_f64:
         """
         (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
         """
+    def plan(
+        self,
+        B: typing.SupportsInt | typing.SupportsIndex,
+        config: dict | None = None,
+        lanczos: dict | None = None,
+    ) -> dict:
+        """
+        What a run of B trajectories allocates, for an engine that launches this core's kernels itself (the CuPy backend): dim, groups, work_size, state_reals (one trajectory's state), jets (one derivative evaluation's, per order + 1); with an EngineConfig dict, outputs {record: (shape, dtype)} in the table's order, result_names (the keys run returns, in order), top_k and trajectory_reals (one trajectory's engine scratch, one trajectory a thread); with LanczosOptions, lanczos_reals (one solve's scratch)
+        """
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -207,6 +229,8 @@ class BNMatrixCompletion_f64:
         """
         (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
         """
+    @property
+    def _layout(self) -> dict: ...
     @property
     def dim(self) -> int: ...
     @property
@@ -265,6 +289,15 @@ class BNTwoLayerNet_f64:
         """
         (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
         """
+    def plan(
+        self,
+        B: typing.SupportsInt | typing.SupportsIndex,
+        config: dict | None = None,
+        lanczos: dict | None = None,
+    ) -> dict:
+        """
+        What a run of B trajectories allocates, for an engine that launches this core's kernels itself (the CuPy backend): dim, groups, work_size, state_reals (one trajectory's state), jets (one derivative evaluation's, per order + 1); with an EngineConfig dict, outputs {record: (shape, dtype)} in the table's order, result_names (the keys run returns, in order), top_k and trajectory_reals (one trajectory's engine scratch, one trajectory a thread); with LanczosOptions, lanczos_reals (one solve's scratch)
+        """
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -283,6 +316,8 @@ class BNTwoLayerNet_f64:
         """
         (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
         """
+    @property
+    def _layout(self) -> dict: ...
     @property
     def dim(self) -> int: ...
     @property
@@ -335,6 +370,15 @@ class Toy3D_f64:
         """
         (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
         """
+    def plan(
+        self,
+        B: typing.SupportsInt | typing.SupportsIndex,
+        config: dict | None = None,
+        lanczos: dict | None = None,
+    ) -> dict:
+        """
+        What a run of B trajectories allocates, for an engine that launches this core's kernels itself (the CuPy backend): dim, groups, work_size, state_reals (one trajectory's state), jets (one derivative evaluation's, per order + 1); with an EngineConfig dict, outputs {record: (shape, dtype)} in the table's order, result_names (the keys run returns, in order), top_k and trajectory_reals (one trajectory's engine scratch, one trajectory a thread); with LanczosOptions, lanczos_reals (one solve's scratch)
+        """
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -353,6 +397,8 @@ class Toy3D_f64:
         """
         (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
         """
+    @property
+    def _layout(self) -> dict: ...
     @property
     def dim(self) -> int: ...
     @property
@@ -414,6 +460,15 @@ class BNLinearRegression_f32:
         """
         (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
         """
+    def plan(
+        self,
+        B: typing.SupportsInt | typing.SupportsIndex,
+        config: dict | None = None,
+        lanczos: dict | None = None,
+    ) -> dict:
+        """
+        What a run of B trajectories allocates, for an engine that launches this core's kernels itself (the CuPy backend): dim, groups, work_size, state_reals (one trajectory's state), jets (one derivative evaluation's, per order + 1); with an EngineConfig dict, outputs {record: (shape, dtype)} in the table's order, result_names (the keys run returns, in order), top_k and trajectory_reals (one trajectory's engine scratch, one trajectory a thread); with LanczosOptions, lanczos_reals (one solve's scratch)
+        """
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
@@ -432,6 +487,8 @@ class BNLinearRegression_f32:
         """
         (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
         """
+    @property
+    def _layout(self) -> dict: ...
     @property
     def dim(self) -> int: ...
     @property
@@ -493,6 +550,15 @@ class BNMatrixCompletion_f32:
         """
         (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
         """
+    def plan(
+        self,
+        B: typing.SupportsInt | typing.SupportsIndex,
+        config: dict | None = None,
+        lanczos: dict | None = None,
+    ) -> dict:
+        """
+        What a run of B trajectories allocates, for an engine that launches this core's kernels itself (the CuPy backend): dim, groups, work_size, state_reals (one trajectory's state), jets (one derivative evaluation's, per order + 1); with an EngineConfig dict, outputs {record: (shape, dtype)} in the table's order, result_names (the keys run returns, in order), top_k and trajectory_reals (one trajectory's engine scratch, one trajectory a thread); with LanczosOptions, lanczos_reals (one solve's scratch)
+        """
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
@@ -520,6 +586,8 @@ class BNMatrixCompletion_f32:
         """
         (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
         """
+    @property
+    def _layout(self) -> dict: ...
     @property
     def dim(self) -> int: ...
     @property
@@ -578,6 +646,15 @@ class BNTwoLayerNet_f32:
         """
         (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
         """
+    def plan(
+        self,
+        B: typing.SupportsInt | typing.SupportsIndex,
+        config: dict | None = None,
+        lanczos: dict | None = None,
+    ) -> dict:
+        """
+        What a run of B trajectories allocates, for an engine that launches this core's kernels itself (the CuPy backend): dim, groups, work_size, state_reals (one trajectory's state), jets (one derivative evaluation's, per order + 1); with an EngineConfig dict, outputs {record: (shape, dtype)} in the table's order, result_names (the keys run returns, in order), top_k and trajectory_reals (one trajectory's engine scratch, one trajectory a thread); with LanczosOptions, lanczos_reals (one solve's scratch)
+        """
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
@@ -596,6 +673,8 @@ class BNTwoLayerNet_f32:
         """
         (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
         """
+    @property
+    def _layout(self) -> dict: ...
     @property
     def dim(self) -> int: ...
     @property
@@ -648,6 +727,15 @@ class Toy3D_f32:
         """
         (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
         """
+    def plan(
+        self,
+        B: typing.SupportsInt | typing.SupportsIndex,
+        config: dict | None = None,
+        lanczos: dict | None = None,
+    ) -> dict:
+        """
+        What a run of B trajectories allocates, for an engine that launches this core's kernels itself (the CuPy backend): dim, groups, work_size, state_reals (one trajectory's state), jets (one derivative evaluation's, per order + 1); with an EngineConfig dict, outputs {record: (shape, dtype)} in the table's order, result_names (the keys run returns, in order), top_k and trajectory_reals (one trajectory's engine scratch, one trajectory a thread); with LanczosOptions, lanczos_reals (one solve's scratch)
+        """
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float32],
@@ -666,6 +754,8 @@ class Toy3D_f32:
         """
         (B, D), (B, D) -> (D^3L[v, v] (B, D), ok (B,))
         """
+    @property
+    def _layout(self) -> dict: ...
     @property
     def dim(self) -> int: ...
     @property
@@ -1012,6 +1102,15 @@ class LoadedCore_f64:
         """
         (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
         """
+    def plan(
+        self,
+        B: typing.SupportsInt | typing.SupportsIndex,
+        config: dict | None = None,
+        lanczos: dict | None = None,
+    ) -> dict:
+        """
+        What a run of B trajectories allocates, for an engine that launches this core's kernels itself (the CuPy backend): dim, groups, work_size, state_reals (one trajectory's state), jets (one derivative evaluation's, per order + 1); with an EngineConfig dict, outputs {record: (shape, dtype)} in the table's order, result_names (the keys run returns, in order), top_k and trajectory_reals (one trajectory's engine scratch, one trajectory a thread); with LanczosOptions, lanczos_reals (one solve's scratch)
+        """
     def run(
         self,
         w0: typing.Annotated[numpy.typing.ArrayLike, numpy.float64],
@@ -1133,6 +1232,15 @@ class LoadedCore_f32:
     ]:
         """
         (B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)
+        """
+    def plan(
+        self,
+        B: typing.SupportsInt | typing.SupportsIndex,
+        config: dict | None = None,
+        lanczos: dict | None = None,
+    ) -> dict:
+        """
+        What a run of B trajectories allocates, for an engine that launches this core's kernels itself (the CuPy backend): dim, groups, work_size, state_reals (one trajectory's state), jets (one derivative evaluation's, per order + 1); with an EngineConfig dict, outputs {record: (shape, dtype)} in the table's order, result_names (the keys run returns, in order), top_k and trajectory_reals (one trajectory's engine scratch, one trajectory a thread); with LanczosOptions, lanczos_reals (one solve's scratch)
         """
     def run(
         self,
@@ -1565,6 +1673,8 @@ def slq(
     Stochastic Lanczos quadrature of H(w) (float64 model cores): (B, D) -> dict of alpha, beta, nodes, weights (B, P, steps), count (B, P), ok (B,)
     """
 
+BUILTIN_MODELS: tuple = ("BNLinearRegression", "BNMatrixCompletion", "BNTwoLayerNet", "Toy3D")
+LANCZOS_MAX_ITER: int = 1024
 LOADED_ABI_SIZES_f32: tuple = (4, 64, 64, 40, 160)
 LOADED_ABI_SIZES_f64: tuple = (8, 64, 64, 40, 160)
 LOADED_ABI_VERSION: int = 3

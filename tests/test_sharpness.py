@@ -175,6 +175,7 @@ def test_iteration_cap_is_one_constant():
     with pytest.raises(ValueError, match=f"min\\(D, {LANCZOS_MAX_ITER}\\)"):  # the C++ check
         options = LanczosOptions(max_iter=LANCZOS_MAX_ITER + 1).to_core()
         core().lanczos_callable(lambda x: d * x, d.size, options)
+    assert core().LANCZOS_MAX_ITER == LANCZOS_MAX_ITER  # the constant the C++ exports
 
 
 def test_which_is_validated(toy_case):

@@ -18,12 +18,18 @@ box (:func:`bn_linreg_tile_fits`), NVRTC compiling each new shape at first use. 
 in give NumPy arrays out (copied to and from the device, as ``pysharp._cuda`` does); CuPy
 arrays in give CuPy arrays out with no host copy. Every
 launch is on CuPy's current stream, so in stream order with the caller's own work; arguments
-are checked in Python before anything is allocated or launched. The launch arithmetic
-(128 threads a block and per-row scratch slices for the engine, launch chunks bounded by a
-quarter of free memory; the tiles' block sizes, opt-in shared memory and persistent grids)
-mirrors CudaExec (csrc/cuda/executor.cuh) and bind_tile.cu, as pure functions here; the
-tests check them against the C++ where it is a function of the headers (sizes, fit tests)
-and against their own statement where it is inline in bind_tile.cu (the block choices).
+are checked before anything is allocated or launched.
+
+A model's core here is built from its host twin, the ``pysharp._core`` object of the same
+class and arguments (a loaded model's compiled core): C++ checks the data and computes the
+derived fields once, ``_layout`` gives the struct's bytes (copied with device addresses for
+its arrays) and ``plan`` the size of every output and scratch buffer, so nothing here
+restates a model or the engine's sizes; this backend therefore needs the compiled core.
+The rest of the launch arithmetic (128 threads a block, launch chunks bounded by a quarter
+of free memory; the tiles' block sizes, opt-in shared memory and persistent grids) mirrors
+CudaExec (csrc/cuda/executor.cuh) and bind_tile.cu, as pure functions here; the tests check
+them against the C++ where it is a function of the headers (sizes, fit tests) and against
+their own statement where it is inline in bind_tile.cu (the block choices).
 
 Not covered: BN linear regression's reduced (spectral) engine (``reduced=True`` is refused:
 use ``backend="cuda"`` or ``"cpp"``) and square-loss models (built-in or loaded). A
@@ -41,7 +47,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import math
 import operator
 import os
 import stat
@@ -51,9 +56,9 @@ from typing import Any
 
 import numpy as np
 
-from .._engine import LANCZOS_MAX_ITER, records
+from .._engine import LANCZOS_MAX_ITER, loader, records
 from .._engine.methods import HYPERPARAMETERS, METHODS
-from .._engine.records import n_records, run_result_names
+from .._engine.records import n_records
 from . import _cuda_sources as cs
 from . import _nvrtc
 from ._errors import BackendUnavailable
@@ -72,6 +77,9 @@ TILES = "tiles"
 
 def unavailable_reason() -> str | None:
     """None when ``backend="cupy"`` can run here, else why not (the first blocker found)."""
+    if loader._import_error is not None:
+        return ("the CuPy backend builds each model's struct and launch plan in the compiled "
+                f"core: {loader._import_error}")
     return device_reason()
 
 
@@ -96,9 +104,7 @@ def device_reason() -> str | None:
 #: C++ type of each struct of :func:`struct_dtype` (``{real}``: double or float).
 CPP_STRUCTS = {
     "Toy3D": "pysharp::Toy3D<{real}>",
-    "BNLinearRegression": "pysharp::BNLinearRegression<{real}>",
     "BNMatrixCompletion": "pysharp::BNMatrixCompletion<{real}>",
-    "BNTwoLayerNet": "pysharp::BNTwoLayerNet<{real}>",
     "LanczosOptions": "pysharp::LanczosOptions",
     "EngineConfig": "pysharp::EngineConfig",
     "Hyperparameters": "pysharp::Hyperparameters<{real}>",
@@ -128,12 +134,8 @@ def struct_dtype(name: str, real=np.float64) -> np.dtype:
                ("counter", np.uint64)]
     fields = {
         "Toy3D": [("c", r)],
-        "BNLinearRegression": [("Xc", ptr), ("u", ptr), ("scale", r), ("xc_fro2", r),
-                               ("n", i4), ("d", i4)],
         "BNMatrixCompletion": [("rows", ptr), ("cols", ptr), ("u", ptr), ("scale", r),
                                ("N", i4), ("m1", i4), ("m2", i4), ("r", i4)],
-        "BNTwoLayerNet": [("Xc", ptr), ("y", ptr), ("xc_fro2", r), ("inv_sqrt_m", r),
-                          ("n", i4), ("d", i4), ("m", i4), ("act", i4)],
         "LanczosOptions": lanczos,
         "EngineConfig": [("method", i4), ("steps", i8), ("record_every", i8),
                          ("sharpness_every", i8), ("theta_every", i8), ("jitter", f8),
@@ -272,35 +274,11 @@ def hyperparameter_arrays(hyper: dict, method: int, B: int) -> dict[str, Any]:
     return out
 
 
-def run_outputs(B: int, D: int, groups: int, config: np.void, real) -> dict[str, tuple]:
-    """name -> (shape, dtype) of every array ``run`` fills (:func:`records.run_outputs` for
-    the ``EngineConfig`` struct ``config``)."""
-    return records.run_outputs(
-        B, D, groups, steps=int(config["steps"]), record_every=int(config["record_every"]),
-        sharpness_every=int(config["sharpness_every"]), theta_every=int(config["theta_every"]),
-        top_k=int(config["top_k"]), real=real)
-
-
 # -- launch arithmetic, as pure functions (checked against the C++ in the tests) ------------------
 
 def blocks_for(n: int) -> int:
     """Blocks of :data:`THREADS` for one thread per item (executor.cuh's blocks_for)."""
     return (n + THREADS - 1) // THREADS
-
-
-def lanczos_scratch_size(D: int, max_iter: int, k: int) -> int:
-    """Reals of one Lanczos solve's scratch (engine/lanczos.hpp's lanczos_scratch_size)."""
-    m = max_iter
-    return (m + 1) * D + 3 * m + m * m + 2 * D + (D + 2 if k > 1 else 0)
-
-
-def trajectory_scratch_reals(D: int, config: np.void) -> int:
-    """Reals of one trajectory's engine scratch, one thread a trajectory
-    (engine/trajectory.hpp's trajectory_scratch_reals with W = 1)."""
-    lz, top_k = config["lanczos"], int(config["top_k"])
-    m = int(lz["max_iter"])
-    top = lanczos_scratch_size(D, m, top_k) + top_k * (D + 2) if top_k >= 2 else 0
-    return 3 * D + lanczos_scratch_size(D, m, int(lz["k"])) + 2 + top
 
 
 def launch_chunk(B: int, bytes_each: int, free_bytes: int) -> int:
@@ -588,30 +566,34 @@ def _host(outs, on_device: bool):
 # -- the cores --------------------------------------------------------------------------------
 
 class _CupyCore:
-    """One model in one precision on the current device; subclasses fill ``_struct``,
-    ``dim``, ``work_size`` (and ``groups``, the model's n_groups)."""
+    """One model in one precision on the current device, described by its host twin: the
+    ``pysharp._core`` object of the same class and arguments (or a loaded model's compiled
+    core), whose ``_layout`` is the struct the kernels receive (its derived fields and
+    checks done once, in C++; each array copied to the device and its pointer replaced) and
+    whose ``plan`` sizes every output and scratch buffer."""
 
-    _model = ""
-    groups = 1
-
-    def __init__(self, real) -> None:
+    def __init__(self, model: str, host: Any, real) -> None:
         import cupy
         self._cp = cupy
+        self._model, self._host = model, host
         self.real = np.dtype(real)
         self._prec = "f64" if self.real == np.float64 else "f32"
         self._keep: list = []  # device arrays the struct points to
         self._device_id = cupy.cuda.Device().id  # the model's data live there
+        sizes = host.plan(0)
+        self.dim, self.work_size, self.groups = sizes["dim"], sizes["work_size"], sizes["groups"]
+        self._jets = sizes["jets"]
+        layout = host._layout
+        self._struct = loaded_struct(layout, {name: self._device(layout["data"][name])
+                                              for name, _ in layout["arrays"]})
 
-    def _device(self, a, dtype) -> int:
-        d = self._cp.asarray(np.ascontiguousarray(a, dtype=dtype))
+    def _device(self, a) -> int:
+        d = self._cp.asarray(np.ascontiguousarray(a))
         # The copy is asynchronous on the current stream; a launch on another stream later
         # would not be ordered after it. Once per model and array.
         self._cp.cuda.get_current_stream().synchronize()
         self._keep.append(d)
         return _ptr(d)
-
-    def _pack(self, **fields) -> None:
-        self._struct = _pack(self._model, self.real, **fields)
 
     def _launch(self, kernel: str, n: int, args: tuple) -> None:
         """``kernel`` on n threads, one per item, on the current stream; nothing for n = 0."""
@@ -628,10 +610,6 @@ class _CupyCore:
 
     def _rows(self, W, name: str = "W"):
         return _device_rows(W, self.dim, self.real, name)
-
-    def jet_scratch_size(self) -> int:
-        """Jets of one derivative evaluation's scratch (models/derivatives.hpp)."""
-        return 2 * self.dim + self.work_size
 
     def loss_grad(self, W):
         """(B, D) -> (loss (B,), grad (B, D), ok (B,) uint8)."""
@@ -651,7 +629,7 @@ class _CupyCore:
         if V.shape[0] != B:
             raise ValueError("W and V must have the same shape")
         out = cp.empty((B, self.dim), self.real)
-        jets = cp.empty(B * self.jet_scratch_size() * (order + 1), self.real)
+        jets = cp.empty(B * self._jets * (order + 1), self.real)
         ok = cp.empty(B, cp.uint8)
         self._launch(kernel, B, (W, V, np.int64(B), out, jets, ok))
         return _host((out, ok), dev)
@@ -673,7 +651,7 @@ class _CupyCore:
         H = cp.empty((B, D, D), self.real)
         e = cp.empty(B * D * D, self.real)
         col = cp.empty(B * D * D, self.real)
-        jets = cp.empty(B * D * self.jet_scratch_size() * 2, self.real)
+        jets = cp.empty(B * D * self._jets * 2, self.real)
         bad = cp.zeros(B, cp.uint8)
         self._launch("hessian", B * D, (W, np.int64(B), H, e, col, jets, bad))
         return _host((H, (bad == 0).astype(cp.uint8)), dev)
@@ -697,8 +675,8 @@ class _CupyCore:
         evals, evecs = cp.empty((B, k), self.real), cp.empty((B, k, D), self.real)
         resid, iters = cp.empty((B, k), self.real), cp.empty(B, cp.int32)
         conv, ok = cp.empty(B, cp.uint8), cp.empty(B, cp.uint8)
-        scratch = cp.empty(B * lanczos_scratch_size(D, int(o["max_iter"]), k), self.real)
-        jets = cp.empty(B * self.jet_scratch_size() * 2, self.real)
+        scratch = cp.empty(B * self._host.plan(B, lanczos=options)["lanczos_reals"], self.real)
+        jets = cp.empty(B * self._jets * 2, self.real)
         self._launch("lanczos", B, (o, W, np.uint64(_ptr(start)), np.uint64(_ptr(streams)),
                                     np.int64(B), evals, evecs, resid, iters, conv, ok, scratch,
                                     jets))
@@ -717,18 +695,15 @@ class _CupyCore:
         if offset < 0:
             raise ValueError("offset must be >= 0")
         cfg = engine_config(config, D)
+        plan = self._host.plan(B, config)
         hyper = {name: _vector(a, B, self.real, name)
                  for name, a in hyperparameter_arrays(hyper, int(cfg["method"]), B).items()}
         h = _pack("Hyperparameters", self.real, **{n: _ptr(a) for n, a in hyper.items()})
-        outs = {name: cp.empty(shape, dtype)
-                for name, (shape, dtype) in run_outputs(B, D, self.groups, cfg,
-                                                        self.real).items()}
-        top_k = int(cfg["top_k"]) if cfg["top_k"] >= 2 else 0  # bind_model.hpp's RunOutputs
-        rec = _pack("BatchRecords", self.real, groups=self.groups, top_k=top_k,
+        outs = {name: cp.empty(shape, dtype) for name, (shape, dtype) in plan["outputs"].items()}
+        rec = _pack("BatchRecords", self.real, groups=self.groups, top_k=plan["top_k"],
                     **{field: _ptr(outs[name]) for name, field in RECORDS})
-        state_reals = 2 * D + self.work_size + 1  # FullSpaceState::scratch_size
-        traj_reals = trajectory_scratch_reals(D, cfg)
-        jets_each = self.jet_scratch_size()
+        state_reals, traj_reals, jets_each = (plan["state_reals"], plan["trajectory_reals"],
+                                              self._jets)
         size = self.real.itemsize
         chunk = launch_chunk(B, (state_reals + traj_reals + 2 * jets_each) * size,
                              cp.cuda.runtime.memGetInfo()[0]) if B else 0
@@ -740,34 +715,8 @@ class _CupyCore:
             self._launch("trajectory", count, (cfg, W0, h, np.int64(first), np.int64(count),
                                                np.int64(B), np.int64(offset), rec, state,
                                                scratch, jets))
-        names = run_result_names(self.groups, top_k)
+        names = plan["result_names"]
         return dict(zip(names, _host(tuple(outs[n] for n in names), dev)))
-
-
-class Toy3D(_CupyCore):
-    _model = "Toy3D"
-    dim, work_size = 3, 0
-
-    def __init__(self, c: float, real=np.float64) -> None:
-        super().__init__(real)
-        self._pack(c=c)
-
-
-class BNLinearRegression(_CupyCore):
-    """The direct engine only: the spectral arguments (sigma, ut, V, uperp2) that
-    ``pysharp._cuda``'s class takes for the reduced engine are accepted and unused."""
-
-    _model = "BNLinearRegression"
-
-    def __init__(self, Xc, u, scale, *_spectral, real=np.float64) -> None:
-        super().__init__(real)
-        Xc, u = np.asarray(Xc), np.asarray(u)
-        if Xc.ndim != 2 or u.ndim != 1 or u.shape[0] != Xc.shape[0]:
-            raise ValueError("Xc must be (n, d) and u (n,)")
-        n, d = Xc.shape
-        self.dim, self.work_size = d, n
-        self._pack(Xc=self._device(Xc, self.real), u=self._device(u, self.real), scale=scale,
-                   xc_fro2=_fro2(Xc, self.real), n=n, d=d)
 
 
 def _observations_inside(rows: np.ndarray, cols: np.ndarray, m1: int, m2: int) -> bool:
@@ -777,59 +726,16 @@ def _observations_inside(rows: np.ndarray, cols: np.ndarray, m1: int, m2: int) -
                                  and cols.max() < m2)
 
 
-class BNMatrixCompletion(_CupyCore):
-    _model = "BNMatrixCompletion"
-
-    def __init__(self, rows, cols, u, scale, m1, m2, r, real=np.float64) -> None:
-        super().__init__(real)
-        rows, cols, u = np.asarray(rows), np.asarray(cols), np.asarray(u)
-        if rows.size != u.size or cols.size != u.size:
-            raise ValueError("rows, cols and u must have one entry per observation")
-        if not _observations_inside(rows, cols, m1, m2):
-            raise ValueError("observation index out of range")
-        self.dim, self.work_size = (m1 + m2) * r, int(rows.size)
-        self._pack(rows=self._device(rows, np.int32), cols=self._device(cols, np.int32),
-                   u=self._device(u, self.real), scale=scale, N=int(rows.size), m1=m1, m2=m2,
-                   r=r)
-
-
-class BNTwoLayerNet(_CupyCore):
-    _model = "BNTwoLayerNet"
-
-    def __init__(self, Xc, y, width, activation, real=np.float64) -> None:
-        super().__init__(real)
-        Xc, y = np.asarray(Xc), np.asarray(y)
-        if Xc.ndim != 2 or y.ndim != 1 or y.shape[0] != Xc.shape[0]:
-            raise ValueError("Xc must be (n, d) and y (n,)")
-        if width < 1 or activation not in (0, 1):
-            raise ValueError("width must be >= 1 and activation 0 (tanh) or 1 (relu)")
-        n, d = Xc.shape
-        self.dim, self.work_size = width * d, 2 * width * n + 2 * n + width
-        self.groups = width  # each row of W is scale-invariant alone
-        self._pack(Xc=self._device(Xc, self.real), y=self._device(y, self.real),
-                   xc_fro2=_fro2(Xc, self.real), inv_sqrt_m=1 / math.sqrt(width), n=n, d=d,
-                   m=width, act=int(activation))
-
-
 class Loaded(_CupyCore):
     """A model compiled at run time (``pysharp.models.load_model``) on the device: the engine
     kernels compiled by NVRTC from its header, its struct the one its host module holds
     with device copies of its arrays. Scale-invariant models only; no fused tile."""
 
     def __init__(self, model, real=np.float64) -> None:
-        super().__init__(real)
         if model._kind != "scale_invariant":
             raise BackendUnavailable(f"a loaded {model._kind} model runs in its own compiled "
                                      "module only (backend='cpp')")
-        host = model._compiled_core(self.real)
-        layout = host._layout
-        self._model = model.model_name
-        self.dim, self.work_size, self.groups = host.dim, layout["work_size"], host.n_groups
-        arrays = {}
-        for name, _ in layout["arrays"]:
-            a = model.fields[name]
-            arrays[name] = self._device(a, self.real if a.dtype.kind == "f" else a.dtype)
-        self._struct = loaded_struct(layout, arrays)
+        super().__init__(model.model_name, model._compiled_core(np.dtype(real)), real)
         self._unit_name = loaded_unit(model.header, model.model_name, self._prec,
                                       model.include_dirs)
 
@@ -1040,13 +946,14 @@ class _Module:
 
     def __getattr__(self, name: str):
         model, _, prec = name.rpartition("_")
-        cls = globals().get(model)
-        if prec not in cs.REAL or not (isinstance(cls, type) and issubclass(cls, _CupyCore)):
+        core = loader.core()
+        if prec not in cs.REAL or model not in core.BUILTIN_MODELS:
             raise AttributeError(name)
+        host_class = getattr(core, name)
         real = np.float64 if prec == "f64" else np.float32
 
         def make(*args):
-            return cls(*args, real=real)
+            return _CupyCore(model, host_class(*args), real)
         return make
 
 

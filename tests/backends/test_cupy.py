@@ -26,7 +26,7 @@ from _cases import SCALE_INVARIANT
 import pysharp as ps
 from pysharp._backends import BACKENDS, BackendUnavailable, _cupy, _nvrtc
 from pysharp._backends import _cuda_sources as cs
-from pysharp._engine import EngineConfig, LanczosOptions, Method
+from pysharp._engine import EngineConfig, LanczosOptions, Method, records
 from pysharp.models import REGISTRY
 
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
@@ -102,64 +102,145 @@ def test_struct_layouts_match_cpp(tmp_path):
         assert [dt.fields[f][1] for f in dt.names] == [int(o) for o in offsets], (name, real)
 
 
-def _config(D, **kw) -> np.void:
+def _config_dict(D, **kw) -> dict:
     lz = LanczosOptions.for_dim(D, 1, kw.pop("max_iter", None), tol=1e-10, seed=0,
                                 name="lanczos_max_iter")
-    cfg = EngineConfig(Method.GD_WD, steps=kw.pop("steps", 100), lanczos=lz, **kw)
-    return _cupy.engine_config(cfg.to_core(), D)
+    return EngineConfig(Method.GD_WD, steps=kw.pop("steps", 100), lanczos=lz, **kw).to_core()
+
+
+def _config(D, **kw) -> np.void:
+    return _cupy.engine_config(_config_dict(D, **kw), D)
 
 
 SCRATCH_CASES = [(3, {}), (40, {"top_k": 3}), (80, {"top_k": 5, "max_iter": 20}),
                  (7, {"top_k": 2, "max_iter": 4})]
 
 
+def _host_args(model: str, rng) -> tuple:
+    """Constructor arguments of pysharp._core's (and pysharp._cuda's) class of a built-in,
+    as the models pass them, with the C++ aggregate of the same sizes for the g++ probe."""
+    Xc, u = rng.random((7, 5)), rng.random(7)
+    return {"Toy3D": ("{1.0}", (1.0,)),
+            "BNLinearRegression": ("{nullptr, nullptr, 1, 1, 7, 5}",
+                                   (Xc, u, 1.0, np.ones(1), np.zeros(1), np.ones((5, 1)), 0.0)),
+            "BNMatrixCompletion": ("{nullptr, nullptr, nullptr, 1, 9, 4, 3, 2}",
+                                   (np.arange(9) % 4, np.arange(9) % 3, np.ones(9), 1.0, 4, 3,
+                                    2)),
+            "BNTwoLayerNet": ("{nullptr, nullptr, 1, 1, 6, 4, 3}",
+                              (rng.random((6, 4)), rng.random(6), 3, 0))}[model]
+
+
 @needs_gxx
-def test_scratch_sizes_match_cpp(tmp_path):
+def test_the_plan_is_the_headers_scratch_sizes(tmp_path):
+    # what the CuPy backend allocates for a run and a Lanczos solve: the host core's plan,
+    # against the header functions the CUDA executor sizes its buffers with
+    _core = pytest.importorskip("pysharp._core")
+    rng = np.random.default_rng(0)
     body = []
     for D, kw in SCRATCH_CASES:
         c = _config(D, **kw)
-        lz = c["lanczos"]
         body += ["  {", "    pysharp::EngineConfig c;",
                  f"    c.top_k = {int(c['top_k'])}; c.lanczos.k = 1;",
-                 f"    c.lanczos.max_iter = {int(lz['max_iter'])};",
-                 f'    std::printf("%lld %lld\\n", pysharp::trajectory_scratch_reals({D}, c), '
-                 f"pysharp::lanczos_scratch_size({D}, pysharp::top_k_options(c)));", "  }"]
-    lines = _run_cpp(tmp_path, body)
-    for (D, kw), line in zip(SCRATCH_CASES, lines):
-        c = _config(D, **kw)
-        top_k = int(c["top_k"])
-        want_traj, want_lz = (int(x) for x in line.split())
-        assert _cupy.trajectory_scratch_reals(D, c) == want_traj, (D, kw)
-        assert _cupy.lanczos_scratch_size(D, int(c["lanczos"]["max_iter"]), top_k) == want_lz
+                 f"    c.lanczos.max_iter = {int(c['lanczos']['max_iter'])};",
+                 f"    pysharp::BNLinearRegression<double> m{{nullptr, nullptr, 1, 1, 6, {D}}};",
+                 '    std::printf("%lld %lld %lld %d\\n", pysharp::trajectory_scratch_reals('
+                 f"{D}, c), pysharp::lanczos_scratch_size({D}, c.lanczos), "
+                 "pysharp::FullSpaceState<pysharp::BNLinearRegression<double>, double>::"
+                 "scratch_size(m), pysharp::jet_scratch_size(m));", "  }"]
+    for (D, kw), line in zip(SCRATCH_CASES, _run_cpp(tmp_path, body)):
+        traj, lz, state, jets = (int(x) for x in line.split())
+        Xc = rng.standard_normal((6, D))
+        host = _core.BNLinearRegression_f64(Xc, rng.random(6), 1.0, np.ones(1), np.zeros(1),
+                                            np.ones((D, 1)), 0.0)
+        config = _config_dict(D, **kw)
+        plan = host.plan(4, config, lanczos=config["lanczos"])
+        assert (plan["trajectory_reals"], plan["lanczos_reals"]) == (traj, lz), (D, kw)
+        assert (plan["state_reals"], plan["jets"], plan["dim"]) == (state, jets, D), (D, kw)
+        assert "outputs" not in host.plan(4) and "lanczos_reals" not in host.plan(4, config)
 
 
 @needs_gxx
-def test_model_sizes_match_cpp(tmp_path, monkeypatch):
-    # dim, work_size and n_groups of each core class, which size every scratch buffer, from
-    # the constructor arguments the models pass; the device work is stubbed out
+@pytest.mark.parametrize("real", [np.float64, np.float32])
+def test_the_host_layout_is_the_struct_the_kernels_take(tmp_path, real):
+    # every built-in the CuPy backend runs: the host core's struct (what CuPy copies to the
+    # kernel argument) has the size, alignment and array offsets g++ gives the model, the
+    # sizes its plan gives are the model's, and its arrays are the data in the precision
+    _core = pytest.importorskip("pysharp._core")
+    assert set(MODELS) <= set(_core.BUILTIN_MODELS)
+    t = "double" if real == np.float64 else "float"
     rng = np.random.default_rng(0)
-    cases = {"Toy3D": ("{1.0}", (1.0,)),
-             "BNLinearRegression": ("{nullptr, nullptr, 1, 1, 7, 5}",
-                                    (rng.random((7, 5)), rng.random(7), 1.0)),
-             "BNMatrixCompletion": ("{nullptr, nullptr, nullptr, 1, 9, 4, 3, 2}",
-                                    (np.zeros(9, int), np.zeros(9, int), np.ones(9), 1.0, 4, 3,
-                                     2)),
-             "BNTwoLayerNet": ("{nullptr, nullptr, 1, 1, 6, 4, 3}",
-                               (rng.random((6, 4)), rng.random(6), 3, 0))}
-    assert set(cases) == set(MODELS)  # a new built-in with a CuPy core gets its case here
-    body = [f'  {{ pysharp::{m}<double> x{init}; std::printf("{m} %d %d %d\\n", x.dim(), '
-            "x.work_size(), pysharp::n_groups(x)); }" for m, (init, _) in cases.items()]
-    got = {line.split()[0]: tuple(int(v) for v in line.split()[1:])
-           for line in _run_cpp(tmp_path, body)}
+    cases = {m: _host_args(m, rng) for m in MODELS}
+    hosts = {m: getattr(_core, f"{m}{'_f64' if real == np.float64 else '_f32'}")(*args)
+             for m, (_, args) in cases.items()}
+    body = []
+    for m, host in hosts.items():
+        arrays = [name for name, _ in host._layout["arrays"]]
+        offs = "".join(" %zu" for _ in arrays)
+        args = "".join(f", offsetof(pysharp::{m}<{t}>, {a})" for a in arrays)
+        body.append(f"  {{ pysharp::{m}<{t}> x{cases[m][0]}; "
+                    f'std::printf("{m} %zu %zu %d %d %d{offs}\\n", sizeof x, alignof(decltype(x)), '
+                    f"x.dim(), x.work_size(), pysharp::n_groups(x){args}); }}")
+    for line in _run_cpp(tmp_path, body):
+        m, *got = line.split()
+        host = hosts[m]
+        layout, plan = host._layout, host.plan(0)
+        size, align, dim, work, groups, *offsets = (int(v) for v in got)
+        assert (layout["size"], layout["align"]) == (size, align) == (len(layout["bytes"]),
+                                                                      align), m
+        assert (plan["dim"], plan["work_size"], plan["groups"]) == (dim, work, groups), m
+        assert [off for _, off in layout["arrays"]] == offsets, m
+        for (name, _), a in zip(layout["arrays"], cases[m][1]):
+            data = layout["data"][name]
+            want = np.asarray(a)
+            assert data.dtype == (real if want.dtype.kind == "f" else np.int32), (m, name)
+            np.testing.assert_array_equal(data, want.astype(data.dtype), err_msg=f"{m} {name}")
 
-    def init(self, real):
-        self.real, self._keep = np.dtype(real), []
-    monkeypatch.setattr(_cupy._CupyCore, "__init__", init)
-    monkeypatch.setattr(_cupy._CupyCore, "_device", lambda self, a, dtype: 0)
-    for m, (_, args) in cases.items():
-        core = getattr(_cupy, m)(*args)
-        assert (core.dim, core.work_size, core.groups) == got[m], m
-        assert core._struct.dtype == _cupy.struct_dtype(m)
+
+class _FakeCupy:
+    """What _CupyCore's constructor asks of CuPy, on the host: device 0, arrays whose address
+    is their index among the copies plus one."""
+
+    class cuda:
+        class Device:
+            id = 0
+
+        @staticmethod
+        def get_current_stream():
+            return type("Stream", (), {"synchronize": staticmethod(lambda: None)})()
+
+    def __init__(self):
+        self.copies: list[np.ndarray] = []
+
+    def asarray(self, a):
+        self.copies.append(np.array(a))
+        addr = len(self.copies)
+        return type("Array", (), {"size": a.size, "data": type("P", (), {"ptr": addr})()})()
+
+
+def test_a_builtins_device_struct_is_its_host_struct_with_device_addresses(monkeypatch):
+    # the struct a CuPy core passes its kernels, built on the host: the bytes of pysharp._core's
+    # struct (derived fields as the CPU core computes them) but for each array's pointer, now
+    # its device copy's address; the built-in's classes are pysharp._core's, by name
+    _core = pytest.importorskip("pysharp._core")
+    fake = _FakeCupy()
+    monkeypatch.setitem(__import__("sys").modules, "cupy", fake)
+    rng = np.random.default_rng(1)
+    for m in MODELS:
+        args = _host_args(m, rng)[1]
+        core = getattr(_cupy.module(), f"{m}_f32")(*args)
+        layout = getattr(_core, f"{m}_f32")(*args)._layout
+        raw = bytearray(layout["bytes"])
+        for k, (name, off) in enumerate(layout["arrays"]):
+            addr = len(fake.copies) - len(layout["arrays"]) + k + 1
+            raw[off:off + 8] = addr.to_bytes(8, "little")
+            np.testing.assert_array_equal(fake.copies[addr - 1], layout["data"][name])
+        assert core._struct.tobytes() == bytes(raw), m
+        assert (core.dim, core.real, core._unit()) == (core._host.dim, np.float32, f"{m}_f32")
+    with pytest.raises(AttributeError):
+        _ = _cupy.module().LinearRegression_f64  # a square-loss model has no device engine
+    with pytest.raises(ValueError, match="observation index out of range"):
+        _cupy.module().BNMatrixCompletion_f64(np.array([4]), np.array([0]), np.ones(1), 1.0,
+                                              4, 3, 2)
 
 
 @needs_gxx
@@ -272,24 +353,27 @@ def test_launch_arithmetic():
         _cupy.persistent_blocks(1, 132, 0)
 
 
-def test_run_outputs_are_the_cpp_cores():
-    # shapes and dtypes of every record, against pysharp._core's run on the same config
+def test_the_plans_outputs_are_what_run_returns():
+    # shapes, dtypes and keys of every record in the plan the CuPy backend allocates from,
+    # against pysharp._core's run on the same config
     _core = pytest.importorskip("pysharp._core")  # noqa: F841
     net = ps.BNTwoLayerNet.synthetic(n=6, d=3, width=2, seed=0)
     W0 = net.random_point(3, seed=1)
+    host = net._core(np.dtype(np.float64))
     for kw in ({}, {"sharpness_every": 10, "theta_every": 25, "top_k": 2},
-               {"sharpness_every": 0, "top_k": 2}):
+               {"sharpness_every": 0, "top_k": 2}, {"sharpness_every": 5}):
         lz = LanczosOptions.for_dim(net.dim, 1, None, tol=1e-10, seed=0, name="m")
         cfg = EngineConfig(Method.GD_WD, steps=50, record_every=5, lanczos=lz, **kw)
-        ref = net._core(np.dtype(np.float64)).run(W0, {"lr": np.full(3, 0.1),
-                                                       "wd": np.full(3, 1e-3)}, cfg.to_core())
-        want = _cupy.run_outputs(3, net.dim, 2, _cupy.engine_config(cfg.to_core(), net.dim),
-                                 np.float64)
+        ref = host.run(W0, {"lr": np.full(3, 0.1), "wd": np.full(3, 1e-3)}, cfg.to_core())
+        plan = host.plan(3, cfg.to_core())
         for name, a in ref.items():
-            assert want[name] == (a.shape, a.dtype), (name, kw)
-        assert set(want) - set(ref) <= {"top_eigenvalues"}
+            assert plan["outputs"][name] == (a.shape, a.dtype), (name, kw)
+        assert set(plan["outputs"]) - set(ref) <= {"top_eigenvalues"}
         # the keys run returns, in order: the top_k eigenvalues even with no sharpness step
-        assert _cupy.run_result_names(2, kw.get("top_k", 0)) == list(ref), kw
+        assert plan["result_names"] == list(ref), kw
+        assert [r.name for r in records.RECORDS] == list(plan["outputs"])
+    # no top-k solve: its record is allocated empty and left out of the result
+    assert plan["outputs"]["top_eigenvalues"][0] == (0, 3, 1) and plan["top_k"] == 0
 
 
 # -- argument checks, before any launch: what the C++ refuses, refused here too --------------
@@ -360,12 +444,6 @@ def test_seeds_outside_64_bits_are_refused():
         with pytest.raises(ValueError, match=r"seed must be in \[0, 2\^64\)"):
             _cupy.lanczos_options({**_toy_engine_config()["lanczos"], "seed": seed}, 3)
     assert _cupy.engine_config(_toy_engine_config(seed=2 ** 64 - 1), 3)["seed"] == 2 ** 64 - 1
-
-
-def test_no_top_k_solve_leaves_its_record_empty():
-    cfg = _cupy.engine_config(_toy_engine_config(sharpness_every=5), 3)
-    assert _cupy.run_outputs(4, 3, 1, cfg, np.float64)["top_eigenvalues"][0] == (0, 4, 1)
-    assert "top_eigenvalues" not in _cupy.run_result_names(1, 0)
 
 
 def test_the_bn_linreg_tile_checks_its_data_before_the_device():
