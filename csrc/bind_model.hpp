@@ -87,7 +87,7 @@ struct RunOutputs {
   int groups, top_k;
 
   RunOutputs(py::ssize_t B, py::ssize_t D, int G, const EngineConfig& c)
-      : groups(G), top_k(c.top_k >= 2 ? c.top_k : 0) {
+      : groups(G), top_k(top_k_of(c)) {
     const auto s = shapes(B, D, G, c);
     int i = 0;
 #define PYSHARP_RECORD_ARRAY(name, field, T, every, item, when) \
@@ -97,10 +97,13 @@ struct RunOutputs {
 #undef PYSHARP_RECORD_ARRAY
   }
 
+  // The top-k eigenvalues a run records: top_k, or 0 where it asks for none (top_k < 2).
+  static int top_k_of(const EngineConfig& c) { return c.top_k >= 2 ? c.top_k : 0; }
+
   // Each record's shape, in the table's order; an output not asked for is empty: no rows.
   static std::array<std::vector<py::ssize_t>, kArrays> shapes(py::ssize_t B, py::ssize_t D,
                                                               int G, const EngineConfig& c) {
-    const int k = c.top_k >= 2 ? c.top_k : 0;
+    const int k = top_k_of(c);
     const py::ssize_t rows[] = {0, n_records(c.steps, c.record_every),  // by RecordEvery
                                 n_records(c.steps, c.sharpness_every),
                                 n_records(c.steps, c.theta_every)};
@@ -318,7 +321,7 @@ void bind_engine(py::class_<Core>& cls) {
           const EngineConfig cfg = engine_config_from(*config, D, has_reduced<Core>::value,
                                                       &reduced);
           const auto shapes = RunOutputs<Real>::shapes(B, D, G, cfg);
-          const int top_k = cfg.top_k >= 2 ? cfg.top_k : 0;
+          const int top_k = RunOutputs<Real>::top_k_of(cfg);
           py::dict outputs;
           py::list names;
           int i = 0;
